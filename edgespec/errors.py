@@ -1,0 +1,73 @@
+"""One exception tree for edgespec.
+
+Every error carries the problem and, where there is one, the fix, so that the CLI can print a
+single line that tells the user what to do::
+
+    EdgespecError
+    ├── ConfigError              an option value is invalid (unknown --quant, bad block size)
+    ├── OutputExistsError        the output directory exists and --force was not given
+    ├── ModelSourceError         a model path or hub id cannot be read
+    ├── UnsupportedModelError    not a decoder-only causal LM, or an architecture the exporter lacks
+    ├── MissingDependencyError   an optional extra ([export], [gpu]) is not installed
+    ├── ExportError              a step of the export failed
+    │   └── VerificationError    the exported graph disagrees with PyTorch or is not batch invariant
+    └── BundleError              a bundle on disk is unusable
+        ├── SchemaVersionError   manifest written by an unknown schema version
+        ├── MissingFileError     a file listed in the manifest is absent
+        └── ChecksumError        a file's size or sha256 differs from the manifest
+"""
+
+from __future__ import annotations
+
+
+class EdgespecError(Exception):
+    """Base class. ``str(error)`` is one line: the problem, then the fix."""
+
+    def __init__(self, problem: str, *, fix: str | None = None) -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(problem if fix is None else f"{problem}; {fix}")
+
+
+class ConfigError(EdgespecError):
+    """An option or configuration value is invalid."""
+
+
+class OutputExistsError(EdgespecError):
+    """The output directory already exists."""
+
+
+class ModelSourceError(EdgespecError):
+    """The model path or hub id cannot be read."""
+
+
+class UnsupportedModelError(EdgespecError):
+    """The model is not something edgespec can export."""
+
+
+class MissingDependencyError(EdgespecError):
+    """An optional extra is needed for this command."""
+
+
+class ExportError(EdgespecError):
+    """A step of the export failed."""
+
+
+class VerificationError(ExportError):
+    """The exported graph failed a check against PyTorch or the batch-invariance check."""
+
+
+class BundleError(EdgespecError):
+    """A bundle directory is unusable."""
+
+
+class SchemaVersionError(BundleError):
+    """The manifest's schema version is not one this edgespec reads."""
+
+
+class MissingFileError(BundleError):
+    """A file the manifest lists is missing."""
+
+
+class ChecksumError(BundleError):
+    """A file's size or checksum differs from the manifest."""

@@ -1,0 +1,410 @@
+"""The bundle manifest: schema, serialisation, loading and validation.
+
+A bundle is one exported model directory. ``manifest.json`` describes everything the runtime
+needs about its graph, so nothing is ever inferred from file names. The exporter writes it
+with :func:`write_manifest`; the runtime reads it with :func:`load_bundle`, which checks the
+schema version, every listed file, its size (a short file is reported as truncated) and its
+sha256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from edgespec.errors import BundleError, ChecksumError, MissingFileError, SchemaVersionError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRecord:
+    """One file of the bundle. ``role`` is graph, graph_data, tokenizer or config."""
+
+    path: str
+    role: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorSpec:
+    """A graph input or output; symbolic dimensions are kept as their names."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphSpec:
+    """Exact I/O of the ONNX graph.
+
+    KV tensors have layout ``kv_layout`` = (batch, kv_heads, sequence, head_dim);
+    ``past_key[i]`` feeds layer i and ``present_key[i]`` is its output for the next step.
+    """
+
+    file: str
+    opset: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    input_ids: str
+    attention_mask: str | None
+    position_ids: str | None
+    logits: str
+    past_key: tuple[str, ...]
+    past_value: tuple[str, ...]
+    present_key: tuple[str, ...]
+    present_value: tuple[str, ...]
+    kv_dtype: str
+    logits_dtype: str
+    kv_layout: str = "batch,kv_heads,sequence,head_dim"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Architecture facts the runtime needs (KV shapes, vocabulary, context)."""
+
+    model_type: str
+    architecture: str
+    parameters: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    max_length: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceSpec:
+    """Where the weights came from. ``kind`` is hub or local; local paths keep only their name."""
+
+    model: str
+    kind: str
+    revision: str | None
+    config_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerSpec:
+    """The tokenizer shipped in the bundle (``tokenizer.json`` for the ``tokenizers`` library)."""
+
+    file: str
+    files: tuple[str, ...]
+    sha256: str
+    vocab_type: str
+    vocab_size: int
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int | None
+    add_bos_token: bool
+    special_tokens: dict[str, str]
+    has_chat_template: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizationSpec:
+    """How the weights were stored. ``scheme`` is none, fp16, matmul_nbits or dynamic_int8."""
+
+    scheme: str
+    weight_dtype: str
+    bits: int
+    block_size: int | None = None
+    accuracy_level: int | None = None
+    symmetric: bool | None = None
+    tool: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParityResult:
+    """Exported graph vs PyTorch on fixed prompts.
+
+    ``max_abs_logit_diff`` is over all prompt positions; ``top1_agreement`` is the fraction of
+    positions with the same argmax; ``greedy_match_tokens`` counts how many of the
+    ``greedy_tokens`` greedy continuation tokens agree before the first difference, summed
+    over prompts. ``required`` says which checks decided ``passed``.
+    """
+
+    prompts: int
+    positions: int
+    max_abs_logit_diff: float
+    logit_tolerance: float | None
+    top1_agreement: float
+    min_top1_agreement: float | None
+    greedy_tokens: int
+    greedy_match_tokens: int
+    required: tuple[str, ...]
+    passed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchInvarianceResult:
+    """Logits of positions computed in one multi-token pass vs one position at a time.
+
+    For each pass width w in ``widths`` (w = k + 1 verify positions) the calibration text is
+    decoded in chunks of w after a prefill; ``positions`` positions are compared per width.
+    Greedy speculative output equals the target's greedy output only when no argmax differs.
+    """
+
+    widths: tuple[int, ...]
+    positions: int
+    argmax_mismatch_fraction: float
+    max_abs_logit_diff: float
+    mismatch_fraction_by_width: dict[str, float]
+    passed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerificationRecord:
+    """What was checked at export time, on which ONNX Runtime providers."""
+
+    performed: bool
+    providers: tuple[str, ...] = ()
+    onnxruntime_version: str = ""
+    parity: ParityResult | None = None
+    batch_invariance: BatchInvarianceResult | None = None
+
+    @property
+    def batch_invariant(self) -> bool | None:
+        """True/False when measured, None when the export skipped verification."""
+        return None if self.batch_invariance is None else self.batch_invariance.passed
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    """Bytes the graph needs: weights, KV per token (all layers, K and V), logits per position."""
+
+    weight_bytes: int
+    kv_bytes_per_token: int
+    logits_bytes_per_position: int
+    file_bytes: int
+
+    def kv_bytes(self, tokens: int) -> int:
+        return self.kv_bytes_per_token * tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """The whole ``manifest.json``."""
+
+    schema_version: int
+    edgespec_version: str
+    created_at: str
+    source: SourceSpec
+    model: ModelSpec
+    graph: GraphSpec
+    tokenizer: TokenizerSpec
+    quantization: QuantizationSpec
+    verification: VerificationRecord
+    memory: MemoryEstimate
+    files: tuple[FileRecord, ...]
+    toolchain: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
+        return _decode(cls, data, "manifest")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bundle:
+    """A validated bundle directory and its manifest."""
+
+    root: Path
+    manifest: Manifest
+
+    @property
+    def graph_path(self) -> Path:
+        return self.root / self.manifest.graph.file
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.root / self.manifest.tokenizer.file
+
+
+def sha256_of_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_record(root: Path, relative: str, role: str) -> FileRecord:
+    path = root / relative
+    return FileRecord(
+        path=relative, role=role, size=path.stat().st_size, sha256=sha256_of_file(path)
+    )
+
+
+def write_manifest(root: Path, manifest: Manifest) -> Path:
+    path = root / MANIFEST_NAME
+    path.write_text(manifest.to_json(), encoding="utf-8")
+    return path
+
+
+def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
+    """Reads and validates a bundle; raises a :class:`BundleError` naming the file and the fix."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BundleError(
+            f"bundle directory {root} does not exist",
+            fix="pass the directory written by 'edgespec export'",
+        )
+    manifest_path = root / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise MissingFileError(
+            f"{manifest_path} is missing: {root} is not an edgespec bundle",
+            fix="export the model with 'edgespec export MODEL --out DIR'",
+        )
+    try:
+        data = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BundleError(
+            f"{manifest_path} is not valid JSON ({error})", fix="re-export the bundle"
+        ) from error
+    if not isinstance(data, dict):
+        raise BundleError(f"{manifest_path} does not hold a JSON object", fix="re-export the bundle")
+    _check_schema_version(data.get("schema_version"), manifest_path)
+    manifest = Manifest.from_dict(data)
+    _check_files(root, manifest, verify_checksums=verify_checksums)
+    return Bundle(root=root, manifest=manifest)
+
+
+def _check_schema_version(version: object, manifest_path: Path) -> None:
+    if version == SCHEMA_VERSION:
+        return
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{manifest_path} has schema version {version}, newer than the {SCHEMA_VERSION} "
+            "this edgespec reads",
+            fix="upgrade edgespec (pip install -U edgespec)",
+        )
+    raise SchemaVersionError(
+        f"{manifest_path} has unknown schema version {version!r} (this edgespec reads "
+        f"{SCHEMA_VERSION})",
+        fix="re-export the model with this edgespec",
+    )
+
+
+def _check_files(root: Path, manifest: Manifest, *, verify_checksums: bool) -> None:
+    listed = {record.path for record in manifest.files}
+    for required in (manifest.graph.file, manifest.tokenizer.file):
+        if required not in listed:
+            raise BundleError(
+                f"{root / MANIFEST_NAME} does not list {required} among its files",
+                fix="re-export the bundle",
+            )
+    for record in manifest.files:
+        path = root / record.path
+        if not path.is_file():
+            raise MissingFileError(
+                f"{path} is missing from the bundle",
+                fix="copy the whole bundle directory again or re-export it",
+            )
+        size = path.stat().st_size
+        if size < record.size:
+            raise ChecksumError(
+                f"{path} is truncated ({size} of {record.size} bytes)",
+                fix="copy the bundle again (an interrupted transfer?) or re-export it",
+            )
+        if size != record.size:
+            raise ChecksumError(
+                f"{path} has {size} bytes, the manifest says {record.size}",
+                fix="copy the bundle again or re-export it",
+            )
+        if verify_checksums and sha256_of_file(path) != record.sha256:
+            raise ChecksumError(
+                f"{path} does not match its sha256 in the manifest (corrupted or modified)",
+                fix="copy the bundle again or re-export it",
+            )
+
+
+_T = TypeVar("_T")
+
+
+def _decode(cls: type[_T], data: object, where: str) -> _T:
+    """Builds dataclass ``cls`` from JSON data, naming the first bad field in the error."""
+    if not isinstance(data, Mapping):
+        raise BundleError(f"manifest field {where!r} must be an object", fix="re-export the bundle")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if spec.name not in data:
+            has_default = (
+                spec.default is not dataclasses.MISSING
+                or spec.default_factory is not dataclasses.MISSING
+            )
+            if has_default:
+                continue
+            raise BundleError(
+                f"manifest is missing field '{where}.{spec.name}'", fix="re-export the bundle"
+            )
+        kwargs[spec.name] = _decode_value(hints[spec.name], data[spec.name], f"{where}.{spec.name}")
+    return cls(**kwargs)
+
+
+def _decode_value(hint: Any, value: object, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _decode_value(option, value, where)
+            except BundleError as error:
+                errors.append(error)
+        raise errors[0]
+    if dataclasses.is_dataclass(hint):
+        return _decode(hint, value, where)  # type: ignore[type-var]
+    if origin is tuple:
+        item_hint = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise _type_error(where, "a list")
+        return tuple(_decode_value(item_hint, item, f"{where}[{i}]") for i, item in enumerate(value))
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise _type_error(where, "an object")
+        return dict(value)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _type_error(where, "true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(where, "an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(where, "a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _type_error(where, "a string")
+        return value
+    raise BundleError(f"manifest field {where!r} has an unsupported type", fix="re-export")
+
+
+def _type_error(where: str, expected: str) -> BundleError:
+    return BundleError(f"manifest field {where!r} must be {expected}", fix="re-export the bundle")

@@ -1,0 +1,121 @@
+"""fp32 ONNX graph → the requested storage format, with ONNX Runtime's own tools.
+
+* int4 / int8: weight-only ``MatMulNBits`` (block-wise, symmetric). Activations stay float;
+  ``accuracy_level`` 4 lets the CPU kernel quantize them to int8 per row block.
+* int8-dynamic: ``MatMulInteger`` after ``DynamicQuantizeLinear``. One activation scale covers
+  every position of a pass, so a k+1 position verify pass can pick a different argmax than k+1
+  single steps: the export measures this and refuses it unless told otherwise.
+* fp16: every float tensor, KV cache and logits included, becomes float16.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.errors import ExportError
+from edgespec.manifest import QuantizationSpec
+
+#: A protobuf cannot exceed 2 GiB; larger graphs keep their weights in this side file.
+EXTERNAL_DATA_FILE = "model.onnx_data"
+_EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantRequest:
+    quant: str
+    block_size: int
+    accuracy_level: int
+
+
+def describe(request: QuantRequest) -> QuantizationSpec:
+    """The manifest record for ``request`` (before anything runs)."""
+    import onnxruntime
+
+    tool = f"onnxruntime {onnxruntime.__version__}"
+    if request.quant in ("int4", "int8"):
+        bits = 4 if request.quant == "int4" else 8
+        return QuantizationSpec(
+            scheme="matmul_nbits",
+            weight_dtype=request.quant,
+            bits=bits,
+            block_size=request.block_size,
+            accuracy_level=request.accuracy_level,
+            symmetric=True,
+            tool=f"{tool} MatMulNBitsQuantizer",
+        )
+    if request.quant == "int8-dynamic":
+        return QuantizationSpec(
+            scheme="dynamic_int8", weight_dtype="int8", bits=8, tool=f"{tool} quantize_dynamic"
+        )
+    if request.quant == "fp16":
+        return QuantizationSpec(
+            scheme="fp16", weight_dtype="float16", bits=16, tool=f"{tool} float16 converter"
+        )
+    return QuantizationSpec(scheme="none", weight_dtype="float32", bits=32)
+
+
+def quantize_graph(source: Path, target: Path, request: QuantRequest) -> None:
+    """Writes ``target`` (plus ``EXTERNAL_DATA_FILE`` beside it when large) from ``source``."""
+    import onnx
+
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
+    try:
+        if request.quant in ("int4", "int8"):
+            from onnxruntime.quantization.matmul_nbits_quantizer import (
+                DefaultWeightOnlyQuantConfig,
+                MatMulNBitsQuantizer,
+            )
+
+            config = DefaultWeightOnlyQuantConfig(
+                block_size=request.block_size,
+                is_symmetric=True,
+                accuracy_level=request.accuracy_level,
+                bits=4 if request.quant == "int4" else 8,
+            )
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
+            quantizer.process()
+            save_graph(quantizer.model.model, target)
+        elif request.quant == "int8-dynamic":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(
+                source,
+                target,
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul"],
+                use_external_data_format=source.stat().st_size > _EXTERNAL_DATA_THRESHOLD_BYTES,
+            )
+        elif request.quant == "fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=False)
+            save_graph(model, target)
+        else:
+            raise ExportError(
+                f"quantize_graph was asked for {request.quant!r}, which needs no quantization",
+                fix="this is a bug in edgespec; please report it",
+            )
+    except ExportError:
+        raise
+    except Exception as error:  # the quantizers raise assorted types on odd graphs
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise ExportError(
+            f"ONNX Runtime could not quantize the graph to {request.quant} ({first_line})",
+            fix="try another --quant or --block-size",
+        ) from error
+
+
+def save_graph(model: object, target: Path) -> None:
+    import onnx
+
+    assert isinstance(model, onnx.ModelProto)
+    large = model.ByteSize() > _EXTERNAL_DATA_THRESHOLD_BYTES
+    onnx.save_model(
+        model,
+        str(target),
+        save_as_external_data=large,
+        all_tensors_to_one_file=True,
+        location=EXTERNAL_DATA_FILE,
+    )

@@ -1,0 +1,31 @@
+"""Chooses which ONNX Runtime distribution edgespec depends on.
+
+onnxruntime and onnxruntime-gpu (and the other builds) install the same ``onnxruntime``
+module and overwrite each other, so exactly one may be required. The default keeps
+``pip install .`` a working CPU install; GPU and Jetson users set EDGESPEC_ORT_PACKAGE
+(see README, "Installing on a GPU or Jetson").
+"""
+
+import os
+
+from setuptools import setup
+
+ORT_PACKAGES = {
+    "onnxruntime": "onnxruntime>=1.20",
+    "onnxruntime-gpu": "onnxruntime-gpu>=1.20",
+    "onnxruntime-directml": "onnxruntime-directml>=1.20",
+    "onnxruntime-qnn": "onnxruntime-qnn>=1.20",
+    "onnxruntime-openvino": "onnxruntime-openvino>=1.20",
+    "none": None,
+}
+
+ort_choice = os.environ.get("EDGESPEC_ORT_PACKAGE", "onnxruntime").strip().lower()
+if ort_choice not in ORT_PACKAGES:
+    raise SystemExit(
+        f"EDGESPEC_ORT_PACKAGE={ort_choice!r} is not one of {sorted(ORT_PACKAGES)}; "
+        "unset it for the CPU build or pick one of those names"
+    )
+
+base = ["numpy>=1.24", "tokenizers>=0.19", "psutil>=5.9"]
+ort_requirement = ORT_PACKAGES[ort_choice]
+setup(install_requires=base + ([ort_requirement] if ort_requirement else []))
