@@ -36,7 +36,7 @@ class ExportConfig:
     force: bool = False
     verify: bool = True
     allow_batch_variance: bool = False
-    min_top1_agreement: float = 0.9
+    min_top1_agreement: float = 0.8
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:

@@ -134,7 +134,9 @@ class ParityResult:
     ``max_abs_logit_diff`` is over all prompt positions; ``top1_agreement`` is the fraction of
     positions with the same argmax; ``greedy_match_tokens`` counts how many of the
     ``greedy_tokens`` greedy continuation tokens agree before the first difference, summed
-    over prompts. ``required`` says which checks decided ``passed``.
+    over prompts, and ``greedy_divergence_margins`` gives PyTorch's top-1 minus top-2 logit
+    where a continuation parted (below the tolerance it was a numerical tie, not an error).
+    ``required`` says which checks decided ``passed``.
     """
 
     prompts: int
@@ -145,6 +147,7 @@ class ParityResult:
     min_top1_agreement: float | None
     greedy_tokens: int
     greedy_match_tokens: int
+    greedy_divergence_margins: tuple[float, ...]
     required: tuple[str, ...]
     passed: bool
 

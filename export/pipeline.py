@@ -70,12 +70,12 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
     Nothing is left at ``config.out`` (or beside it) unless every step, verification included,
     succeeds.
     """
-    with _stage("resolve", f"checking {config.model}", observe):
-        source = resolve_source(
-            config.model, revision=config.revision, trust_remote_code=config.trust_remote_code
-        )
-        max_positions = int(getattr(source.config, "max_position_embeddings", 0) or 0)
-        max_length = _max_length(config.max_length, max_positions)
+    # The cheap checks run silently first, so bad input gets its one-line error and nothing else.
+    source = resolve_source(
+        config.model, revision=config.revision, trust_remote_code=config.trust_remote_code
+    )
+    max_positions = int(getattr(source.config, "max_position_embeddings", 0) or 0)
+    max_length = _max_length(config.max_length, max_positions)
     with staging_directory(config.out, force=config.force) as staging:
         with _stage("load", "loading the PyTorch model and tokenizer", observe):
             torch_model = load_torch_model(
@@ -234,9 +234,10 @@ def _describe_parity_failure(parity: Any, quant: str) -> str:
         )
     return (
         f"the {quant} graph differs from PyTorch: max |Δlogit| {parity.max_abs_logit_diff:.3g} "
-        f"(tolerance {parity.logit_tolerance:.3g}), greedy continuation identical for "
-        f"{parity.greedy_match_tokens} of {parity.greedy_tokens} tokens; report this with the "
-        "model id, or pass --no-verify to keep the graph anyway"
+        f"(tolerance {parity.logit_tolerance:.3g}); greedy continuations identical for "
+        f"{parity.greedy_match_tokens} of {parity.greedy_tokens} tokens, parting where PyTorch's "
+        f"top-1 margin was {', '.join(f'{m:.3g}' for m in parity.greedy_divergence_margins)}; "
+        "report this with the model id, or pass --no-verify to keep the graph anyway"
     )
 
 

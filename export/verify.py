@@ -115,20 +115,25 @@ def _torch_logits(model: Any, token_ids: Sequence[int]) -> np.ndarray:
     return output.logits[0].float().numpy()
 
 
-def _torch_greedy(model: Any, prompt: Sequence[int], count: int) -> list[int]:
+def _torch_greedy(model: Any, prompt: Sequence[int], count: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens and, for each, the reference margin (top-1 minus top-2 logit)."""
     import torch
 
+    tokens: list[int] = []
+    margins: list[float] = []
     with torch.inference_mode():
         output = model(input_ids=torch.tensor([list(prompt)], dtype=torch.long), use_cache=True)
-        tokens = [int(output.logits[0, -1].argmax())]
-        while len(tokens) < count:
+        while True:
+            top2 = torch.topk(output.logits[0, -1].float(), 2)
+            tokens.append(int(top2.indices[0]))
+            margins.append(float(top2.values[0] - top2.values[1]))
+            if len(tokens) == count:
+                return tokens, margins
             output = model(
                 input_ids=torch.tensor([tokens[-1:]], dtype=torch.long),
                 past_key_values=output.past_key_values,
                 use_cache=True,
             )
-            tokens.append(int(output.logits[0, -1].argmax()))
-    return tokens
 
 
 def _common_prefix(left: Sequence[int], right: Sequence[int]) -> int:
@@ -157,6 +162,7 @@ def check_parity(
     max_diff = 0.0
     largest_logit = 0.0
     agreeing = positions = greedy_match = 0
+    divergence_margins: list[float] = []
     for index, prompt in enumerate(prompts):
         reference = _torch_logits(torch_model, prompt)
         exported, _ = runner.forward(prompt, runner.empty())
@@ -164,26 +170,32 @@ def check_parity(
         largest_logit = max(largest_logit, float(np.max(np.abs(reference))))
         agreeing += int(np.sum(reference.argmax(-1) == exported.argmax(-1)))
         positions += len(prompt)
-        greedy_match += _common_prefix(
-            _torch_greedy(torch_model, prompt, greedy_tokens), runner.greedy(prompt, greedy_tokens)
-        )
+        expected, margins = _torch_greedy(torch_model, prompt, greedy_tokens)
+        matched = _common_prefix(expected, runner.greedy(prompt, greedy_tokens))
+        greedy_match += matched
+        if matched < greedy_tokens:
+            divergence_margins.append(margins[matched])
         observe(ProgressEvent(stage="verify", message="parity with PyTorch",
                               step=index + 1, total=len(prompts)))
     top1 = agreeing / positions
     total_greedy = greedy_tokens * len(prompts)
+    common = dict(
+        prompts=len(prompts), positions=positions, max_abs_logit_diff=max_diff,
+        top1_agreement=top1, greedy_tokens=total_greedy, greedy_match_tokens=greedy_match,
+        greedy_divergence_margins=tuple(divergence_margins),
+    )
     if exact_dtype is not None:
         tolerance = LOGIT_TOLERANCE[exact_dtype] * max(1.0, largest_logit)
-        passed = max_diff <= tolerance and greedy_match == total_greedy
+        # A continuation may part from PyTorch's only where PyTorch itself saw a numerical tie
+        # (top-1 minus top-2 below the logit tolerance); anywhere else it is a graph error.
+        greedy_ok = all(margin <= tolerance for margin in divergence_margins)
         return ParityResult(
-            prompts=len(prompts), positions=positions, max_abs_logit_diff=max_diff,
-            logit_tolerance=tolerance, top1_agreement=top1, min_top1_agreement=None,
-            greedy_tokens=total_greedy, greedy_match_tokens=greedy_match,
-            required=("max_abs_logit_diff", "greedy_identical"), passed=passed,
+            **common, logit_tolerance=tolerance, min_top1_agreement=None,
+            required=("max_abs_logit_diff", "greedy_identical_except_ties"),
+            passed=max_diff <= tolerance and greedy_ok,
         )
     return ParityResult(
-        prompts=len(prompts), positions=positions, max_abs_logit_diff=max_diff,
-        logit_tolerance=None, top1_agreement=top1, min_top1_agreement=min_top1_agreement,
-        greedy_tokens=total_greedy, greedy_match_tokens=greedy_match,
+        **common, logit_tolerance=None, min_top1_agreement=min_top1_agreement,
         required=("top1_agreement",), passed=top1 >= min_top1_agreement,
     )
 

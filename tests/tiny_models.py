@@ -1,0 +1,139 @@
+"""Tiny causal LMs built locally from transformers configs, with a tokenizer trained on the fly.
+
+No downloads: the tokenizer is a byte-level BPE trained with ``tokenizers`` on source files of
+the Python standard library, and each model is briefly trained on the same text so that its
+predictions are peaked like a real model's (a purely random model has near-flat logits, on
+which any quantization flips the argmax and the int4 checks would say nothing).
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+VOCAB_SIZE = 384
+SPECIAL_TOKENS = ("<s>", "</s>", "<pad>")
+CORPUS_MODULES = ("textwrap.py", "shlex.py", "fnmatch.py", "glob.py", "bisect.py", "heapq.py")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<s>{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def corpus_texts() -> list[str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return [(stdlib / name).read_text(encoding="utf-8") for name in CORPUS_MODULES]
+
+
+def train_tokenizer(texts: list[str], *, vocab_size: int = VOCAB_SIZE) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with <s>=0, </s>=1, <pad>=2."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 0)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _common(**extra: Any) -> dict[str, Any]:
+    return dict(vocab_size=VOCAB_SIZE, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+                max_position_embeddings=256, **extra)
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, **_common())
+
+
+def _qwen2() -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, **_common())
+
+
+def _gpt2() -> Any:
+    from transformers import GPT2Config
+
+    common = _common()
+    common["n_positions"] = common.pop("max_position_embeddings")
+    return GPT2Config(n_embd=64, n_layer=2, n_head=4, **common)
+
+
+def _phi3() -> Any:
+    from transformers import Phi3Config
+
+    return Phi3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      original_max_position_embeddings=256, **_common())
+
+
+def _mistral() -> Any:
+    from transformers import MistralConfig
+
+    return MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, **_common())
+
+
+ARCHITECTURES: dict[str, Callable[[], Any]] = {
+    "llama": _llama,
+    "qwen2": _qwen2,
+    "gpt2": _gpt2,
+    "phi3": _phi3,
+    "mistral": _mistral,
+}
+
+
+def train_briefly(model: Any, token_ids: list[int], *, steps: int, seed: int) -> None:
+    """A few AdamW steps of next-token prediction on windows of ``token_ids``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    data = torch.tensor(token_ids, dtype=torch.long)
+    window, batch = 64, 16
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - window - 1, (batch,), generator=generator)
+        inputs = torch.stack([data[s : s + window] for s in starts.tolist()])
+        loss = model(input_ids=inputs, labels=inputs).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def build_model(
+    architecture: str, out_dir: Path, tokenizer: Any, token_ids: list[int], *,
+    steps: int = 60, seed: int = 0,
+) -> Path:
+    """Saves a tiny ``architecture`` model (weights, config, tokenizer) to ``out_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(ARCHITECTURES[architecture]())
+    if steps:
+        train_briefly(model, token_ids, steps=steps, seed=seed)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
