@@ -5,6 +5,7 @@
 light: importing it loads neither torch nor onnxruntime.
 """
 
+from edgespec._version import __version__
 from edgespec.errors import (
     BundleError,
     ChecksumError,
@@ -17,8 +18,6 @@ from edgespec.errors import (
 )
 from edgespec.manifest import Bundle, Manifest, load_bundle
 from edgespec.pairing import PairReport, check_pair
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Bundle",

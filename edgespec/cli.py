@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from edgespec._version import __version__
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import EdgespecError, MissingDependencyError
 from edgespec.events import ProgressEvent
@@ -39,8 +40,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from edgespec import __version__
-
     parser = _Parser(
         prog="edgespec",
         description="Speculative decoding on edge devices: export draft/target pairs to "
@@ -59,40 +58,76 @@ def _build_parser() -> argparse.ArgumentParser:
         "[export] extra.",
     )
     export.add_argument("model", metavar="MODEL", help="hub id or local model directory")
-    export.add_argument("--out", required=True, type=Path, metavar="DIR",
-                        help="bundle directory to write (must not exist unless --force)")
     export.add_argument(
-        "--quant", default="auto", metavar="{" + ",".join(QUANT_CHOICES[1:]) + "}",
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="bundle directory to write (must not exist unless --force)",
+    )
+    export.add_argument(
+        "--quant",
+        default="auto",
+        metavar="{" + ",".join(QUANT_CHOICES[1:]) + "}",
         help="weight format. int4/int8: weight-only MatMulNBits (block-wise); fp16; fp32; "
         "int8-dynamic: MatMulInteger, offered with a warning because it is not batch "
         f"invariant. Default auto: int4 for models of {AUTO_INT4_MIN_PARAMETERS // 1_000_000}M "
         "parameters or more, fp32 below that (small models are cheap in fp32, match PyTorch "
         "exactly and verify k+1 positions at the lowest relative cost)",
     )
-    export.add_argument("--block-size", type=int, default=32,
-                        help="MatMulNBits quantization block size (power of two >= 16; "
-                        "default 32)")
-    export.add_argument("--accuracy-level", type=int, default=4,
-                        help="MatMulNBits compute accuracy: 4 = int8 activations (fastest on "
-                        "CPU, default), 1 = fp32 activations, 0 = unset")
-    export.add_argument("--max-length", type=int, default=None,
-                        help="context limit recorded for the runtime (default: the model's "
-                        "max positions, at most 4096)")
+    export.add_argument(
+        "--block-size",
+        type=int,
+        default=32,
+        help="MatMulNBits quantization block size (power of two >= 16; default 32)",
+    )
+    export.add_argument(
+        "--accuracy-level",
+        type=int,
+        default=4,
+        help="MatMulNBits compute accuracy: 4 = int8 activations (fastest on "
+        "CPU, default), 1 = fp32 activations, 0 = unset",
+    )
+    export.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="context limit recorded for the runtime (default: the model's "
+        "max positions, at most 4096)",
+    )
     export.add_argument("--revision", default="main", help="hub revision (default main)")
-    export.add_argument("--force", action="store_true",
-                        help="replace DIR if it exists (only after the new bundle is complete)")
-    export.add_argument("--no-verify", dest="verify", action="store_false",
-                        help="skip the PyTorch parity and batch-invariance checks")
-    export.add_argument("--allow-batch-variance", action="store_true",
-                        help="keep a graph that fails the batch-invariance check (recorded in "
-                        "the manifest; greedy speculative output may then differ from the "
-                        "target's)")
-    export.add_argument("--min-top1", dest="min_top1_agreement", type=float, default=0.8,
-                        help="quantized graphs: minimum fraction of prompt positions whose "
-                        "top-1 token matches PyTorch (default 0.8; a miswired graph scores near "
-                        "chance)")
-    export.add_argument("--trust-remote-code", action="store_true",
-                        help="allow model code from the hub (only for sources you trust)")
+    export.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR if it exists (only after the new bundle is complete)",
+    )
+    export.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the PyTorch parity and batch-invariance checks",
+    )
+    export.add_argument(
+        "--allow-batch-variance",
+        action="store_true",
+        help="keep a graph that fails the batch-invariance check (recorded in "
+        "the manifest; greedy speculative output may then differ from the "
+        "target's)",
+    )
+    export.add_argument(
+        "--min-top1",
+        dest="min_top1_agreement",
+        type=float,
+        default=0.8,
+        help="quantized graphs: minimum fraction of prompt positions whose "
+        "top-1 token matches PyTorch (default 0.8; a miswired graph scores near "
+        "chance)",
+    )
+    export.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow model code from the hub (only for sources you trust)",
+    )
     export.add_argument("--quiet", action="store_true", help="no progress lines")
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
     export.set_defaults(handler=_run_export)
@@ -147,11 +182,15 @@ def _progress_printer(*, quiet: bool, stream: TextIO) -> Any:
         elif quiet:
             return
         elif event.done:
-            print(f"  {event.stage}: done in {event.elapsed_s or 0.0:.1f} s", file=stream,
-                  flush=True)
+            print(
+                f"  {event.stage}: done in {event.elapsed_s or 0.0:.1f} s", file=stream, flush=True
+            )
         elif event.total:
-            print(f"  {event.stage}: {event.message} [{event.step}/{event.total}]",
-                  file=stream, flush=True)
+            print(
+                f"  {event.stage}: {event.message} [{event.step}/{event.total}]",
+                file=stream,
+                flush=True,
+            )
         else:
             print(f"{event.stage}: {event.message} ...", file=stream, flush=True)
 
@@ -160,10 +199,18 @@ def _progress_printer(*, quiet: bool, stream: TextIO) -> Any:
 
 def _run_export(args: argparse.Namespace) -> int:
     config = ExportConfig(
-        model=args.model, out=args.out, quant=args.quant, block_size=args.block_size,
-        accuracy_level=args.accuracy_level, max_length=args.max_length, revision=args.revision,
-        force=args.force, verify=args.verify, allow_batch_variance=args.allow_batch_variance,
-        min_top1_agreement=args.min_top1_agreement, trust_remote_code=args.trust_remote_code,
+        model=args.model,
+        out=args.out,
+        quant=args.quant,
+        block_size=args.block_size,
+        accuracy_level=args.accuracy_level,
+        max_length=args.max_length,
+        revision=args.revision,
+        force=args.force,
+        verify=args.verify,
+        allow_batch_variance=args.allow_batch_variance,
+        min_top1_agreement=args.min_top1_agreement,
+        trust_remote_code=args.trust_remote_code,
     )
     try:
         from edgespec.export import export_bundle
@@ -190,8 +237,10 @@ def _run_pair(args: argparse.Namespace) -> int:
         verdict = "compatible" if report.compatible else "NOT compatible"
         print(f"{verdict}: {report.reason}")
         if not report.compatible:
-            print("  the draft must use the target's tokenizer (or one with the same "
-                  "vocabulary); export a draft trained with it")
+            print(
+                "  the draft must use the target's tokenizer (or one with the same "
+                "vocabulary); export a draft trained with it"
+            )
     return 0 if report.compatible else 1
 
 
@@ -204,13 +253,16 @@ def _run_inspect(args: argparse.Namespace) -> int:
 def _summary(bundle: Bundle) -> str:
     m = bundle.manifest
     q = m.quantization
-    quant = q.weight_dtype if q.scheme != "matmul_nbits" else (
-        f"{q.weight_dtype} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}"
+    quant = (
+        q.weight_dtype
+        if q.scheme != "matmul_nbits"
+        else (
+            f"{q.weight_dtype} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}"
+        )
     )
     lines = [
         f"bundle      {bundle.root}",
-        f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} "
-        "parameters)",
+        f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} parameters)",
         f"graph       {m.graph.file}: {m.model.num_layers} layers, {m.model.num_kv_heads} KV "
         f"heads x {m.model.head_dim}, KV {m.graph.kv_dtype}, vocab {m.model.vocab_size}, "
         f"max length {m.model.max_length}",
@@ -237,8 +289,6 @@ def _summary(bundle: Bundle) -> str:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from edgespec import __version__
-
     installed = {}
     for name in _ORT_DISTRIBUTIONS:
         try:

@@ -282,7 +282,9 @@ def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
             f"{manifest_path} is not valid JSON ({error})", fix="re-export the bundle"
         ) from error
     if not isinstance(data, dict):
-        raise BundleError(f"{manifest_path} does not hold a JSON object", fix="re-export the bundle")
+        raise BundleError(
+            f"{manifest_path} does not hold a JSON object", fix="re-export the bundle"
+        )
     _check_schema_version(data.get("schema_version"), manifest_path)
     manifest = Manifest.from_dict(data)
     _check_files(root, manifest, verify_checksums=verify_checksums)
@@ -377,13 +379,15 @@ def _decode_value(hint: Any, value: object, where: str) -> Any:
             except BundleError as error:
                 errors.append(error)
         raise errors[0]
-    if dataclasses.is_dataclass(hint):
-        return _decode(hint, value, where)  # type: ignore[type-var]
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _decode(hint, value, where)
     if origin is tuple:
         item_hint = typing.get_args(hint)[0]
         if not isinstance(value, list):
             raise _type_error(where, "a list")
-        return tuple(_decode_value(item_hint, item, f"{where}[{i}]") for i, item in enumerate(value))
+        return tuple(
+            _decode_value(item_hint, item, f"{where}[{i}]") for i, item in enumerate(value)
+        )
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise _type_error(where, "an object")

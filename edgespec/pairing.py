@@ -41,7 +41,7 @@ class PairReport:
 
 
 def check_pair(draft: str | Path | Bundle, target: str | Path | Bundle) -> PairReport:
-    """Checks that ``draft`` can propose tokens for ``target``; raises BundleError on bad bundles."""
+    """Checks that ``draft`` can propose tokens for ``target``; BundleError on bad bundles."""
     draft_bundle = draft if isinstance(draft, Bundle) else load_bundle(draft)
     target_bundle = target if isinstance(target, Bundle) else load_bundle(target)
     checks = (

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edgespec.errors import ExportError, ModelSourceError
 from edgespec.export.source import EXPORT_TASK, ResolvedSource
+
+from edgespec.errors import ExportError, ModelSourceError
 
 GRAPH_FILE = "model.onnx"
 

@@ -8,22 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-import edgespec
-from edgespec.config import ExportConfig, resolve_quant
-from edgespec.errors import ConfigError, VerificationError
-from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.manifest import (
-    SCHEMA_VERSION,
-    Bundle,
-    Manifest,
-    ModelSpec,
-    VerificationRecord,
-    load_bundle,
-    write_manifest,
-)
 from edgespec.export.bundle import (
     file_records,
     kv_shape,
@@ -44,6 +30,20 @@ from edgespec.export.verify import (
     check_parity,
 )
 
+from edgespec._version import __version__
+from edgespec.config import ExportConfig, resolve_quant
+from edgespec.errors import ConfigError, VerificationError
+from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
+from edgespec.manifest import (
+    SCHEMA_VERSION,
+    Bundle,
+    Manifest,
+    ModelSpec,
+    VerificationRecord,
+    load_bundle,
+    write_manifest,
+)
+
 #: Default context limit written to the manifest when --max-length is not given.
 DEFAULT_MAX_LENGTH = 4096
 _TOOLCHAIN = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime")
@@ -60,8 +60,11 @@ def _stage(name: str, message: str, observe: ProgressObserver) -> Iterator[None]
     started = time.perf_counter()
     observe(ProgressEvent(stage=name, message=message))
     yield
-    observe(ProgressEvent(stage=name, message=message, done=True,
-                          elapsed_s=time.perf_counter() - started))
+    observe(
+        ProgressEvent(
+            stage=name, message=message, done=True, elapsed_s=time.perf_counter() - started
+        )
+    )
 
 
 def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
@@ -111,8 +114,13 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
             with _stage("verify", "verifying against PyTorch", observe):
                 runner = GraphRunner(graph_path, graph_spec, kv_heads=kv_heads, head_dim=head_dim)
                 verification = _verify(
-                    runner, torch_model, tokenizer, quant=quant, max_length=max_length,
-                    config=config, observe=observe,
+                    runner,
+                    torch_model,
+                    tokenizer,
+                    quant=quant,
+                    max_length=max_length,
+                    config=config,
+                    observe=observe,
                 )
         else:
             verification = VerificationRecord(performed=False)
@@ -131,7 +139,7 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
             )
             manifest = Manifest(
                 schema_version=SCHEMA_VERSION,
-                edgespec_version=edgespec.__version__,
+                edgespec_version=__version__,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 source=source.spec,
                 model=ModelSpec(
@@ -193,8 +201,12 @@ def _verify(
     ]
     exact_dtype = {"fp32": "float32", "fp16": "float16"}.get(quant)
     parity = check_parity(
-        runner, torch_model, prompts, exact_dtype=exact_dtype,
-        min_top1_agreement=config.min_top1_agreement, greedy_tokens=greedy_tokens,
+        runner,
+        torch_model,
+        prompts,
+        exact_dtype=exact_dtype,
+        min_top1_agreement=config.min_top1_agreement,
+        greedy_tokens=greedy_tokens,
         observe=observe,
     )
     if not parity.passed:
@@ -242,7 +254,7 @@ def _describe_parity_failure(parity: Any, quant: str) -> str:
 
 
 def _toolchain() -> dict[str, str]:
-    versions = {"edgespec": edgespec.__version__}
+    versions = {"edgespec": __version__}
     for name in _TOOLCHAIN:
         try:
             versions[name] = metadata.version(name)

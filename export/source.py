@@ -61,7 +61,9 @@ def resolve_source(model: str, *, revision: str, trust_remote_code: bool) -> Res
             location, revision=revision, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError, KeyError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first_line = (
+            str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        )
         if kind == "hub":
             raise ModelSourceError(
                 f"cannot load {model!r} from the Hugging Face hub ({first_line})",
@@ -99,8 +101,7 @@ def check_exportable(config: Any, model: str) -> None:
         )
     except KeyError:
         raise UnsupportedModelError(
-            f"architecture {model_type!r} of {model} cannot be exported by optimum's ONNX "
-            "exporter",
+            f"architecture {model_type!r} of {model} cannot be exported by optimum's ONNX exporter",
             fix="use a supported causal LM architecture (llama, qwen2, mistral, phi3, gemma, "
             "gpt2, ...)",
         ) from None

@@ -175,13 +175,20 @@ def check_parity(
         greedy_match += matched
         if matched < greedy_tokens:
             divergence_margins.append(margins[matched])
-        observe(ProgressEvent(stage="verify", message="parity with PyTorch",
-                              step=index + 1, total=len(prompts)))
+        observe(
+            ProgressEvent(
+                stage="verify", message="parity with PyTorch", step=index + 1, total=len(prompts)
+            )
+        )
     top1 = agreeing / positions
     total_greedy = greedy_tokens * len(prompts)
-    common = dict(
-        prompts=len(prompts), positions=positions, max_abs_logit_diff=max_diff,
-        top1_agreement=top1, greedy_tokens=total_greedy, greedy_match_tokens=greedy_match,
+    common: dict[str, Any] = dict(
+        prompts=len(prompts),
+        positions=positions,
+        max_abs_logit_diff=max_diff,
+        top1_agreement=top1,
+        greedy_tokens=total_greedy,
+        greedy_match_tokens=greedy_match,
         greedy_divergence_margins=tuple(divergence_margins),
     )
     if exact_dtype is not None:
@@ -190,13 +197,18 @@ def check_parity(
         # (top-1 minus top-2 below the logit tolerance); anywhere else it is a graph error.
         greedy_ok = all(margin <= tolerance for margin in divergence_margins)
         return ParityResult(
-            **common, logit_tolerance=tolerance, min_top1_agreement=None,
+            **common,
+            logit_tolerance=tolerance,
+            min_top1_agreement=None,
             required=("max_abs_logit_diff", "greedy_identical_except_ties"),
             passed=max_diff <= tolerance and greedy_ok,
         )
     return ParityResult(
-        **common, logit_tolerance=None, min_top1_agreement=min_top1_agreement,
-        required=("top1_agreement",), passed=top1 >= min_top1_agreement,
+        **common,
+        logit_tolerance=None,
+        min_top1_agreement=min_top1_agreement,
+        required=("top1_agreement",),
+        passed=top1 >= min_top1_agreement,
     )
 
 
@@ -242,9 +254,19 @@ def check_batch_invariance(
         by_width[str(width)] = width_mismatched / width_compared
         mismatched += width_mismatched
         compared += width_compared
-        observe(ProgressEvent(stage="verify", message=f"batch invariance, width {width}",
-                              step=step + 1, total=len(widths)))
+        observe(
+            ProgressEvent(
+                stage="verify",
+                message=f"batch invariance, width {width}",
+                step=step + 1,
+                total=len(widths),
+            )
+        )
     return BatchInvarianceResult(
-        widths=tuple(widths), positions=compared, argmax_mismatch_fraction=mismatched / compared,
-        max_abs_logit_diff=max_diff, mismatch_fraction_by_width=by_width, passed=mismatched == 0,
+        widths=tuple(widths),
+        positions=compared,
+        argmax_mismatch_fraction=mismatched / compared,
+        max_abs_logit_diff=max_diff,
+        mismatch_fraction_by_width=by_width,
+        passed=mismatched == 0,
     )

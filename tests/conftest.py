@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_corpus() -> tuple[Any, list[int]]:
-    from tests.tiny_models import corpus_texts, train_tokenizer
+    from tiny_models import corpus_texts, train_tokenizer
 
     texts = corpus_texts()
     tokenizer = train_tokenizer(texts)
@@ -45,7 +45,7 @@ def tiny_model(
     tmp_path_factory: pytest.TempPathFactory, tiny_corpus: tuple[Any, list[int]]
 ) -> Callable[[str], Path]:
     """``tiny_model("llama")`` → a saved model directory (built once per session)."""
-    from tests.tiny_models import build_model
+    from tiny_models import build_model
 
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("models")
@@ -53,8 +53,9 @@ def tiny_model(
     def get(architecture: str) -> Path:
         if architecture not in built:
             tokenizer, token_ids = tiny_corpus
-            built[architecture] = build_model(architecture, root / architecture, tokenizer,
-                                              token_ids)
+            built[architecture] = build_model(
+                architecture, root / architecture, tokenizer, token_ids
+            )
         return built[architecture]
 
     return get
@@ -74,8 +75,18 @@ def exported(
         key = (architecture, quant, extra)
         if key not in bundles:
             out = root / f"{architecture}-{quant}-{len(bundles)}"
-            code = main(["export", str(tiny_model(architecture)), "--out", str(out),
-                         "--quant", quant, "--quiet", *extra])
+            code = main(
+                [
+                    "export",
+                    str(tiny_model(architecture)),
+                    "--out",
+                    str(out),
+                    "--quant",
+                    quant,
+                    "--quiet",
+                    *extra,
+                ]
+            )
             assert code == 0, f"export of {architecture} at {quant} failed"
             bundles[key] = out
         return bundles[key]

@@ -13,29 +13,42 @@ import pytest
 from edgespec.cli import main
 from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError
-from tests.fake_bundle import make_bundle
+
+from fake_bundle import make_bundle
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, check=False, timeout=300)
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # Run outside the checkout: ``python -m`` puts the working directory first on sys.path,
+    # and the source tree's edgespec/ (without the mapped export/ and runtime/) would shadow
+    # the installed package.
+    return subprocess.run(
+        list(args),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
 def test_console_script_and_module_agree(tmp_path: Path) -> None:
     script = shutil.which("edgespec")
     assert script is not None, "the edgespec console script is not installed"
     for command in ([script], [sys.executable, "-m", "edgespec"]):
-        result = _run(*command, "export", str(tmp_path / "absent"), "--out", str(tmp_path / "o"))
+        result = _run(
+            *command, "export", str(tmp_path / "absent"), "--out", str(tmp_path / "o"), cwd=tmp_path
+        )
         assert result.returncode == 1
         assert result.stderr.strip().splitlines() == [
             f"edgespec: error: model path {tmp_path / 'absent'} does not exist; check the path, "
             "or pass a hub id"
         ]
         assert not (tmp_path / "o").exists()
-    assert _run(script, "--version").stdout.startswith("edgespec ")
+    assert _run(script, "--version", cwd=tmp_path).stdout.startswith("edgespec ")
 
 
-def test_export_help_states_the_default_quantization() -> None:
-    result = _run(sys.executable, "-m", "edgespec", "export", "--help")
+def test_export_help_states_the_default_quantization(tmp_path: Path) -> None:
+    result = _run(sys.executable, "-m", "edgespec", "export", "--help", cwd=tmp_path)
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     assert "Default auto: int4 for models of 100M parameters or more, fp32 below that" in text
@@ -43,14 +56,18 @@ def test_export_help_states_the_default_quantization() -> None:
         assert option in text
 
 
-def test_importing_edgespec_stays_light() -> None:
-    code = ("import sys, edgespec, edgespec.manifest, edgespec.pairing, edgespec.runtime; "
-            "print(sorted(m for m in ('torch', 'transformers', 'optimum', 'onnx', "
-            "'onnxruntime') if m in sys.modules))")
-    assert _run(sys.executable, "-c", code).stdout.strip() == "[]"
+def test_importing_edgespec_stays_light(tmp_path: Path) -> None:
+    code = (
+        "import sys, edgespec, edgespec.manifest, edgespec.pairing, edgespec.runtime; "
+        "print(sorted(m for m in ('torch', 'transformers', 'optimum', 'onnx', "
+        "'onnxruntime') if m in sys.modules))"
+    )
+    assert _run(sys.executable, "-c", code, cwd=tmp_path).stdout.strip() == "[]"
 
 
-def test_inspect_validates_and_summarises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_validates_and_summarises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = make_bundle(tmp_path / "b")
     assert main(["inspect", str(root)]) == 0
     out = capsys.readouterr().out

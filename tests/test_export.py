@@ -21,7 +21,9 @@ QUANTS = ("fp32", "int4")
 @pytest.mark.parametrize("quant", QUANTS)
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_export_writes_a_verified_bundle(
-    exported: Callable[..., Path], tiny_model: Callable[[str], Path], architecture: str,
+    exported: Callable[..., Path],
+    tiny_model: Callable[[str], Path],
+    architecture: str,
     quant: str,
 ) -> None:
     from transformers import AutoConfig
@@ -74,9 +76,10 @@ def test_export_writes_a_verified_bundle(
         q = manifest.quantization
         assert (q.scheme, q.bits, q.block_size, q.accuracy_level) == ("matmul_nbits", 4, 32, 4)
         assert parity.top1_agreement >= 0.8
-        assert manifest.memory.weight_bytes < load_bundle(
-            exported(architecture, "fp32")
-        ).manifest.memory.weight_bytes
+        assert (
+            manifest.memory.weight_bytes
+            < load_bundle(exported(architecture, "fp32")).manifest.memory.weight_bytes
+        )
 
 
 def test_int4_graph_uses_matmulnbits(exported: Callable[..., Path]) -> None:
@@ -98,8 +101,9 @@ def test_manifest_round_trips_and_bundle_is_relocatable(
     assert str(original) not in (copy / MANIFEST_NAME).read_text()
 
 
-def test_graph_runs_from_manifest_names_alone(exported: Callable[..., Path],
-                                              tiny_model: Callable[[str], Path]) -> None:
+def test_graph_runs_from_manifest_names_alone(
+    exported: Callable[..., Path], tiny_model: Callable[[str], Path]
+) -> None:
     """A consumer that knows only the manifest reproduces PyTorch's greedy continuation."""
     import onnxruntime
     import torch
@@ -107,11 +111,14 @@ def test_graph_runs_from_manifest_names_alone(exported: Callable[..., Path],
 
     bundle = load_bundle(exported("gpt2", "fp32"))
     graph, model = bundle.manifest.graph, bundle.manifest.model
-    session = onnxruntime.InferenceSession(str(bundle.graph_path),
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        str(bundle.graph_path), providers=["CPUExecutionProvider"]
+    )
     prompt = [0, 17, 42, 99, 7]
-    past = {name: np.zeros((1, model.num_kv_heads, 0, model.head_dim), np.float32)
-            for name in graph.past_key + graph.past_value}
+    past = {
+        name: np.zeros((1, model.num_kv_heads, 0, model.head_dim), np.float32)
+        for name in graph.past_key + graph.past_value
+    }
     tokens = list(prompt)
     feed_ids = prompt
     for _ in range(10):
@@ -124,14 +131,24 @@ def test_graph_runs_from_manifest_names_alone(exported: Callable[..., Path],
         outputs = session.run(None, feeds)
         by_name = dict(zip([o.name for o in session.get_outputs()], outputs, strict=True))
         tokens.append(int(by_name[graph.logits][0, -1].argmax()))
-        past = {p: by_name[q] for p, q in zip(graph.past_key + graph.past_value,
-                                              graph.present_key + graph.present_value,
-                                              strict=True)}
+        past = {
+            p: by_name[q]
+            for p, q in zip(
+                graph.past_key + graph.past_value,
+                graph.present_key + graph.present_value,
+                strict=True,
+            )
+        }
         feed_ids = tokens[-1:]
     reference = AutoModelForCausalLM.from_pretrained(tiny_model("gpt2")).eval()
     with torch.inference_mode():
-        expected = reference.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
-                                      min_new_tokens=10, pad_token_id=2)
+        expected = reference.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=10,
+            do_sample=False,
+            min_new_tokens=10,
+            pad_token_id=2,
+        )
     assert tokens == expected[0].tolist()
 
 
@@ -157,8 +174,17 @@ def test_dynamic_int8_warns_and_records_its_measurement(
     from edgespec.cli import main
 
     out = tmp_path / "dyn"
-    code = main(["export", str(tiny_model("llama")), "--out", str(out), "--quant",
-                 "int8-dynamic", "--allow-batch-variance"])
+    code = main(
+        [
+            "export",
+            str(tiny_model("llama")),
+            "--out",
+            str(out),
+            "--quant",
+            "int8-dynamic",
+            "--allow-batch-variance",
+        ]
+    )
     assert code == 0
     err = capsys.readouterr().err
     assert "warning: int8-dynamic computes one activation scale" in err
@@ -173,8 +199,21 @@ def test_no_verify_records_that_nothing_was_checked(
     from edgespec.cli import main
 
     out = tmp_path / "unverified"
-    assert main(["export", str(tiny_model("llama")), "--out", str(out), "--no-verify",
-                 "--quiet", "--max-length", "128"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tiny_model("llama")),
+                "--out",
+                str(out),
+                "--no-verify",
+                "--quiet",
+                "--max-length",
+                "128",
+            ]
+        )
+        == 0
+    )
     manifest = load_bundle(out).manifest
     assert manifest.verification.performed is False
     assert manifest.verification.batch_invariant is None
@@ -186,8 +225,10 @@ def test_export_shows_progress_for_each_long_step(
 ) -> None:
     from edgespec.cli import main
 
-    assert main(["export", str(tiny_model("llama")), "--out", str(tmp_path / "b"),
-                 "--quant", "int4"]) == 0
+    assert (
+        main(["export", str(tiny_model("llama")), "--out", str(tmp_path / "b"), "--quant", "int4"])
+        == 0
+    )
     captured = capsys.readouterr()
     for stage in ("export", "quantize", "verify"):
         assert f"{stage}: done in" in captured.err
@@ -204,8 +245,20 @@ def test_force_replaces_an_existing_bundle(
     out = tmp_path / "bundle"
     out.mkdir()
     (out / "old.txt").write_text("previous export")
-    assert main(["export", str(tiny_model("gpt2")), "--out", str(out), "--force", "--quiet",
-                 "--no-verify"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tiny_model("gpt2")),
+                "--out",
+                str(out),
+                "--force",
+                "--quiet",
+                "--no-verify",
+            ]
+        )
+        == 0
+    )
     assert not (out / "old.txt").exists()
     load_bundle(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]

@@ -33,79 +33,132 @@ def _save_config_only(config: object, directory: Path) -> Path:
 
 
 def test_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = _export_fails([str(tmp_path / "nope"), "--out", str(tmp_path / "out")], tmp_path,
-                         capsys, expect="does not exist")
+    line = _export_fails(
+        [str(tmp_path / "nope"), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="does not exist",
+    )
     assert "nope" in line
 
 
-def test_relative_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_missing_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    _export_fails(["./missing-model", "--out", "out"], tmp_path, capsys,
-                  expect="model path ./missing-model does not exist")
+    _export_fails(
+        ["./missing-model", "--out", "out"],
+        tmp_path,
+        capsys,
+        expect="model path ./missing-model does not exist",
+    )
 
 
 def test_file_instead_of_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
-    _export_fails([str(tmp_path / "weights.bin"), "--out", str(tmp_path / "out")], tmp_path,
-                  capsys, expect="is a file, not a model directory")
+    _export_fails(
+        [str(tmp_path / "weights.bin"), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="is a file, not a model directory",
+    )
 
 
 def test_directory_without_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    _export_fails([str(tmp_path / "empty"), "--out", str(tmp_path / "out")], tmp_path, capsys,
-                  expect="has no config.json")
+    _export_fails(
+        [str(tmp_path / "empty"), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="has no config.json",
+    )
 
 
 def test_hub_id_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _export_fails(["someone/no-such-model", "--out", str(tmp_path / "out")], tmp_path, capsys,
-                  expect="cannot load 'someone/no-such-model' from the Hugging Face hub")
+    _export_fails(
+        ["someone/no-such-model", "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="cannot load 'someone/no-such-model' from the Hugging Face hub",
+    )
 
 
-def test_bert_encoder_is_not_a_causal_lm(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bert_encoder_is_not_a_causal_lm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from transformers import BertConfig
 
-    model = _save_config_only(BertConfig(hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, intermediate_size=64),
-                              tmp_path / "bert")
-    _export_fails([str(model), "--out", str(tmp_path / "out")], tmp_path, capsys,
-                  expect="is not a causal language model")
+    model = _save_config_only(
+        BertConfig(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        ),
+        tmp_path / "bert",
+    )
+    _export_fails(
+        [str(model), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="is not a causal language model",
+    )
 
 
 def test_encoder_decoder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from transformers import T5Config
 
     model = _save_config_only(T5Config(d_model=32, num_layers=1, num_heads=2), tmp_path / "t5")
-    _export_fails([str(model), "--out", str(tmp_path / "out")], tmp_path, capsys,
-                  expect="is an encoder-decoder model")
+    _export_fails(
+        [str(model), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="is an encoder-decoder model",
+    )
 
 
-def test_architecture_the_exporter_cannot_handle(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_architecture_the_exporter_cannot_handle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from transformers import MambaConfig
 
     model = _save_config_only(MambaConfig(hidden_size=32, num_hidden_layers=1), tmp_path / "mb")
-    _export_fails([str(model), "--out", str(tmp_path / "out")], tmp_path, capsys,
-                  expect="architecture 'mamba'")
+    _export_fails(
+        [str(model), "--out", str(tmp_path / "out")],
+        tmp_path,
+        capsys,
+        expect="architecture 'mamba'",
+    )
 
 
-def test_unknown_quant(tiny_model: Callable[[str], Path], tmp_path: Path,
-                       capsys: pytest.CaptureFixture[str]) -> None:
-    _export_fails([str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--quant", "int3"],
-                  tmp_path, capsys, expect="unknown quantization 'int3'")
+def test_unknown_quant(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _export_fails(
+        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--quant", "int3"],
+        tmp_path,
+        capsys,
+        expect="unknown quantization 'int3'",
+    )
 
 
-def test_bad_block_size(tiny_model: Callable[[str], Path], tmp_path: Path,
-                        capsys: pytest.CaptureFixture[str]) -> None:
-    _export_fails([str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--block-size",
-                   "48"], tmp_path, capsys, expect="block size 48 is not a power of two")
+def test_bad_block_size(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _export_fails(
+        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--block-size", "48"],
+        tmp_path,
+        capsys,
+        expect="block size 48 is not a power of two",
+    )
 
 
-def test_max_length_beyond_the_model(tiny_model: Callable[[str], Path], tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    _export_fails([str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--max-length",
-                   "100000"], tmp_path, capsys, expect="exceeds the model's 256 positions")
+def test_max_length_beyond_the_model(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _export_fails(
+        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--max-length", "100000"],
+        tmp_path,
+        capsys,
+        expect="exceeds the model's 256 positions",
+    )
 
 
 def test_existing_output_needs_force_and_is_left_untouched(
@@ -114,8 +167,12 @@ def test_existing_output_needs_force_and_is_left_untouched(
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
-    _export_fails([str(tiny_model("llama")), "--out", str(out)], tmp_path, capsys,
-                  expect="already exists; pass --force")
+    _export_fails(
+        [str(tiny_model("llama")), "--out", str(out)],
+        tmp_path,
+        capsys,
+        expect="already exists; pass --force",
+    )
     assert (out / "mine.txt").read_text() == "keep me"
 
 
@@ -123,9 +180,20 @@ def test_failed_verification_leaves_nothing(
     tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An int4 graph cannot agree with PyTorch at every position of a tiny model."""
-    _export_fails([str(tiny_model("llama")), "--out", str(tmp_path / "deep" / "out"), "--quant",
-                   "int4", "--min-top1", "1.0"], tmp_path, capsys,
-                  expect="agrees with PyTorch on the top-1 token at only")
+    _export_fails(
+        [
+            str(tiny_model("llama")),
+            "--out",
+            str(tmp_path / "deep" / "out"),
+            "--quant",
+            "int4",
+            "--min-top1",
+            "1.0",
+        ],
+        tmp_path,
+        capsys,
+        expect="agrees with PyTorch on the top-1 token at only",
+    )
 
 
 def test_failed_verification_with_force_keeps_the_old_bundle(
@@ -134,8 +202,21 @@ def test_failed_verification_with_force_keeps_the_old_bundle(
     out = tmp_path / "out"
     out.mkdir()
     (out / "previous.txt").write_text("previous bundle")
-    _export_fails([str(tiny_model("llama")), "--out", str(out), "--force", "--quant", "int4",
-                   "--min-top1", "1.0"], tmp_path, capsys, expect="top-1 token")
+    _export_fails(
+        [
+            str(tiny_model("llama")),
+            "--out",
+            str(out),
+            "--force",
+            "--quant",
+            "int4",
+            "--min-top1",
+            "1.0",
+        ],
+        tmp_path,
+        capsys,
+        expect="top-1 token",
+    )
     assert (out / "previous.txt").read_text() == "previous bundle"
 
 

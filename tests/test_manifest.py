@@ -9,7 +9,8 @@ import pytest
 
 from edgespec.errors import BundleError, ChecksumError, MissingFileError, SchemaVersionError
 from edgespec.manifest import MANIFEST_NAME, Manifest, load_bundle
-from tests.fake_bundle import make_bundle
+
+from fake_bundle import make_bundle
 
 
 def _edit_manifest(root: Path, **changes: object) -> None:
@@ -34,14 +35,14 @@ def test_missing_directory(tmp_path: Path) -> None:
 
 
 def test_directory_without_manifest(tmp_path: Path) -> None:
-    with pytest.raises(MissingFileError, match="not an edgespec bundle.*edgespec export"):
+    with pytest.raises(MissingFileError, match=r"not an edgespec bundle.*edgespec export"):
         load_bundle(tmp_path)
 
 
 def test_newer_schema_version_asks_for_an_upgrade(tmp_path: Path) -> None:
     root = make_bundle(tmp_path / "b")
     _edit_manifest(root, schema_version=99)
-    with pytest.raises(SchemaVersionError, match="newer than the 1.*upgrade edgespec"):
+    with pytest.raises(SchemaVersionError, match=r"newer than the 1.*upgrade edgespec"):
         load_bundle(root)
 
 
@@ -49,7 +50,7 @@ def test_newer_schema_version_asks_for_an_upgrade(tmp_path: Path) -> None:
 def test_unknown_schema_version_asks_for_a_re_export(tmp_path: Path, version: object) -> None:
     root = make_bundle(tmp_path / "b")
     _edit_manifest(root, schema_version=version)
-    with pytest.raises(SchemaVersionError, match="unknown schema version.*re-export"):
+    with pytest.raises(SchemaVersionError, match=r"unknown schema version.*re-export"):
         load_bundle(root)
 
 
@@ -109,5 +110,5 @@ def test_graph_not_listed_among_files(tmp_path: Path) -> None:
     data = json.loads((root / MANIFEST_NAME).read_text())
     data["files"] = [f for f in data["files"] if f["path"] != "model.onnx"]
     (root / MANIFEST_NAME).write_text(json.dumps(data))
-    with pytest.raises(BundleError, match="does not list model.onnx"):
+    with pytest.raises(BundleError, match=r"does not list model\.onnx"):
         load_bundle(root)

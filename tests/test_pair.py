@@ -10,7 +10,8 @@ import pytest
 
 from edgespec.cli import main
 from edgespec.pairing import check_pair
-from tests.fake_bundle import make_bundle
+
+from fake_bundle import make_bundle
 
 BASE = ["<s>", "</s>", "<pad>", "a", "b", "c"]
 
@@ -27,8 +28,12 @@ def test_different_files_same_vocabulary_are_compatible(tmp_path: Path) -> None:
     report = check_pair(draft, target)
     assert report.compatible and not report.identical_tokenizer
     assert [c.name for c in report.checks] == [
-        "vocab_type", "tokenizer_vocab_size", "model_vocab_size", "special_tokens",
-        "token_strings", "compatible_tokenizers",
+        "vocab_type",
+        "tokenizer_vocab_size",
+        "model_vocab_size",
+        "special_tokens",
+        "token_strings",
+        "compatible_tokenizers",
     ]
     assert "all 6 shared token ids" in report.checks[4].detail
 
@@ -54,7 +59,9 @@ def test_vocab_type_and_special_tokens(tmp_path: Path) -> None:
     target = make_bundle(tmp_path / "t")
     assert "vocabulary type is Unigram in the draft" in check_pair(draft, target).reason
     other = make_bundle(tmp_path / "o", sha256="o" * 64, bos=None)
-    assert check_pair(other, target).reason == "bos_token_id is None in the draft and 0 in the target"
+    assert (
+        check_pair(other, target).reason == "bos_token_id is None in the draft and 0 in the target"
+    )
 
 
 def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,11 +84,13 @@ def test_cli_broken_bundle_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.integration
 def test_exported_pair_with_a_foreign_tokenizer(
-    exported: Callable[..., Path], tiny_model: Callable[[str], Path], tmp_path: Path,
+    exported: Callable[..., Path],
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Real bundles: two architectures sharing a tokenizer pair; a retrained tokenizer does not."""
-    from tests.tiny_models import build_model, corpus_texts, train_tokenizer
+    from tiny_models import build_model, corpus_texts, train_tokenizer
 
     llama, gpt2 = exported("llama", "fp32"), exported("gpt2", "int4")
     assert main(["pair", str(gpt2), str(llama)]) == 0
@@ -90,8 +99,9 @@ def test_exported_pair_with_a_foreign_tokenizer(
     ids = [t for text in texts for t in foreign_tokenizer(text)["input_ids"]]
     foreign_model = build_model("llama", tmp_path / "foreign", foreign_tokenizer, ids, steps=0)
     foreign = tmp_path / "foreign-bundle"
-    assert main(["export", str(foreign_model), "--out", str(foreign), "--no-verify",
-                 "--quiet"]) == 0
+    assert (
+        main(["export", str(foreign_model), "--out", str(foreign), "--no-verify", "--quiet"]) == 0
+    )
     capsys.readouterr()
     assert main(["pair", str(foreign), str(llama)]) == 1
     out = capsys.readouterr().out

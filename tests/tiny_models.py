@@ -53,22 +53,40 @@ def train_tokenizer(texts: list[str], *, vocab_size: int = VOCAB_SIZE) -> Any:
 
 
 def _common(**extra: Any) -> dict[str, Any]:
-    return dict(vocab_size=VOCAB_SIZE, bos_token_id=0, eos_token_id=1, pad_token_id=2,
-                max_position_embeddings=256, **extra)
+    return dict(
+        vocab_size=VOCAB_SIZE,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        max_position_embeddings=256,
+        **extra,
+    )
 
 
 def _llama() -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, **_common())
+    return LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **_common(),
+    )
 
 
 def _qwen2() -> Any:
     from transformers import Qwen2Config
 
-    return Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, **_common())
+    return Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **_common(),
+    )
 
 
 def _gpt2() -> Any:
@@ -82,16 +100,28 @@ def _gpt2() -> Any:
 def _phi3() -> Any:
     from transformers import Phi3Config
 
-    return Phi3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2,
-                      original_max_position_embeddings=256, **_common())
+    return Phi3Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        original_max_position_embeddings=256,
+        **_common(),
+    )
 
 
 def _mistral() -> Any:
     from transformers import MistralConfig
 
-    return MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, **_common())
+    return MistralConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        **_common(),
+    )
 
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
@@ -123,8 +153,13 @@ def train_briefly(model: Any, token_ids: list[int], *, steps: int, seed: int) ->
 
 
 def build_model(
-    architecture: str, out_dir: Path, tokenizer: Any, token_ids: list[int], *,
-    steps: int = 60, seed: int = 0,
+    architecture: str,
+    out_dir: Path,
+    tokenizer: Any,
+    token_ids: list[int],
+    *,
+    steps: int = 60,
+    seed: int = 0,
 ) -> Path:
     """Saves a tiny ``architecture`` model (weights, config, tokenizer) to ``out_dir``."""
     import torch
@@ -137,3 +172,49 @@ def build_model(
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def _llama_110m() -> Any:
+    """A Llama of about 134M parameters (768 wide, 12 layers, 32000-entry embedding)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        vocab_size=32000,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        max_position_embeddings=2048,
+    )
+
+
+ARCHITECTURES["llama-110m"] = _llama_110m
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python tests/tiny_models.py OUT [--arch llama] [--steps 60]``: a local model to export."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--arch", default="llama", choices=sorted(ARCHITECTURES))
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=60,
+        help="training steps on the stdlib corpus (0 = random weights)",
+    )
+    args = parser.parse_args(argv)
+    texts = corpus_texts()
+    tokenizer = train_tokenizer(texts)
+    token_ids = [token for text in texts for token in tokenizer(text)["input_ids"]]
+    build_model(args.arch, args.out, tokenizer, token_ids, steps=args.steps)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
