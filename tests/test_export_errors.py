@@ -226,3 +226,32 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("edgespec: error:") and "--out" in err[0]
+
+
+def test_interrupted_export_leaves_nothing(
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C in the middle of quantization: staging directory and created parents are gone."""
+    import edgespec.export.pipeline as pipeline
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "quantize_graph", interrupted)
+    code = main(
+        [
+            "export",
+            str(tiny_model("llama")),
+            "--out",
+            str(tmp_path / "a" / "b"),
+            "--quant",
+            "int4",
+            "--quiet",
+        ]
+    )
+    assert code == 130
+    assert "interrupted; nothing was written" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
