@@ -83,81 +83,66 @@ def test_hub_id_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     )
 
 
-def test_bert_encoder_is_not_a_causal_lm(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _bert() -> object:
     from transformers import BertConfig
 
-    model = _save_config_only(
-        BertConfig(
-            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-        ),
-        tmp_path / "bert",
-    )
-    _export_fails(
-        [str(model), "--out", str(tmp_path / "out")],
-        tmp_path,
-        capsys,
-        expect="is not a causal language model",
+    return BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
     )
 
 
-def test_encoder_decoder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _t5() -> object:
     from transformers import T5Config
 
-    model = _save_config_only(T5Config(d_model=32, num_layers=1, num_heads=2), tmp_path / "t5")
-    _export_fails(
-        [str(model), "--out", str(tmp_path / "out")],
-        tmp_path,
-        capsys,
-        expect="is an encoder-decoder model",
-    )
+    return T5Config(d_model=32, num_layers=1, num_heads=2)
 
 
-def test_architecture_the_exporter_cannot_handle(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _mamba() -> object:
     from transformers import MambaConfig
 
-    model = _save_config_only(MambaConfig(hidden_size=32, num_hidden_layers=1), tmp_path / "mb")
-    _export_fails(
-        [str(model), "--out", str(tmp_path / "out")],
-        tmp_path,
-        capsys,
-        expect="architecture 'mamba'",
-    )
+    return MambaConfig(hidden_size=32, num_hidden_layers=1)
 
 
-def test_unknown_quant(
-    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("make_config", "expect"),
+    [
+        (_bert, "is not a causal language model"),
+        (_t5, "is an encoder-decoder model"),
+        (_mamba, "architecture 'mamba'"),
+    ],
+    ids=["bert-encoder", "t5-encoder-decoder", "mamba-unsupported"],
+)
+def test_models_the_exporter_refuses(
+    make_config: Callable[[], object],
+    expect: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = _save_config_only(make_config(), tmp_path / "model")
+    _export_fails([str(model), "--out", str(tmp_path / "out")], tmp_path, capsys, expect=expect)
+
+
+@pytest.mark.parametrize(
+    ("option", "expect"),
+    [
+        (["--quant", "int3"], "unknown quantization 'int3'"),
+        (["--block-size", "48"], "block size 48 is not a power of two"),
+        (["--max-length", "100000"], "exceeds the model's 256 positions"),
+    ],
+    ids=["unknown-quant", "bad-block-size", "max-length-too-long"],
+)
+def test_bad_options(
+    option: list[str],
+    expect: str,
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _export_fails(
-        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--quant", "int3"],
+        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), *option],
         tmp_path,
         capsys,
-        expect="unknown quantization 'int3'",
-    )
-
-
-def test_bad_block_size(
-    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    _export_fails(
-        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--block-size", "48"],
-        tmp_path,
-        capsys,
-        expect="block size 48 is not a power of two",
-    )
-
-
-def test_max_length_beyond_the_model(
-    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    _export_fails(
-        [str(tiny_model("llama")), "--out", str(tmp_path / "out"), "--max-length", "100000"],
-        tmp_path,
-        capsys,
-        expect="exceeds the model's 256 positions",
+        expect=expect,
     )
 
 

@@ -63,30 +63,29 @@ def _common(**extra: Any) -> dict[str, Any]:
     )
 
 
-def _llama() -> Any:
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
+def _grouped_query(config_class: Any, **extra: Any) -> Any:
+    """64 wide, 2 layers, 4 attention heads sharing 2 KV heads."""
+    return config_class(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         **_common(),
+        **extra,
     )
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig
+
+    return _grouped_query(LlamaConfig)
 
 
 def _qwen2() -> Any:
     from transformers import Qwen2Config
 
-    return Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        **_common(),
-    )
+    return _grouped_query(Qwen2Config)
 
 
 def _gpt2() -> Any:
@@ -100,15 +99,7 @@ def _gpt2() -> Any:
 def _phi3() -> Any:
     from transformers import Phi3Config
 
-    return Phi3Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        original_max_position_embeddings=256,
-        **_common(),
-    )
+    return _grouped_query(Phi3Config, original_max_position_embeddings=256)
 
 
 def _mistral() -> Any:
