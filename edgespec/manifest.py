@@ -116,7 +116,9 @@ class TokenizerSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class QuantizationSpec:
-    """How the weights were stored. ``scheme`` is none, fp16, matmul_nbits or dynamic_int8."""
+    """How the weights were stored. ``scheme`` is none, fp16, matmul_nbits or dynamic_int8;
+    ``op_types`` lists the ONNX ops whose weights were quantized (Gather = the embedding table).
+    """
 
     scheme: str
     weight_dtype: str
@@ -124,6 +126,7 @@ class QuantizationSpec:
     block_size: int | None = None
     accuracy_level: int | None = None
     symmetric: bool | None = None
+    op_types: tuple[str, ...] = ()
     tool: str = ""
 
 

@@ -1,7 +1,9 @@
 """fp32 ONNX graph → the requested storage format, with ONNX Runtime's own tools.
 
 * int4 / int8: weight-only ``MatMulNBits`` (block-wise, symmetric). Activations stay float;
-  ``accuracy_level`` 4 lets the CPU kernel quantize them to int8 per row block.
+  ``accuracy_level`` 4 lets the CPU kernel quantize them to int8 per row block. int4 also
+  stores the embedding table as ``GatherBlockQuantized`` (ONNX Runtime quantizes Gather at 4
+  bits only); a lookup reads one row per token, so it cannot break batch invariance.
 * int8-dynamic: ``MatMulInteger`` after ``DynamicQuantizeLinear``. One activation scale covers
   every position of a pass, so a k+1 position verify pass can pick a different argmax than k+1
   single steps: the export measures this and refuses it unless told otherwise.
@@ -14,12 +16,16 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from edgespec.errors import ExportError
 from edgespec.manifest import QuantizationSpec
 
 #: A protobuf cannot exceed 2 GiB; larger graphs keep their weights in this side file.
 EXTERNAL_DATA_FILE = "model.onnx_data"
 _EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
+_NBITS = {"int4": 4, "int8": 8}
+_NBITS_OP_TYPES = {"int4": ("MatMul", "Gather"), "int8": ("MatMul",)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,19 +41,23 @@ def describe(request: QuantRequest) -> QuantizationSpec:
 
     tool = f"onnxruntime {onnxruntime.__version__}"
     if request.quant in ("int4", "int8"):
-        bits = 4 if request.quant == "int4" else 8
         return QuantizationSpec(
             scheme="matmul_nbits",
             weight_dtype=request.quant,
-            bits=bits,
+            bits=_NBITS[request.quant],
             block_size=request.block_size,
             accuracy_level=request.accuracy_level,
             symmetric=True,
+            op_types=_NBITS_OP_TYPES[request.quant],
             tool=f"{tool} MatMulNBitsQuantizer",
         )
     if request.quant == "int8-dynamic":
         return QuantizationSpec(
-            scheme="dynamic_int8", weight_dtype="int8", bits=8, tool=f"{tool} quantize_dynamic"
+            scheme="dynamic_int8",
+            weight_dtype="int8",
+            bits=8,
+            op_types=("MatMul",),
+            tool=f"{tool} quantize_dynamic",
         )
     if request.quant == "fp16":
         return QuantizationSpec(
@@ -72,10 +82,13 @@ def quantize_graph(source: Path, target: Path, request: QuantRequest) -> None:
                 block_size=request.block_size,
                 is_symmetric=True,
                 accuracy_level=request.accuracy_level,
-                bits=4 if request.quant == "int4" else 8,
+                bits=_NBITS[request.quant],
+                op_types_to_quantize=_NBITS_OP_TYPES[request.quant],
             )
             quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
-            quantizer.process()
+            # All-zero blocks (padding rows) divide 0/0 before np.where masks them: harmless.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                quantizer.process()
             save_graph(quantizer.model.model, target)
         elif request.quant == "int8-dynamic":
             from onnxruntime.quantization import QuantType, quantize_dynamic

@@ -82,12 +82,14 @@ def test_export_writes_a_verified_bundle(
         )
 
 
-def test_int4_graph_uses_matmulnbits(exported: Callable[..., Path]) -> None:
+def test_int4_graph_quantizes_matmuls_and_the_embedding(exported: Callable[..., Path]) -> None:
     import onnx
 
     model = onnx.load(str(exported("llama", "int4") / "model.onnx"))
     op_types = {node.op_type for node in model.graph.node}
-    assert "MatMulNBits" in op_types
+    assert {"MatMulNBits", "GatherBlockQuantized"} <= op_types
+    manifest = load_bundle(exported("llama", "int4")).manifest
+    assert manifest.quantization.op_types == ("MatMul", "Gather")
 
 
 def test_manifest_round_trips_and_bundle_is_relocatable(
