@@ -66,3 +66,47 @@ class ExportConfig:
                 f"minimum top-1 agreement {self.min_top1_agreement} is outside [0, 1]",
                 fix="pass a fraction such as 0.9",
             )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """How the target's (and the draft's) next-token distribution is formed and drawn from.
+
+    ``temperature`` 0 means greedy. ``top_k`` 0 and ``top_p`` 1.0 disable those filters. The
+    same transform applies to p_target and q_draft. ``mode`` picks the sampling verification:
+    ``rejection`` (Leviathan et al.: output distribution equals the target's) or ``match``
+    (the target draws each absolute position from a stream keyed by (seed, position) and drafts
+    are accepted while they equal those draws: output token-identical to plain target sampling
+    with the same seed).
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    mode: str = "rejection"
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0.0:
+            raise ConfigError(
+                f"temperature {self.temperature} is negative",
+                fix="use 0 for greedy decoding or a positive value such as 0.7",
+            )
+        if self.top_k < 0:
+            raise ConfigError(f"top_k {self.top_k} is negative", fix="use 0 (off) or a count")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(
+                f"top_p {self.top_p} is outside (0, 1]", fix="use 1.0 (off) or e.g. 0.9"
+            )
+        if self.mode not in SAMPLING_MODES:
+            raise ConfigError(
+                f"unknown sampling mode {self.mode!r}",
+                fix=f"use one of {', '.join(SAMPLING_MODES)}",
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+SAMPLING_MODES = ("rejection", "match")

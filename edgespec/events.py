@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,3 +35,37 @@ ProgressObserver = Callable[[ProgressEvent], None]
 
 def ignore_progress(event: ProgressEvent) -> None:
     """The default observer: discards events."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One propose → verify → commit round.
+
+    ``k`` is the draft length asked for, ``drafted`` how many tokens the drafter proposed,
+    ``n_accepted`` how many the target kept, ``committed`` the tokens emitted this round (the
+    accepted ones and the target's own, cut at eos or the token budget). ``draft_s`` and
+    ``verify_s`` are the time inside the drafter and the verifier; ``draft_steps`` counts draft
+    model calls.
+    """
+
+    round: int
+    k: int
+    drafted: int
+    n_accepted: int
+    committed: tuple[int, ...]
+    draft_s: float
+    draft_steps: int
+    verify_s: float
+
+
+class DecodeObserver(Protocol):
+    """Watches a generation. The decoder calls these in order: start, prefilled, step per
+    round, finish with the reason (eos, max_new_tokens, stop_string, context)."""
+
+    def on_start(self, prompt_tokens: int) -> None: ...
+
+    def on_prefilled(self) -> None: ...
+
+    def on_step(self, record: StepRecord) -> None: ...
+
+    def on_finish(self, reason: str) -> None: ...

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edgespec.export.source import EXPORT_TASK, ResolvedSource
-
 from edgespec.errors import ExportError, ModelSourceError
+from edgespec.export.source import EXPORT_TASK, ResolvedSource
 
 GRAPH_FILE = "model.onnx"
 

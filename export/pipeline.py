@@ -10,6 +10,10 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
+from edgespec._version import __version__
+from edgespec.config import ExportConfig, resolve_quant
+from edgespec.errors import ConfigError, VerificationError
+from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import (
     file_records,
     kv_shape,
@@ -29,11 +33,6 @@ from edgespec.export.verify import (
     check_batch_invariance,
     check_parity,
 )
-
-from edgespec._version import __version__
-from edgespec.config import ExportConfig, resolve_quant
-from edgespec.errors import ConfigError, VerificationError
-from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.manifest import (
     SCHEMA_VERSION,
     Bundle,

@@ -1,5 +1,7 @@
 """ONNX Runtime engine for speculative decoding (installed as edgespec.runtime).
 
 Reads bundles through ``edgespec.manifest`` only; never imports torch, transformers, optimum,
-onnx or ``edgespec.export``. The decoder, sessions and KV cache arrive with the runtime issue.
+onnx or ``edgespec.export``. Bottom to top: ``sampling``, ``kv_cache``, ``session``,
+``acceptance``, ``drafters``, ``verifiers``, ``policy``/``profile``/``stats``, ``decoder``.
+The public façade that assembles them is ``edgespec.api.Engine``.
 """

@@ -1,0 +1,344 @@
+"""The public engine: load a target (and a draft) bundle, generate or stream text.
+
+This is the only place that picks concrete drafters, verifiers and policies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.config import SamplingConfig
+from edgespec.errors import ConfigError, EdgespecError
+from edgespec.manifest import Bundle, load_bundle
+from edgespec.pairing import check_pair
+from edgespec.runtime.decoder import FixedK, KPolicy, decode
+from edgespec.runtime.drafters.base import Drafter
+from edgespec.runtime.drafters.model import ModelDrafter
+from edgespec.runtime.drafters.ngram import PromptLookupDrafter
+from edgespec.runtime.drafters.none import NoDrafter
+from edgespec.runtime.policy import AutoK, CostProfile
+from edgespec.runtime.profile import measure_costs
+from edgespec.runtime.session import ModelSession, SessionOptions
+from edgespec.runtime.stats import StatsCollector
+from edgespec.runtime.text import StopMatcher, TextStream
+from edgespec.runtime.verifiers.local import LocalVerifier
+
+DRAFTERS = ("model", "ngram", "none")
+#: Under k="auto" the model drafter stops a proposal when its own token's probability drops
+#: below this; with a fixed k it drafts exactly k tokens.
+AUTO_STOP_PROBABILITY = 0.1
+
+
+class IncompatiblePairError(EdgespecError):
+    """The draft's tokenizer cannot serve the target's."""
+
+
+class ContextLimitError(ConfigError):
+    """The prompt plus the requested tokens do not fit the context."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delta:
+    """A piece of streamed text; ``drafted`` when it came from accepted draft tokens."""
+
+    text: str
+    drafted: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """A finished generation: the new ``text`` and ``tokens`` (prompt excluded) and ``stats``."""
+
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"text": self.text, "tokens": list(self.tokens), "stats": self.stats})
+
+
+class Generation:
+    """Iterates over :class:`Delta` pieces as tokens are committed; ``result`` once done."""
+
+    def __init__(self, pieces: Iterator[Delta]) -> None:
+        self._pieces = pieces
+        self.result: Result | None = None
+
+    def __iter__(self) -> Iterator[Delta]:
+        return self._pieces
+
+
+class Engine:
+    """A target bundle, an optional draft bundle, their sessions and the tokenizer."""
+
+    def __init__(
+        self,
+        *,
+        target: ModelSession,
+        draft: ModelSession | None,
+        tokenizer: Any,
+        eos_ids: frozenset[int],
+        chat_template: str | None,
+        bos_token: str | None,
+        eos_token: str | None,
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.chat_template = chat_template
+        self._special = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+        self._profile: CostProfile | None = None
+        self.max_length = min(target.max_length, draft.max_length if draft else target.max_length)
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        target: str | Path,
+        draft: str | Path | None = None,
+        target_providers: Sequence[str] | None = None,
+        draft_providers: Sequence[str] | None = None,
+        threads: int = 0,
+        verify_checksums: bool = True,
+    ) -> Engine:
+        """Loads and validates the bundles, checks the pair, and creates both sessions."""
+        from tokenizers import Tokenizer
+
+        target_bundle = load_bundle(target, verify_checksums=verify_checksums)
+        draft_bundle = load_bundle(draft, verify_checksums=verify_checksums) if draft else None
+        if draft_bundle is not None:
+            report = check_pair(draft_bundle, target_bundle)
+            if not report.compatible:
+                raise IncompatiblePairError(
+                    f"draft {draft} cannot serve target {target}: {report.reason}",
+                    fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
+                )
+        options = SessionOptions(intra_op_threads=threads, spinning=False)
+        target_session = ModelSession(target_bundle, providers=target_providers, options=options)
+        draft_session = (
+            ModelSession(draft_bundle, providers=draft_providers, options=options)
+            if draft_bundle is not None
+            else None
+        )
+        spec = target_bundle.manifest.tokenizer
+        template, bos, eos = _chat_settings(target_bundle)
+        return cls(
+            target=target_session,
+            draft=draft_session,
+            tokenizer=Tokenizer.from_file(str(target_bundle.tokenizer_path)),
+            eos_ids=frozenset(spec.eos_token_ids),
+            chat_template=template,
+            bos_token=bos,
+            eos_token=eos,
+        )
+
+    @property
+    def providers(self) -> dict[str, list[str]]:
+        """What really runs (ONNX Runtime falls back silently), per model."""
+        found = {"target": list(self.target.providers)}
+        if self.draft is not None:
+            found["draft"] = list(self.draft.providers)
+        return found
+
+    def encode(self, prompt: str, *, chat: bool = False) -> list[int]:
+        if chat:
+            prompt = self.apply_chat_template([{"role": "user", "content": prompt}])
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False).ids)
+        return list(self.tokenizer.encode(prompt).ids)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        if not self.chat_template:
+            raise ConfigError(
+                "this bundle's tokenizer has no chat template", fix="pass the prompt as plain text"
+            )
+        import jinja2
+
+        environment = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
+        template = environment.from_string(self.chat_template)
+        return template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+
+    def cost_profile(self) -> CostProfile:
+        """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
+        if self._profile is None:
+            self._profile = measure_costs(self.target, self.draft)
+        return self._profile
+
+    def generate(self, prompt: str | Sequence[int], **options: Any) -> Result:
+        """Generates to completion; keyword options as in :meth:`stream`."""
+        generation = self.stream_deltas(prompt, **options)
+        for _ in generation:
+            pass
+        assert generation.result is not None
+        return generation.result
+
+    def stream(self, prompt: str | Sequence[int], **options: Any) -> Iterator[str]:
+        """Yields text as it is committed; same options as :meth:`stream_deltas`."""
+        for delta in self.stream_deltas(prompt, **options):
+            yield delta.text
+
+    def stream_deltas(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        k: int | str = 4,
+        drafter: str = "model",
+        sampling_mode: str | None = None,
+        stop: Sequence[str] = (),
+        chat: bool = False,
+    ) -> Generation:
+        """Validates everything first (nothing is generated on bad input), then streams.
+
+        ``drafter`` is model, ngram or none (k = 0: plain target decoding). ``sampling_mode``
+        is rejection (default with the model drafter) or match (default with ngram/none, and
+        reproducible: the same seed gives the same text with or without speculation).
+        """
+        if drafter not in DRAFTERS:
+            raise ConfigError(f"unknown drafter {drafter!r}", fix=f"use one of {DRAFTERS}")
+        if drafter == "model" and self.draft is None:
+            raise ConfigError(
+                "the model drafter needs a draft bundle", fix="pass draft=... or drafter='ngram'"
+            )
+        if isinstance(k, str) and k != "auto":
+            raise ConfigError(f"k must be a number or 'auto', not {k!r}", fix="e.g. k=4")
+        if isinstance(k, int) and k < 0:
+            raise ConfigError(f"k must be >= 0, not {k}", fix="use 0 for no drafting, or 1-8")
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens is {max_new_tokens}", fix="ask for at least 1")
+        mode = sampling_mode or ("rejection" if drafter == "model" else "match")
+        sampling = SamplingConfig(
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, mode=mode
+        )
+        if not sampling.greedy and mode == "rejection" and drafter == "ngram":
+            raise ConfigError(
+                "the ngram drafter has no draft probabilities, so it cannot use rejection sampling",
+                fix="use sampling_mode='match' (the default for ngram)",
+            )
+        prompt_ids = list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=chat)
+        if not prompt_ids:
+            raise ConfigError("the prompt is empty", fix="pass at least one token of text")
+        if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
+            raise ConfigError(
+                f"prompt token ids must lie in [0, {self.target.vocab_size})",
+                fix="encode the prompt with the bundle's tokenizer",
+            )
+        if len(prompt_ids) + max_new_tokens > self.max_length:
+            raise ContextLimitError(
+                f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) "
+                f"exceeds the context limit of {self.max_length} tokens",
+                fix="shorten the prompt, lower max_new_tokens, or re-export with a larger "
+                "--max-length",
+            )
+        stop_matcher = StopMatcher(stop) if stop else None
+        chosen = self._drafter(drafter, k)
+        policy: KPolicy = (
+            AutoK(self.cost_profile())
+            if k == "auto"
+            else FixedK(0 if drafter == "none" else int(k))
+        )
+        generation = Generation(iter(()))
+        generation._pieces = self._pieces(
+            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher
+        )
+        return generation
+
+    def _drafter(self, name: str, k: int | str) -> Drafter:
+        if name == "model":
+            assert self.draft is not None
+            stop_probability = AUTO_STOP_PROBABILITY if k == "auto" else 0.0
+            return ModelDrafter(self.draft, stop_probability=stop_probability)
+        if name == "ngram":
+            return PromptLookupDrafter()
+        return NoDrafter()
+
+    def _pieces(
+        self,
+        generation: Generation,
+        prompt_ids: list[int],
+        drafter: Drafter,
+        policy: KPolicy,
+        sampling: SamplingConfig,
+        max_new_tokens: int,
+        stop_matcher: StopMatcher | None,
+    ) -> Iterator[Delta]:
+        stats = StatsCollector()
+        text = TextStream(self.tokenizer)
+        verifier = LocalVerifier(self.target)
+        rounds = decode(
+            prompt_ids,
+            drafter=drafter,
+            verifier=verifier,
+            k_policy=policy,
+            sampling=sampling,
+            rng=np.random.default_rng(sampling.seed),
+            max_new_tokens=max_new_tokens,
+            eos_ids=self.eos_ids,
+            observers=(stats,),
+        )
+        tokens: list[int] = []
+        shown: list[str] = []
+        stopped = False
+        for committed in rounds:
+            n_accepted = stats.records[-1].n_accepted
+            for drafted, part in ((True, committed[:n_accepted]), (False, committed[n_accepted:])):
+                piece = text.push(part) if part else ""
+                tokens.extend(part)
+                if stop_matcher is not None and piece:
+                    outcome = stop_matcher.feed(piece)
+                    piece, stopped = outcome.emit, outcome.stopped
+                if piece:
+                    shown.append(piece)
+                    yield Delta(text=piece, drafted=drafted)
+                if stopped:
+                    break
+            if stopped:
+                rounds.close()
+                stats.on_finish("stop_string")
+                break
+        if not stopped:
+            tail = text.finish()
+            if stop_matcher is not None:
+                outcome = stop_matcher.feed(tail)
+                tail = outcome.emit if outcome.stopped else outcome.emit + stop_matcher.flush()
+                if outcome.stopped:
+                    stats.on_finish("stop_string")
+            if tail:
+                shown.append(tail)
+                yield Delta(text=tail, drafted=False)
+        verifier.close()
+        result_stats = stats.as_dict()
+        result_stats["providers"] = self.providers
+        generation.result = Result(
+            text="".join(shown),
+            tokens=tuple(tokens),
+            finish_reason=stats.finish_reason,
+            stats=result_stats,
+        )
+
+
+def _chat_settings(bundle: Bundle) -> tuple[str | None, str | None, str | None]:
+    """The chat template and bos/eos strings from the bundle's tokenizer_config.json."""
+    config_path = bundle.root / "tokenizer_config.json"
+    template = None
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        template = config.get("chat_template")
+        if isinstance(template, list):  # named templates: take the default one
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    jinja_path = bundle.root / "chat_template.jinja"
+    if template is None and jinja_path.is_file():
+        template = jinja_path.read_text(encoding="utf-8")
+    special = bundle.manifest.tokenizer.special_tokens
+    return template, special.get("bos_token"), special.get("eos_token")

@@ -1,0 +1,128 @@
+"""The bench harness: target-only vs speculative decoding, measured in one process.
+
+Runs alternate (target-only, speculative, target-only, ...) after a warm-up so that both see
+the same machine state; ratios are computed from the summed tokens and decode times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgespec.api import Engine, Result
+from edgespec.runtime.policy import expected_speedup
+
+DEFAULT_PROMPTS = (
+    "def fibonacci(n):\n    ",
+    "import os\nimport sys\n\n\ndef main(argv):\n    ",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        ",
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSettings:
+    max_new_tokens: int = 64
+    k: int | str = 4
+    drafter: str = "model"
+    temperature: float = 0.7
+    repeats: int = 1
+
+
+def _totals(results: Sequence[Result]) -> tuple[int, float]:
+    tokens = sum(r.stats["new_tokens"] for r in results)
+    seconds = sum(r.stats["decode_ms"] for r in results) / 1e3
+    return tokens, seconds
+
+
+def _compare(
+    engine: Engine,
+    prompts: Sequence[str],
+    settings: BenchSettings,
+    sampling: dict[str, Any],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    baseline: list[Result] = []
+    speculative: list[Result] = []
+    for repeat in range(settings.repeats):
+        for index, prompt in enumerate(prompts):
+            common = dict(max_new_tokens=settings.max_new_tokens, **sampling)
+            baseline.append(engine.generate(prompt, drafter="none", **common))
+            speculative.append(
+                engine.generate(prompt, drafter=settings.drafter, k=settings.k, **common)
+            )
+            progress(f"prompt {index + 1}/{len(prompts)}, repeat {repeat + 1}")
+    base_tokens, base_s = _totals(baseline)
+    spec_tokens, spec_s = _totals(speculative)
+    drafted = sum(r.stats["drafted"] for r in speculative)
+    accepted = sum(r.stats["accepted"] for r in speculative)
+    rounds = sum(r.stats["rounds"] for r in speculative)
+    overhead_ms = sum(r.stats["overhead_ms"] for r in speculative)
+    model_ms = sum(r.stats["draft_ms"] + r.stats["verify_ms"] for r in speculative)
+    return {
+        "target_tokens_per_s": base_tokens / base_s,
+        "speculative_tokens_per_s": spec_tokens / spec_s,
+        "speedup": (spec_tokens / spec_s) / (base_tokens / base_s),
+        "alpha": accepted / drafted if drafted else None,
+        "mean_accepted": spec_tokens / rounds if rounds else None,
+        "overhead_ms_per_round": overhead_ms / rounds if rounds else None,
+        "loop_efficiency": model_ms / (model_ms + overhead_ms) if model_ms else None,
+        "identical_output": all(
+            b.tokens == s.tokens for b, s in zip(baseline, speculative, strict=True)
+        ),
+        "new_tokens": spec_tokens,
+    }
+
+
+def run_bench(
+    engine: Engine,
+    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    settings: BenchSettings = BenchSettings(),
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    """Greedy and sampled (T = ``settings.temperature``) comparisons plus the cost profile."""
+    progress("warm-up and cost profile")
+    engine.generate(prompts[0], drafter="none", max_new_tokens=8)
+    engine.generate(prompts[0], drafter=settings.drafter, k=1, max_new_tokens=8)
+    profile = engine.cost_profile()
+    greedy = _compare(engine, prompts, settings, {}, progress)
+    sampled = _compare(
+        engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
+    )
+    k = settings.k if isinstance(settings.k, int) else 4
+    verify_cost = list(profile.verify_cost)
+    theoretical = (
+        expected_speedup(greedy["alpha"], profile.c, verify_cost, k)
+        if greedy["alpha"] is not None and k < len(verify_cost)
+        else None
+    )
+    return {
+        "greedy": greedy,
+        "sampling": sampled,
+        "tokens_per_s": {
+            "target": greedy["target_tokens_per_s"],
+            "speculative": greedy["speculative_tokens_per_s"],
+        },
+        "speedup": greedy["speedup"],
+        "alpha": greedy["alpha"],
+        "mean_accepted": greedy["mean_accepted"],
+        "c": profile.c,
+        "verify_cost": verify_cost,
+        "theoretical_speedup": theoretical,
+        "efficiency": greedy["speedup"] / theoretical if theoretical else None,
+        "settings": {
+            "k": settings.k,
+            "drafter": settings.drafter,
+            "max_new_tokens": settings.max_new_tokens,
+            "prompts": len(prompts),
+            "repeats": settings.repeats,
+            "temperature": settings.temperature,
+        },
+        "providers": engine.providers,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

@@ -1,0 +1,89 @@
+"""The draft model as a drafter: k single-token steps of a small LM on its own KV cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from edgespec.config import SamplingConfig
+from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.sampling import probabilities, sample
+from edgespec.runtime.session import ModelSession
+
+
+class ModelDrafter:
+    """Drafts with a :class:`ModelSession`.
+
+    The cache holds every committed token the draft has seen; ``_pending`` holds the committed
+    tokens it has not seen yet (one normally, two after a fully accepted draft: its own last
+    token was never fed back, and the target's next token follows it). ``stop_probability``
+    ends a proposal early when the draft's probability for its own token falls below it.
+    """
+
+    def __init__(self, session: ModelSession, *, stop_probability: float = 0.0) -> None:
+        self.session = session
+        self.stop_probability = stop_probability
+        self.cache = session.new_cache()
+        self._pending: list[int] = []
+        self._proposed: tuple[int, ...] = ()
+        self._seen = 0
+        self._sampling = SamplingConfig()
+        self._rng = np.random.default_rng(0)
+
+    def begin(
+        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> None:
+        self.cache.reset()
+        self._sampling, self._rng = sampling, rng
+        if len(prompt) > 1:
+            self.session.forward(prompt[:-1], self.cache)
+        self._pending = [prompt[-1]]
+        self._proposed = ()
+
+    def propose(self, k: int) -> Draft:
+        started = time.perf_counter()
+        tokens: list[int] = []
+        q_rows: list[np.ndarray] = []
+        feed = self._pending
+        seen = 0  # proposed tokens already fed into the cache
+        steps = 0
+        calls = min(k, self.session.max_length - self.cache.length - len(feed) + 1)
+        for _ in range(max(calls, 0)):
+            logits = self.session.forward(feed, self.cache)[-1]
+            steps += 1
+            self._pending = []
+            seen = len(tokens)
+            q = probabilities(logits, self._sampling)
+            token = int(np.argmax(q)) if self._sampling.greedy else sample(q, self._rng)
+            if tokens and q[token] < self.stop_probability:
+                break
+            tokens.append(token)
+            q_rows.append(q)
+            feed = [token]
+        self._proposed = tuple(tokens)
+        self._seen = seen
+        q_draft = np.stack(q_rows) if q_rows and not self._sampling.greedy else None
+        return Draft(
+            tokens=self._proposed,
+            q_draft=q_draft,
+            elapsed_s=time.perf_counter() - started,
+            steps=steps,
+        )
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        proposed = self._proposed
+        if not 0 <= n_accepted <= len(proposed):
+            raise ValueError(f"{n_accepted} accepted of a {len(proposed)}-token draft")
+        if not proposed:
+            self._pending.append(next_token)
+            return
+        # The cache holds the old pending tokens and proposed[:seen]; keep what was accepted.
+        seen = self._seen
+        if n_accepted <= seen:
+            self.cache.crop(self.cache.length - (seen - n_accepted))
+            self._pending = [next_token]
+        else:  # the whole draft was accepted: its last token was never fed
+            self._pending = [proposed[-1], next_token]
+        self._proposed = ()

@@ -1,0 +1,107 @@
+"""KV caches: preallocated buffers plus an absolute ``length``.
+
+Exported graphs take ``past`` [1, kv_heads, length, head_dim] and return ``present``
+[1, kv_heads, length + n, head_dim] (the concatenation happens inside the graph). Both must be
+contiguous, so a view ``[:, :, :length]`` of one [1, kv_heads, capacity, head_dim] buffer will
+not do. :class:`KVCache` keeps, per layer and for K and V, two flat buffers of
+kv_heads × capacity × head_dim elements: the first kv_heads × length × head_dim elements of the
+current one, reshaped, are the past; ONNX Runtime writes the present into the other one through
+IO binding; then the two swap. No copy happens outside the graph except when ``crop`` must
+re-pack the heads after a rejection.
+
+:class:`ReferenceKVCache` is the plain path: a list of numpy arrays, replaced by each step's
+``present`` outputs and cropped by slicing (a copy). It exists to test the fast path against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class KVCache:
+    """Ping-pong flat buffers per layer; ``length`` tokens are held."""
+
+    def __init__(
+        self, *, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype: np.dtype
+    ) -> None:
+        self.layers = layers
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        self.capacity = capacity
+        size = kv_heads * capacity * head_dim
+        # _buffers[side][kind][layer] is flat; kind 0 = key, 1 = value.
+        self._buffers = [
+            [[np.zeros(size, dtype=dtype) for _ in range(layers)] for _ in range(2)]
+            for _ in range(2)
+        ]
+        self._current = 0
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for side in self._buffers for kind in side for b in kind)
+
+    def _view(self, side: int, kind: int, layer: int, length: int) -> np.ndarray:
+        flat = self._buffers[side][kind][layer]
+        used = self.kv_heads * length * self.head_dim
+        return flat[:used].reshape(1, self.kv_heads, length, self.head_dim)
+
+    def past(self, kind: int, layer: int) -> np.ndarray:
+        """[1, kv_heads, length, head_dim] view of the held keys (kind 0) or values (kind 1)."""
+        return self._view(self._current, kind, layer, self.length)
+
+    def present(self, kind: int, layer: int, new_tokens: int) -> np.ndarray:
+        """[1, kv_heads, length + new_tokens, head_dim] view the next step's output goes into."""
+        return self._view(1 - self._current, kind, layer, self.length + new_tokens)
+
+    def advance(self, new_tokens: int) -> None:
+        """Makes the buffers just written by a step of ``new_tokens`` tokens the current ones."""
+        self._current = 1 - self._current
+        self.length += new_tokens
+
+    def crop(self, length: int) -> None:
+        """Keeps the first ``length`` tokens (an absolute length, not a count to drop)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        if length == self.length:
+            return
+        if length > 0:
+            stride_old = self.length * self.head_dim
+            stride_new = length * self.head_dim
+            for kind in (0, 1):
+                for layer in range(self.layers):
+                    flat = self._buffers[self._current][kind][layer]
+                    # Head h moves from h*stride_old to h*stride_new; destinations never pass
+                    # their sources, so moving heads in order is safe (numpy handles overlap).
+                    for head in range(1, self.kv_heads):
+                        flat[head * stride_new : head * stride_new + stride_new] = flat[
+                            head * stride_old : head * stride_old + stride_new
+                        ]
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+class ReferenceKVCache:
+    """The plain path: numpy arrays replaced by every step's outputs."""
+
+    def __init__(self, *, layers: int, kv_heads: int, head_dim: int, dtype: np.dtype) -> None:
+        empty = np.zeros((1, kv_heads, 0, head_dim), dtype=dtype)
+        self._empty = empty
+        self.layers = layers
+        self.arrays: list[list[np.ndarray]] = [[empty] * layers, [empty] * layers]
+
+    @property
+    def length(self) -> int:
+        return int(self.arrays[0][0].shape[2])
+
+    def crop(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        self.arrays = [
+            [np.ascontiguousarray(a[:, :, :length]) for a in kind] for kind in self.arrays
+        ]
+
+    def reset(self) -> None:
+        self.arrays = [[self._empty] * self.layers, [self._empty] * self.layers]

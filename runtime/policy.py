@@ -1,0 +1,96 @@
+"""``k = "auto"``: choose each round's draft length from running estimates.
+
+With per-token acceptance rate α, draft step cost c (relative to one target step) and verify
+cost curve T(w)/T(1) for a pass over w = k + 1 positions, a round drafting k tokens commits
+E[k] = (1 − α^(k+1)) / (1 − α) tokens on average (Leviathan et al.) and costs
+k·c + T(k+1)/T(1) target steps. The policy picks the k in 0..k_max with the most expected
+tokens per unit of cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edgespec.events import StepRecord
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E[tokens per round] = (1 − α^(k+1)) / (1 − α); k + 1 when α = 1."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, c: float, verify_cost: Sequence[float], k: int) -> float:
+    """Tokens per target-step-equivalent of a k-token round; ``verify_cost[w - 1]`` = T(w)/T(1)."""
+    return expected_tokens(alpha, k) / (k * c + verify_cost[k])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostProfile:
+    """Measured costs: ``target_step_s`` = T(1); ``verify_cost[w - 1]`` = T(w)/T(1) for
+    w = 1..len; ``draft_step_s`` = one draft model call."""
+
+    target_step_s: float
+    draft_step_s: float
+    verify_cost: tuple[float, ...]
+
+    @property
+    def c(self) -> float:
+        return self.draft_step_s / self.target_step_s
+
+
+class AutoK:
+    """Adapts k from exponentially weighted estimates of α, c and T(w)/T(1).
+
+    ``profile`` gives the starting costs (measured at load); each round then updates α (from
+    accepted / drafted), the draft step time and the verify time of that width. When k = 0
+    wins for ``probe_every`` rounds in a row, one round drafts a single token so that a
+    recovering α can be noticed.
+    """
+
+    def __init__(
+        self,
+        profile: CostProfile,
+        *,
+        k_max: int = 8,
+        alpha: float = 0.6,
+        smoothing: float = 0.2,
+        probe_every: int = 16,
+    ) -> None:
+        self.k_max = min(k_max, len(profile.verify_cost) - 1)
+        self.alpha = alpha
+        self.smoothing = smoothing
+        self.probe_every = probe_every
+        self.target_step_s = profile.target_step_s
+        self.draft_step_s = profile.draft_step_s
+        self.verify_s = [cost * profile.target_step_s for cost in profile.verify_cost]
+        self._zero_rounds = 0
+
+    def _blend(self, old: float, new: float) -> float:
+        return (1.0 - self.smoothing) * old + self.smoothing * new
+
+    def next_k(self) -> int:
+        c = self.draft_step_s / self.target_step_s
+        verify_cost = [t / self.verify_s[0] for t in self.verify_s]
+        best = max(
+            range(self.k_max + 1), key=lambda k: expected_speedup(self.alpha, c, verify_cost, k)
+        )
+        if best == 0:
+            self._zero_rounds += 1
+            if self._zero_rounds >= self.probe_every:
+                self._zero_rounds = 0
+                return 1
+        else:
+            self._zero_rounds = 0
+        return best
+
+    def observe(self, record: StepRecord) -> None:
+        if record.drafted:
+            self.alpha = self._blend(self.alpha, record.n_accepted / record.drafted)
+        if record.draft_steps:
+            self.draft_step_s = self._blend(self.draft_step_s, record.draft_s / record.draft_steps)
+        width = record.drafted + 1
+        if width <= len(self.verify_s) and record.verify_s > 0:
+            self.verify_s[width - 1] = self._blend(self.verify_s[width - 1], record.verify_s)

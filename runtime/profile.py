@@ -1,0 +1,43 @@
+"""Measures the costs speculation trades: T(w) of target passes over w positions, and c."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.session import ModelSession
+
+
+def _best_time(session: ModelSession, context: Sequence[int], width: int, repeats: int) -> float:
+    """The fastest of ``repeats`` passes over ``width`` new tokens after ``context``."""
+    cache = session.new_cache()
+    session.forward(context, cache)
+    best = float("inf")
+    tokens = [context[-1]] * width
+    for _ in range(repeats):
+        started = time.perf_counter()
+        session.forward(tokens, cache)
+        best = min(best, time.perf_counter() - started)
+        cache.crop(len(context))
+    return best
+
+
+def measure_costs(
+    target: ModelSession,
+    draft: ModelSession | None,
+    *,
+    max_width: int = 9,
+    context_tokens: int = 64,
+    repeats: int = 5,
+) -> CostProfile:
+    """Times target passes of width 1..max_width and a draft step after a short context."""
+    limit = min(target.max_length, draft.max_length if draft else target.max_length)
+    context = list(range(1, 1 + min(context_tokens, limit - max_width - 1)))
+    widths = [_best_time(target, context, w, repeats) for w in range(1, max_width + 1)]
+    draft_step = _best_time(draft, context, 1, repeats) if draft is not None else 0.0
+    return CostProfile(
+        target_step_s=widths[0],
+        draft_step_s=draft_step,
+        verify_cost=tuple(t / widths[0] for t in widths),
+    )

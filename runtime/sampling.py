@@ -1,0 +1,97 @@
+"""Logits → probabilities, and draws from them. Pure numpy.
+
+``probabilities`` is the one transform (temperature, then top-k, then top-p) applied to both
+p_target and q_draft: it is deterministic, so the same logits always give the same row.
+Draws use the inverse CDF of one uniform number, so a draw is fixed by that number alone:
+``sample`` takes it from a ``numpy.random.Generator``, and the ``match`` mode takes it from
+``keyed_uniform(seed, position)`` so a position is drawn the same with or without speculation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgespec.config import SamplingConfig
+
+
+def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
+    """Float64 probabilities [..., vocab] from logits [..., vocab], row-wise over the last axis.
+
+    Greedy (temperature 0) gives a one-hot row at the argmax (ties → lowest id). Otherwise:
+    softmax(logits / temperature); top-k keeps the k highest logits (tokens tied with the k-th
+    are all kept); top-p keeps the smallest set of most probable tokens whose probability sums
+    to at least top_p (ties broken towards the lower id; the top token is always kept); the
+    kept probabilities are renormalised to sum to 1.
+    """
+    scores = np.asarray(logits, dtype=np.float64)  # [..., vocab]
+    if sampling.greedy:
+        one_hot = np.zeros_like(scores)
+        top = np.argmax(scores, axis=-1)[..., np.newaxis]  # [..., 1]
+        np.put_along_axis(one_hot, top, 1.0, axis=-1)
+        return one_hot
+    scores = scores / sampling.temperature
+    vocab = scores.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = np.partition(scores, vocab - sampling.top_k, axis=-1)[..., -sampling.top_k]  # [...]
+        scores = np.where(scores < kth[..., np.newaxis], -np.inf, scores)
+    exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))  # [..., vocab]
+    probs: np.ndarray = exp / exp.sum(axis=-1, keepdims=True)  # [..., vocab]
+    if sampling.top_p < 1.0:
+        order = np.argsort(-probs, axis=-1, kind="stable")  # [..., vocab], most probable first
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)  # [..., vocab]
+        # A token is needed while the tokens before it sum to less than top_p.
+        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs  # [..., vocab]
+        keep = np.zeros(probs.shape, dtype=bool)
+        np.put_along_axis(keep, order, mass_before < sampling.top_p, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def greedy_token(logits: np.ndarray) -> int:
+    """The argmax of one logits (or probability) row [vocab]; ties → lowest id."""
+    if np.ndim(logits) != 1:
+        raise ValueError(f"greedy_token takes one row [vocab], got shape {np.shape(logits)}")
+    return int(np.argmax(logits))
+
+
+def sample_at(probs: np.ndarray, u: float) -> int:
+    """The inverse-CDF draw from a probability row [vocab] for a uniform ``u`` in [0, 1).
+
+    ``u`` is scaled by the row's total, so a cumulative sum ending slightly off 1 is harmless,
+    and a token of probability 0 is never returned.
+    """
+    if np.ndim(probs) != 1:
+        raise ValueError(f"sample_at takes one row [vocab], got shape {np.shape(probs)}")
+    cdf = np.cumsum(probs, dtype=np.float64)  # [vocab]
+    index = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    if index >= cdf.shape[0]:  # u * total rounded up to the total
+        index = int(np.flatnonzero(probs)[-1])
+    return index
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One token id drawn from a probability row [vocab], using exactly one ``rng.random()``."""
+    return sample_at(probs, float(rng.random()))
+
+
+def keyed_uniform(seed: int, position: int) -> float:
+    """A uniform in [0, 1) that depends only on (seed, absolute position).
+
+    It is the first double of a Philox counter-based generator with key ``seed`` and counter
+    ``position`` (``Generator(Philox(key=seed, counter=position)).random()``), so each position
+    has its own stream and no state is carried between draws. ``seed`` must be in [0, 2**128).
+    """
+    return float(np.random.Generator(np.random.Philox(key=seed, counter=position)).random())
+
+
+def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
+    """norm(max(0, p_target - q_draft)) over rows [..., vocab]: where to draw after a rejection.
+
+    A row whose residual sums to 0 (p_target == q_draft, where rejection cannot happen) gives
+    p_target itself.
+    """
+    p = np.asarray(p_target, dtype=np.float64)  # [..., vocab]
+    excess = np.maximum(p - np.asarray(q_draft, dtype=np.float64), 0.0)  # [..., vocab]
+    total = excess.sum(axis=-1, keepdims=True)  # [..., 1]
+    return np.where(total > 0.0, excess / np.where(total > 0.0, total, 1.0), p)

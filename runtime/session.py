@@ -1,0 +1,183 @@
+"""One ONNX Runtime session for one bundle: providers, session options, and ``forward``.
+
+``forward(token_ids, cache) -> logits`` runs the tokens after the cache's ``length`` tokens,
+advances the cache and returns logits [len(token_ids), vocab] (float32). :class:`ModelSession`
+uses IO binding, so the present KV is written straight into the cache's buffers and the logits
+into a preallocated buffer (the returned array is a view, valid until the next call).
+``forward_reference`` is the plain numpy path (``session.run``, presents fed back as pasts);
+tests check that the two agree. No speculation logic lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgespec.errors import ConfigError
+from edgespec.manifest import Bundle
+from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
+
+#: Providers tried in order when the caller names none (TensorRT builds engines for minutes on
+#: first use, so it is used only when asked for).
+DEFAULT_PROVIDER_ORDER = (
+    "CUDAExecutionProvider",
+    "ROCMExecutionProvider",
+    "CoreMLExecutionProvider",
+    "CPUExecutionProvider",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionOptions:
+    """Threading for one session. ``spinning`` off lets two sessions share cores politely."""
+
+    intra_op_threads: int = 0
+    spinning: bool = False
+
+
+def choose_providers(requested: Sequence[str] | None) -> list[str]:
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    if requested is None:
+        return [name for name in DEFAULT_PROVIDER_ORDER if name in available]
+    missing = [name for name in requested if name not in available]
+    if missing:
+        raise ConfigError(
+            f"execution provider(s) {', '.join(missing)} are not available in this ONNX Runtime "
+            f"build (available: {', '.join(available)})",
+            fix="install the matching onnxruntime package (see README: Install) or pick an "
+            "available provider",
+        )
+    return list(requested)
+
+
+class ModelSession:
+    """An exported causal LM as an ONNX Runtime session, driven only by its manifest."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        *,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions = SessionOptions(),
+    ) -> None:
+        import onnxruntime
+
+        manifest = bundle.manifest
+        self.bundle = bundle
+        self.graph = manifest.graph
+        self.model = manifest.model
+        self.vocab_size = manifest.model.vocab_size
+        self.max_length = manifest.model.max_length
+        self.kv_dtype = np.dtype(self.graph.kv_dtype)
+        session_options = onnxruntime.SessionOptions()
+        session_options.log_severity_level = 3
+        session_options.inter_op_num_threads = 1
+        if options.intra_op_threads:
+            session_options.intra_op_num_threads = options.intra_op_threads
+        session_options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if options.spinning else "0"
+        )
+        self.requested_providers = choose_providers(providers)
+        self.session = onnxruntime.InferenceSession(
+            str(bundle.graph_path), session_options, providers=self.requested_providers
+        )
+        #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
+        self.providers = tuple(self.session.get_providers())
+        self.fell_back = self.requested_providers[0] not in self.providers
+        self._binding = self.session.io_binding()
+        self._logits_dtype = np.dtype(self.graph.logits_dtype)
+        self._logits = np.zeros(0, dtype=self._logits_dtype)
+        self._positions = np.arange(self.max_length + 1, dtype=np.int64)[None, :]
+        self._mask = np.ones((1, self.max_length + 1), dtype=np.int64)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(
+            layers=self.model.num_layers,
+            kv_heads=self.model.num_kv_heads,
+            head_dim=self.model.head_dim,
+            capacity=self.max_length,
+            dtype=self.kv_dtype,
+        )
+
+    def new_reference_cache(self) -> ReferenceKVCache:
+        return ReferenceKVCache(
+            layers=self.model.num_layers,
+            kv_heads=self.model.num_kv_heads,
+            head_dim=self.model.head_dim,
+            dtype=self.kv_dtype,
+        )
+
+    def _check_room(self, length: int, count: int) -> None:
+        if count < 1:
+            raise ValueError("forward needs at least one token")
+        if length + count > self.max_length:
+            raise ConfigError(
+                f"{length + count} tokens exceed the context limit of {self.max_length} "
+                f"of {self.bundle.root}",
+                fix="use a shorter prompt or fewer new tokens, or re-export with a larger "
+                "--max-length",
+            )
+
+    def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
+        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``; a view."""
+        count = len(token_ids)
+        past = cache.length
+        self._check_room(past, count)
+        graph, binding = self.graph, self._binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        binding.bind_cpu_input(graph.input_ids, np.asarray([token_ids], dtype=np.int64))
+        if graph.attention_mask is not None:
+            binding.bind_cpu_input(graph.attention_mask, self._mask[:, : past + count])
+        if graph.position_ids is not None:
+            binding.bind_cpu_input(
+                graph.position_ids, np.ascontiguousarray(self._positions[:, past : past + count])
+            )
+        for kind, (past_names, present_names) in enumerate(
+            ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
+        ):
+            for layer in range(self.model.num_layers):
+                binding.bind_cpu_input(past_names[layer], cache.past(kind, layer))
+                present = cache.present(kind, layer, count)
+                binding.bind_output(
+                    present_names[layer],
+                    "cpu",
+                    0,
+                    self.kv_dtype,
+                    present.shape,
+                    present.ctypes.data,
+                )
+        needed = count * self.vocab_size
+        if self._logits.size < needed:
+            self._logits = np.zeros(needed, dtype=self._logits_dtype)
+        logits = self._logits[:needed].reshape(1, count, self.vocab_size)
+        binding.bind_output(
+            graph.logits, "cpu", 0, self._logits_dtype, logits.shape, logits.ctypes.data
+        )
+        self.session.run_with_iobinding(binding)
+        cache.advance(count)
+        return logits[0] if self._logits_dtype == np.float32 else logits[0].astype(np.float32)
+
+    def forward_reference(self, token_ids: Sequence[int], cache: ReferenceKVCache) -> np.ndarray:
+        """The plain path: ``session.run`` with numpy feeds; presents replace the cache."""
+        count = len(token_ids)
+        past = cache.length
+        self._check_room(past, count)
+        graph = self.graph
+        feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([token_ids], dtype=np.int64)}
+        if graph.attention_mask is not None:
+            feeds[graph.attention_mask] = np.ones((1, past + count), dtype=np.int64)
+        if graph.position_ids is not None:
+            feeds[graph.position_ids] = np.arange(past, past + count, dtype=np.int64)[None, :]
+        for kind, names in enumerate((graph.past_key, graph.past_value)):
+            for layer, name in enumerate(names):
+                feeds[name] = cache.arrays[kind][layer]
+        outputs = [graph.logits, *graph.present_key, *graph.present_value]
+        results = self.session.run(outputs, feeds)
+        layers = self.model.num_layers
+        cache.arrays = [list(results[1 : 1 + layers]), list(results[1 + layers :])]
+        return np.asarray(results[0][0], dtype=np.float32)

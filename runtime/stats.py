@@ -1,0 +1,82 @@
+"""Per-generation statistics, collected by an observer the engine injects into the decoder."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from edgespec.events import StepRecord
+
+
+class StatsCollector:
+    """A :class:`~edgespec.events.DecodeObserver` that turns step records into ``Result.stats``.
+
+    Times are wall-clock (``time.perf_counter``). ``overhead_ms`` is everything between
+    prefill and finish that was neither drafting nor verifying: the loop's own cost.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[StepRecord] = []
+        self.finish_reason = ""
+        self._started = self._prefilled = self._first_token = self._finished = 0.0
+        self.prompt_tokens = 0
+
+    def on_start(self, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self._started = time.perf_counter()
+
+    def on_prefilled(self) -> None:
+        self._prefilled = time.perf_counter()
+
+    def on_step(self, record: StepRecord) -> None:
+        if not self.records:
+            self._first_token = time.perf_counter()
+        self.records.append(record)
+
+    def on_finish(self, reason: str) -> None:
+        if not self.finish_reason:
+            self.finish_reason = reason
+            self._finished = time.perf_counter()
+
+    def as_dict(self) -> dict[str, Any]:
+        records = self.records
+        new_tokens = sum(len(r.committed) for r in records)
+        drafted = sum(r.drafted for r in records)
+        accepted = sum(r.n_accepted for r in records)
+        draft_s = sum(r.draft_s for r in records)
+        verify_s = sum(r.verify_s for r in records)
+        draft_steps = sum(r.draft_steps for r in records)
+        finished = self._finished or time.perf_counter()
+        decode_s = finished - self._prefilled if self._prefilled else 0.0
+        longest = max((r.drafted for r in records), default=0)
+        by_position = []
+        for position in range(longest):
+            offered = [r for r in records if r.drafted > position]
+            by_position.append(sum(r.n_accepted > position for r in offered) / len(offered))
+        k_counts = Counter(r.k for r in records)
+        overhead_s = max(decode_s - draft_s - verify_s, 0.0)
+        return {
+            "new_tokens": new_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "rounds": len(records),
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_accepted": new_tokens / len(records) if records else 0.0,
+            "acceptance_by_position": by_position,
+            "draft_ms": draft_s * 1e3,
+            "draft_steps": draft_steps,
+            "verify_ms": verify_s * 1e3,
+            "overhead_ms": overhead_s * 1e3,
+            "overhead_ms_per_round": overhead_s * 1e3 / len(records) if records else 0.0,
+            "prefill_ms": (self._prefilled - self._started) * 1e3 if self._prefilled else 0.0,
+            "time_to_first_token_ms": (
+                (self._first_token - self._started) * 1e3 if self._first_token else None
+            ),
+            "decode_ms": decode_s * 1e3,
+            "tokens_per_s": new_tokens / decode_s if decode_s > 0 else None,
+            "k_values": sorted(k_counts),
+            "k_counts": {str(k): n for k, n in sorted(k_counts.items())},
+            "finish_reason": self.finish_reason,
+        }

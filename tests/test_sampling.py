@@ -1,0 +1,214 @@
+"""Unit tests for edgespec.runtime.sampling: transforms, draws and keyed uniforms. No models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgespec.config import SamplingConfig
+from edgespec.runtime.sampling import (
+    greedy_token,
+    keyed_uniform,
+    probabilities,
+    residual,
+    sample,
+    sample_at,
+)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _logits(rows: int, vocab: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(rows, vocab))
+
+
+# --- probabilities -----------------------------------------------------------------------------
+
+
+def test_greedy_is_one_hot_at_argmax_with_ties_to_lowest_id() -> None:
+    logits = np.array([[0.0, 2.0, 2.0, 1.0], [5.0, -1.0, 5.0, 5.0]], dtype=np.float32)
+    probs = probabilities(logits, SamplingConfig(temperature=0.0))
+    assert probs.dtype == np.float64
+    np.testing.assert_array_equal(probs, [[0, 1, 0, 0], [1, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_temperature_matches_softmax(temperature: float, dtype: type) -> None:
+    logits: np.ndarray = _logits(3, 11).astype(dtype)
+    probs = probabilities(logits, SamplingConfig(temperature=temperature))
+    assert probs.dtype == np.float64
+    expected = _softmax(logits.astype(np.float64) / temperature)
+    np.testing.assert_allclose(probs, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_large_logits_are_stable() -> None:
+    probs = probabilities(np.array([1e4, 1e4 - 1.0, -np.inf]), SamplingConfig(temperature=1.0))
+    np.testing.assert_allclose(probs, [1 / (1 + math.exp(-1)), 1 - 1 / (1 + math.exp(-1)), 0.0])
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 7])
+def test_top_k_keeps_exactly_the_k_highest(top_k: int) -> None:
+    logits = _logits(4, 10, seed=1)
+    probs = probabilities(logits, SamplingConfig(temperature=0.7, top_k=top_k))
+    for row_logits, row in zip(logits, probs, strict=True):
+        kept = set(np.flatnonzero(row))
+        assert kept == set(np.argsort(row_logits)[-top_k:])
+        expected = _softmax(row_logits[sorted(kept)] / 0.7)
+        np.testing.assert_allclose(row[sorted(kept)], expected, rtol=1e-12)
+
+
+def test_top_k_keeps_ties_with_the_kth_and_is_off_at_or_above_vocab() -> None:
+    logits = np.array([3.0, 1.0, 3.0, 3.0, 0.0])
+    tied = probabilities(logits, SamplingConfig(temperature=1.0, top_k=2))
+    assert set(np.flatnonzero(tied)) == {0, 2, 3}
+    plain = probabilities(logits, SamplingConfig(temperature=1.0))
+    for top_k in (5, 50):
+        np.testing.assert_array_equal(
+            probabilities(logits, SamplingConfig(temperature=1.0, top_k=top_k)), plain
+        )
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [(0.01, {1}), (0.35, {1}), (0.65, {1, 2}), (0.75, {1, 2, 3}), (0.9, {0, 1, 2, 3})],
+)
+def test_top_p_keeps_the_minimal_nucleus(top_p: float, kept: set[int]) -> None:
+    base = np.array([0.1, 0.4, 0.3, 0.15, 0.05])
+    probs = probabilities(np.log(base), SamplingConfig(temperature=1.0, top_p=top_p))
+    assert set(np.flatnonzero(probs)) == kept
+    ids = sorted(kept)
+    np.testing.assert_allclose(probs[ids], base[ids] / base[ids].sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.8, 0.95, 0.999])
+def test_top_p_nucleus_is_minimal_on_random_rows(top_p: float) -> None:
+    logits = _logits(20, 16, seed=2)
+    full = probabilities(logits, SamplingConfig(temperature=1.3))
+    probs = probabilities(logits, SamplingConfig(temperature=1.3, top_p=top_p))
+    for full_row, row in zip(full, probs, strict=True):
+        kept = np.flatnonzero(row)
+        assert len(kept) >= 1
+        # The kept tokens are the most probable ones...
+        assert full_row[kept].min() >= np.delete(full_row, kept).max(initial=0.0)
+        # ...their mass reaches top_p, and dropping the least probable of them would not.
+        assert full_row[kept].sum() >= top_p
+        assert full_row[kept].sum() - full_row[kept].min() < top_p
+
+
+def test_top_k_applies_before_top_p() -> None:
+    # After top-k = 2 the row is [0.625, 0.375, 0]: top-p 0.6 keeps token 0 alone. Applied to
+    # the raw row [0.5, 0.3, 0.2], top-p 0.6 would keep two tokens.
+    logits = np.log(np.array([0.5, 0.3, 0.2]))
+    probs = probabilities(logits, SamplingConfig(temperature=1.0, top_k=2, top_p=0.6))
+    np.testing.assert_array_equal(probs, [1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SamplingConfig(temperature=0.0),
+        SamplingConfig(temperature=0.9),
+        SamplingConfig(temperature=1.1, top_k=5),
+        SamplingConfig(temperature=0.8, top_p=0.7),
+        SamplingConfig(temperature=1.5, top_k=6, top_p=0.9),
+    ],
+)
+def test_rows_sum_to_one_and_2d_is_row_wise(config: SamplingConfig) -> None:
+    logits = _logits(6, 32, seed=3)
+    probs = probabilities(logits, config)
+    assert probs.shape == logits.shape
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-12)
+    assert (probs >= 0).all()
+    for row_logits, row in zip(logits, probs, strict=True):
+        np.testing.assert_array_equal(probabilities(row_logits, config), row)
+    np.testing.assert_array_equal(probabilities(logits, config), probs)  # deterministic
+
+
+# --- greedy_token, sample_at, sample ----------------------------------------------------------
+
+
+def test_greedy_token() -> None:
+    assert greedy_token(np.array([0.1, 3.0, 3.0, -1.0])) == 1
+    with pytest.raises(ValueError, match="one row"):
+        greedy_token(np.zeros((2, 3)))
+
+
+def test_sample_at_is_the_inverse_cdf() -> None:
+    probs = np.array([0.2, 0.3, 0.5])
+    assert [sample_at(probs, u) for u in (0.0, 0.19, 0.2, 0.49, 0.5, 0.99)] == [0, 0, 1, 1, 2, 2]
+    assert sample_at(probs, np.nextafter(1.0, 0.0)) == 2
+    # A grid of uniforms reproduces the row exactly (to the grid's resolution).
+    grid = (np.arange(10_000) + 0.5) / 10_000
+    counts = np.bincount([sample_at(probs, u) for u in grid], minlength=3)
+    np.testing.assert_array_equal(counts, [2000, 3000, 5000])
+
+
+def test_sample_at_never_draws_a_zero_probability_token() -> None:
+    probs = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
+    assert [sample_at(probs, u) for u in (0.0, 0.4999, 0.5, np.nextafter(1.0, 0.0))] == [1, 1, 3, 3]
+    # A cumulative sum ending below (or above) 1 is rescaled, never runs off the end.
+    low = probs * (1 - 1e-9)
+    assert sample_at(low, np.nextafter(1.0, 0.0)) == 3
+    assert sample_at(probs * (1 + 1e-9), 0.49999999) == 1
+    with pytest.raises(ValueError, match="one row"):
+        sample_at(np.full((2, 2), 0.25), 0.5)
+
+
+def test_sample_is_reproducible_and_uses_one_uniform() -> None:
+    probs = probabilities(_logits(1, 9, seed=4)[0], SamplingConfig(temperature=1.0))
+    first_rng = np.random.default_rng(7)
+    first = [sample(probs, first_rng) for _ in range(50)]
+    rng = np.random.default_rng(7)
+    again = [sample(probs, rng) for _ in range(50)]
+    assert first == again
+    mirror = np.random.default_rng(7)
+    assert again == [sample_at(probs, mirror.random()) for _ in range(50)]
+    assert rng.random() == mirror.random()  # both consumed exactly 50 uniforms
+
+
+# --- keyed_uniform -----------------------------------------------------------------------------
+
+
+def test_keyed_uniform_depends_only_on_seed_and_position() -> None:
+    assert keyed_uniform(3, 17) == keyed_uniform(3, 17)
+    philox = np.random.Generator(np.random.Philox(key=3, counter=17)).random()
+    assert keyed_uniform(3, 17) == philox
+    by_position = {keyed_uniform(3, position) for position in range(200)}
+    by_seed = {keyed_uniform(seed, 17) for seed in range(200)}
+    assert len(by_position) == 200
+    assert len(by_seed) == 200
+    assert all(0.0 <= u < 1.0 for u in by_position | by_seed)
+
+
+def test_keyed_uniform_is_uniform_over_positions() -> None:
+    """Kolmogorov–Smirnov over 20,000 positions at α = 1e-4 (fixed seed: it cannot flake).
+
+    Critical value: sqrt(ln(2 / α) / (2 n)) = sqrt(9.903 / 40,000) ≈ 0.01573.
+    """
+    n = 20_000
+    u = np.sort([keyed_uniform(12345, position) for position in range(n)])
+    ks = max((np.arange(1, n + 1) / n - u).max(), (u - np.arange(n) / n).max())
+    assert ks < math.sqrt(math.log(2 / 1e-4) / (2 * n))
+
+
+# --- residual ----------------------------------------------------------------------------------
+
+
+def test_residual_is_normalised_positive_part() -> None:
+    p = np.array([0.5, 0.2, 0.3, 0.0])
+    q = np.array([0.2, 0.4, 0.1, 0.3])
+    np.testing.assert_allclose(residual(p, q), [0.6, 0.0, 0.4, 0.0])
+
+
+def test_residual_of_equal_rows_is_the_target() -> None:
+    p = np.array([0.25, 0.25, 0.5])
+    np.testing.assert_array_equal(residual(p, p.copy()), p)
+    rows = np.array([[0.5, 0.2, 0.3], [0.25, 0.25, 0.5]])
+    draft = np.array([[0.2, 0.5, 0.3], [0.25, 0.25, 0.5]])
+    np.testing.assert_allclose(residual(rows, draft), [[1.0, 0.0, 0.0], [0.25, 0.25, 0.5]])
