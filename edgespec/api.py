@@ -227,8 +227,8 @@ class Engine:
                 fix="use sampling_mode='match' (the default for ngram)",
             )
         prompt_ids = list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=chat)
-        if not prompt_ids:
-            raise ConfigError("the prompt is empty", fix="pass at least one token of text")
+        if not prompt_ids or (isinstance(prompt, str) and not prompt):
+            raise ConfigError("the prompt is empty", fix="pass at least one character of text")
         if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
             raise ConfigError(
                 f"prompt token ids must lie in [0, {self.target.vocab_size})",
