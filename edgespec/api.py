@@ -107,9 +107,14 @@ class Engine:
         target_providers: Sequence[str] | None = None,
         draft_providers: Sequence[str] | None = None,
         threads: int = 0,
+        io_binding: bool | None = None,
         verify_checksums: bool = True,
     ) -> Engine:
-        """Loads and validates the bundles, checks the pair, and creates both sessions."""
+        """Loads and validates the bundles, checks the pair, and creates both sessions.
+
+        ``io_binding`` None picks per session: IO binding off the CPU, the plain path on it
+        (measured faster there; see ``edgespec.runtime.session``).
+        """
         from tokenizers import Tokenizer
 
         target_bundle = load_bundle(target, verify_checksums=verify_checksums)
@@ -121,7 +126,7 @@ class Engine:
                     f"draft {draft} cannot serve target {target}: {report.reason}",
                     fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
                 )
-        options = SessionOptions(intra_op_threads=threads, spinning=False)
+        options = SessionOptions(intra_op_threads=threads, spinning=False, io_binding=io_binding)
         target_session = ModelSession(target_bundle, providers=target_providers, options=options)
         draft_session = (
             ModelSession(draft_bundle, providers=draft_providers, options=options)

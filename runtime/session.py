@@ -1,17 +1,25 @@
 """One ONNX Runtime session for one bundle: providers, session options, and ``forward``.
 
 ``forward(token_ids, cache) -> logits`` runs the tokens after the cache's ``length`` tokens,
-advances the cache and returns logits [len(token_ids), vocab] (float32). :class:`ModelSession`
-uses IO binding, so the present KV is written straight into the cache's buffers and the logits
-into a preallocated buffer (the returned array is a view, valid until the next call).
-``forward_reference`` is the plain numpy path (``session.run``, presents fed back as pasts);
-tests check that the two agree. No speculation logic lives here.
+advances the cache and returns logits [len(token_ids), vocab] (float32). Two paths exist:
+
+* ``forward_bound``: IO binding, so the present KV is written straight into the cache's
+  ping-pong buffers and the logits into a preallocated buffer (a view, valid until the next
+  call);
+* ``forward_reference``: the plain path (``session.run``, presents fed back as pasts).
+
+Measured on the 2-core CPU this project is developed on (benchmarks/session_paths.py), the
+plain path was as fast or faster for CPU sessions (IO binding 0.83-1.05x of it), so CPU
+sessions use it by default; sessions on other providers use IO binding, which keeps the KV
+cache from crossing to the host as a fresh output every step. Tests check that both agree.
+No speculation logic lives here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -35,6 +43,8 @@ class SessionOptions:
 
     intra_op_threads: int = 0
     spinning: bool = False
+    #: None: IO binding unless the session runs on the CPU provider (see the module docstring).
+    io_binding: bool | None = None
 
 
 def choose_providers(requested: Sequence[str] | None) -> list[str]:
@@ -88,13 +98,28 @@ class ModelSession:
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers
+        self.io_binding = (
+            options.io_binding
+            if options.io_binding is not None
+            else self.providers[0] != "CPUExecutionProvider"
+        )
         self._binding = self.session.io_binding()
         self._logits_dtype = np.dtype(self.graph.logits_dtype)
         self._logits = np.zeros(0, dtype=self._logits_dtype)
         self._positions = np.arange(self.max_length + 1, dtype=np.int64)[None, :]
         self._mask = np.ones((1, self.max_length + 1), dtype=np.int64)
 
-    def new_cache(self) -> KVCache:
+    def new_cache(self) -> KVCache | ReferenceKVCache:
+        """A cache for :meth:`forward` (the kind the session's path needs)."""
+        return self.new_bound_cache() if self.io_binding else self.new_reference_cache()
+
+    def forward(self, token_ids: Sequence[int], cache: KVCache | ReferenceKVCache) -> np.ndarray:
+        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
+        if self.io_binding:
+            return self.forward_bound(token_ids, cast(KVCache, cache))
+        return self.forward_reference(token_ids, cast(ReferenceKVCache, cache))
+
+    def new_bound_cache(self) -> KVCache:
         return KVCache(
             layers=self.model.num_layers,
             kv_heads=self.model.num_kv_heads,
@@ -122,8 +147,8 @@ class ModelSession:
                 "--max-length",
             )
 
-    def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
-        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``; a view."""
+    def forward_bound(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
+        """The IO-binding path; the returned logits are a view valid until the next call."""
         count = len(token_ids)
         past = cache.length
         self._check_room(past, count)

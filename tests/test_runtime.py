@@ -70,6 +70,23 @@ def test_self_draft_accepts_everything(exported: Callable[..., Path]) -> None:
         assert result.stats["acceptance_by_position"] == [1.0] * k
 
 
+def test_io_bound_engine_equals_default_engine(exported: Callable[..., Path]) -> None:
+    """The whole loop (draft and target rollbacks included) on the IO-binding path."""
+    target, draft = exported("qwen2", "int4"), exported("mistral", "fp32")
+    plain = Engine.load(target=target, draft=draft)
+    bound = Engine.load(target=target, draft=draft, io_binding=True)
+    assert bound.target.io_binding and not plain.target.io_binding
+    for k in (1, 3, 8):
+        expected = plain.generate(PROMPTS[0], k=k, max_new_tokens=40)
+        result = bound.generate(PROMPTS[0], k=k, max_new_tokens=40)
+        assert result.tokens == expected.tokens
+        sampled = bound.generate(PROMPTS[0], k=k, max_new_tokens=40, temperature=0.9, seed=4)
+        assert (
+            sampled.tokens
+            == plain.generate(PROMPTS[0], k=k, max_new_tokens=40, temperature=0.9, seed=4).tokens
+        )
+
+
 def test_auto_k_stays_exact(engines: Callable[[str, str], Engine]) -> None:
     engine = engines("llama", "fp32")
     expected = engine.generate(PROMPTS[1], drafter="none", max_new_tokens=48)
@@ -132,16 +149,16 @@ def test_scripted_drafter_right_for_exactly_j_tokens(
     assert full_rounds and all(r.n_accepted == right for r in full_rounds)
 
 
-def test_fast_path_equals_reference_path_with_rollbacks(exported: Callable[..., Path]) -> None:
+def test_bound_path_equals_reference_path_with_rollbacks(exported: Callable[..., Path]) -> None:
     session = ModelSession(load_bundle(exported("llama", "int4")))
-    fast, reference = session.new_cache(), session.new_reference_cache()
+    fast, reference = session.new_bound_cache(), session.new_reference_cache()
     rng = np.random.default_rng(7)
     for _ in range(40):
         count = int(rng.integers(1, 10))
         if fast.length + count > session.max_length:
             break
         tokens = rng.integers(0, session.vocab_size, count).tolist()
-        fast_logits = session.forward(tokens, fast).copy()
+        fast_logits = session.forward_bound(tokens, fast).copy()
         reference_logits = session.forward_reference(tokens, reference)
         np.testing.assert_array_equal(fast_logits, reference_logits)
         keep = int(rng.integers(max(fast.length - count, 0), fast.length + 1))
