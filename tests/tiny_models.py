@@ -183,7 +183,45 @@ def _llama_110m() -> Any:
     )
 
 
+def _llama_14m() -> Any:
+    """A 14.3M-parameter Llama target: 384 wide, 6 layers, 8192-entry embedding."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=384,
+        intermediate_size=1536,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=6,
+        vocab_size=8192,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        max_position_embeddings=1024,
+    )
+
+
+def _llama_2m() -> Any:
+    """A 2M-parameter Llama draft for ``llama-14m``: 128 wide, 2 layers."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=8192,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        max_position_embeddings=1024,
+    )
+
+
 ARCHITECTURES["llama-110m"] = _llama_110m
+ARCHITECTURES["llama-14m"] = _llama_14m
+ARCHITECTURES["llama-2m"] = _llama_2m
 
 
 def main(argv: list[str] | None = None) -> None:
