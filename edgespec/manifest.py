@@ -159,8 +159,9 @@ class ParityResult:
 class BatchInvarianceResult:
     """Logits of positions computed in one multi-token pass vs one position at a time.
 
-    For each pass width w in ``widths`` (w = k + 1 verify positions) the calibration text is
-    decoded in chunks of w after a prefill; ``positions`` positions are compared per width.
+    For each pass width w in ``widths`` (w = k + 1 verify positions) the calibration text and
+    the graph's own greedy continuation are decoded in chunks of w after a prefill;
+    ``positions`` counts the comparisons over all widths.
     Greedy speculative output equals the target's greedy output only when no argmax differs.
     """
 

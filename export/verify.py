@@ -212,6 +212,19 @@ def check_parity(
     )
 
 
+def _single_step_logits(
+    runner: GraphRunner, tokens: Sequence[int], prefill: int
+) -> tuple[np.ndarray, KVState]:
+    """Logits [len(tokens) - prefill, vocab] computed one position at a time after a prefill."""
+    _, prefilled = runner.forward(tokens[:prefill], runner.empty())
+    rows = []
+    state = prefilled
+    for token in tokens[prefill:]:
+        logits, state = runner.forward([token], state)
+        rows.append(logits[0])
+    return np.stack(rows), prefilled
+
+
 def check_batch_invariance(
     runner: GraphRunner,
     token_ids: Sequence[int],
@@ -221,36 +234,36 @@ def check_batch_invariance(
 ) -> BatchInvarianceResult:
     """Compares multi-position passes of each width with single-position steps.
 
-    After a prefill of the first tokens, every later position's logits are computed once one
-    token at a time (the reference) and, for each width w, in consecutive passes of w tokens,
-    as a verify pass of k = w - 1 drafted tokens would.
+    Two token streams are checked: the calibration text, and the graph's own greedy
+    continuation of its first tokens (what a verify pass sees when the draft is right, and where
+    repetitive text makes near-ties common). After a prefill, every later position's logits are
+    computed once one token at a time (the reference) and, for each width w, in consecutive
+    passes of w tokens, as a verify pass of k = w - 1 drafted tokens would.
     """
     prefill = min(_BATCH_PREFILL, len(token_ids) - max(widths))
     if prefill < 1:
         raise ValueError(f"batch invariance needs more than {max(widths)} calibration tokens")
-    tokens = list(token_ids[: prefill + _BATCH_COMPARED_POSITIONS])
-    _, prefilled = runner.forward(tokens[:prefill], runner.empty())
-    single_rows = []
-    state = prefilled
-    for token in tokens[prefill:]:
-        logits, state = runner.forward([token], state)
-        single_rows.append(logits[0])
-    single = np.stack(single_rows)  # [positions, vocab]
+    text = list(token_ids[: prefill + _BATCH_COMPARED_POSITIONS])
+    continuation = text[:prefill] + runner.greedy(text[:prefill], _BATCH_COMPARED_POSITIONS)
+    streams = [
+        (tokens, *_single_step_logits(runner, tokens, prefill)) for tokens in (text, continuation)
+    ]
     mismatched = compared = 0
     max_diff = 0.0
     by_width: dict[str, float] = {}
     for step, width in enumerate(widths):
         width_mismatched = width_compared = 0
-        state = prefilled
-        offset = 0
-        while offset + width <= len(single):
-            chunk = tokens[prefill + offset : prefill + offset + width]
-            logits, state = runner.forward(chunk, state)
-            reference = single[offset : offset + width]
-            width_mismatched += int(np.sum(logits.argmax(-1) != reference.argmax(-1)))
-            max_diff = max(max_diff, float(np.max(np.abs(logits - reference))))
-            width_compared += width
-            offset += width
+        for tokens, single, prefilled in streams:
+            state = prefilled
+            offset = 0
+            while offset + width <= len(single):
+                chunk = tokens[prefill + offset : prefill + offset + width]
+                logits, state = runner.forward(chunk, state)
+                reference = single[offset : offset + width]
+                width_mismatched += int(np.sum(logits.argmax(-1) != reference.argmax(-1)))
+                max_diff = max(max_diff, float(np.max(np.abs(logits - reference))))
+                width_compared += width
+                offset += width
         by_width[str(width)] = width_mismatched / width_compared
         mismatched += width_mismatched
         compared += width_compared

@@ -247,3 +247,23 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def truncated_draft(target_dir: Path, out_dir: Path, *, layers: int = 1) -> Path:
+    """A draft made of the target's embedding, first ``layers`` layers, final norm and head.
+
+    In a random-weight model the residual stream is dominated by the embedding, so such a
+    draft agrees with its target often: a stand-in for a trained pair in benchmarks.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = AutoModelForCausalLM.from_pretrained(target_dir)
+    config = target.config.__class__.from_dict(
+        {**target.config.to_dict(), "num_hidden_layers": layers}
+    )
+    draft = AutoModelForCausalLM.from_config(config)
+    state = {k: v for k, v in target.state_dict().items() if k in draft.state_dict()}
+    draft.load_state_dict(state)
+    draft.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(target_dir).save_pretrained(out_dir)
+    return out_dir
