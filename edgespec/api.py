@@ -112,8 +112,8 @@ class Engine:
     ) -> Engine:
         """Loads and validates the bundles, checks the pair, and creates both sessions.
 
-        ``io_binding`` None picks per session: IO binding off the CPU, the plain path on it
-        (measured faster there; see ``edgespec.runtime.session``).
+        ``io_binding`` True uses the IO-binding path; the default is the plain path, measured
+        as fast or faster on CPU (see ``edgespec.runtime.session``).
         """
         from tokenizers import Tokenizer
 
@@ -146,6 +146,25 @@ class Engine:
         )
 
     @property
+    def warnings(self) -> list[str]:
+        """Provider fallbacks, and a target whose export did not show batch invariance."""
+        sessions = [("target", self.target)] + ([("draft", self.draft)] if self.draft else [])
+        lines = [
+            f"{name} asked for {session.requested_providers[0]} but runs on "
+            f"{', '.join(session.providers)}"
+            for name, session in sessions
+            if session.fell_back
+        ]
+        invariant = self.target.bundle.manifest.verification.batch_invariant
+        if invariant is not True:
+            lines.append(
+                f"target {self.target.bundle.root} was "
+                f"{'not checked' if invariant is None else 'found NOT'} batch invariant at "
+                "export, so greedy speculative output may differ from its own greedy output"
+            )
+        return lines
+
+    @property
     def providers(self) -> dict[str, list[str]]:
         """What really runs (ONNX Runtime falls back silently), per model."""
         found = {"target": list(self.target.providers)}
@@ -166,7 +185,11 @@ class Engine:
             )
         import jinja2
 
+        def raise_exception(message: str) -> None:  # used by many hub chat templates
+            raise ConfigError(f"the chat template refused the messages: {message}")
+
         environment = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
+        environment.globals["raise_exception"] = raise_exception
         template = environment.from_string(self.chat_template)
         return template.render(messages=list(messages), add_generation_prompt=True, **self._special)
 
@@ -249,9 +272,11 @@ class Engine:
         stop_matcher = StopMatcher(stop) if stop else None
         chosen = self._drafter(drafter, k)
         policy: KPolicy = (
-            AutoK(self.cost_profile())
+            FixedK(0)
+            if drafter == "none"
+            else AutoK(self.cost_profile())
             if k == "auto"
-            else FixedK(0 if drafter == "none" else int(k))
+            else FixedK(int(k))
         )
         generation = Generation(iter(()))
         generation._pieces = self._pieces(
@@ -263,7 +288,9 @@ class Engine:
         if name == "model":
             assert self.draft is not None
             stop_probability = AUTO_STOP_PROBABILITY if k == "auto" else 0.0
-            return ModelDrafter(self.draft, stop_probability=stop_probability)
+            return ModelDrafter(
+                self.draft, vocab_size=self.target.vocab_size, stop_probability=stop_probability
+            )
         if name == "ngram":
             return PromptLookupDrafter()
         return NoDrafter()

@@ -297,13 +297,16 @@ def _k(value: str) -> int | str:
 def _load_engine(args: argparse.Namespace) -> Any:
     from edgespec.api import Engine
 
-    return Engine.load(
+    engine = Engine.load(
         target=args.target,
         draft=args.draft,
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
     )
+    for line in engine.warnings:
+        print(f"edgespec: warning: {line}", file=sys.stderr)
+    return engine
 
 
 def _run_generate(args: argparse.Namespace) -> int:

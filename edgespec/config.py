@@ -98,6 +98,8 @@ class SamplingConfig:
             raise ConfigError(
                 f"top_p {self.top_p} is outside (0, 1]", fix="use 1.0 (off) or e.g. 0.9"
             )
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed {self.seed} is outside [0, 2**63)", fix="use e.g. --seed 0")
         if self.mode not in SAMPLING_MODES:
             raise ConfigError(
                 f"unknown sampling mode {self.mode!r}",

@@ -59,12 +59,15 @@ class StepRecord:
 
 
 class DecodeObserver(Protocol):
-    """Watches a generation. The decoder calls these in order: start, prefilled, step per
-    round, finish with the reason (eos, max_new_tokens, stop_string, context)."""
+    """Watches a generation. The decoder calls these in order: start, prefilled, then per
+    round round_start and step, and finish with the reason (eos, max_new_tokens; the engine
+    adds stop_string)."""
 
     def on_start(self, prompt_tokens: int) -> None: ...
 
     def on_prefilled(self) -> None: ...
+
+    def on_round_start(self) -> None: ...
 
     def on_step(self, record: StepRecord) -> None: ...
 

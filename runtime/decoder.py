@@ -64,6 +64,8 @@ def decode(
         observer.on_prefilled()
     last, produced, round_index = prompt[-1], 0, 0
     while produced < max_new_tokens:
+        for observer in observers:
+            observer.on_round_start()
         # A round commits up to k + 1 tokens; never draft past the token budget.
         k = min(k_policy.next_k(), max_new_tokens - produced - 1)
         draft = drafter.propose(k)

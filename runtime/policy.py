@@ -63,16 +63,20 @@ class AutoK:
         self.alpha = alpha
         self.smoothing = smoothing
         self.probe_every = probe_every
-        self.target_step_s = profile.target_step_s
         self.draft_step_s = profile.draft_step_s
         self.verify_s = [cost * profile.target_step_s for cost in profile.verify_cost]
         self._zero_rounds = 0
+        # alpha = accepted / tested, as two running sums: a round tests n_accepted + 1 draft
+        # tokens when one is rejected, n_accepted when all pass (accepted / drafted would be
+        # biased low for k > 1).
+        self._accepted = alpha
+        self._tested = 1.0
 
     def _blend(self, old: float, new: float) -> float:
         return (1.0 - self.smoothing) * old + self.smoothing * new
 
     def next_k(self) -> int:
-        c = self.draft_step_s / self.target_step_s
+        c = self.draft_step_s / self.verify_s[0]
         verify_cost = [t / self.verify_s[0] for t in self.verify_s]
         best = max(
             range(self.k_max + 1), key=lambda k: expected_speedup(self.alpha, c, verify_cost, k)
@@ -88,7 +92,10 @@ class AutoK:
 
     def observe(self, record: StepRecord) -> None:
         if record.drafted:
-            self.alpha = self._blend(self.alpha, record.n_accepted / record.drafted)
+            tested = record.n_accepted + (record.n_accepted < record.drafted)
+            self._accepted = self._blend(self._accepted, record.n_accepted)
+            self._tested = self._blend(self._tested, tested)
+            self.alpha = self._accepted / self._tested
         if record.draft_steps:
             self.draft_step_s = self._blend(self.draft_step_s, record.draft_s / record.draft_steps)
         width = record.drafted + 1

@@ -9,9 +9,9 @@ advances the cache and returns logits [len(token_ids), vocab] (float32). Two pat
 * ``forward_reference``: the plain path (``session.run``, presents fed back as pasts).
 
 Measured on the 2-core CPU this project is developed on (benchmarks/session_paths.py), the
-plain path was as fast or faster for CPU sessions (IO binding 0.83-1.05x of it), so CPU
-sessions use it by default; sessions on other providers use IO binding, which keeps the KV
-cache from crossing to the host as a fresh output every step. Tests check that both agree.
+plain path was as fast or faster (IO binding 0.83-1.05x of it), so it is the default. The
+bound buffers live in host memory: on a GPU provider the KV cache still crosses to the host
+every step (device-resident buffers are not written yet). Tests check that both paths agree.
 No speculation logic lives here.
 """
 
@@ -43,7 +43,7 @@ class SessionOptions:
 
     intra_op_threads: int = 0
     spinning: bool = False
-    #: None: IO binding unless the session runs on the CPU provider (see the module docstring).
+    #: None: the measured default, the plain path (see the module docstring).
     io_binding: bool | None = None
 
 
@@ -98,11 +98,7 @@ class ModelSession:
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers
-        self.io_binding = (
-            options.io_binding
-            if options.io_binding is not None
-            else self.providers[0] != "CPUExecutionProvider"
-        )
+        self.io_binding = bool(options.io_binding)
         self._binding = self.session.io_binding()
         self._logits_dtype = np.dtype(self.graph.logits_dtype)
         self._logits = np.zeros(0, dtype=self._logits_dtype)

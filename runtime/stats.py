@@ -12,14 +12,17 @@ from edgespec.events import StepRecord
 class StatsCollector:
     """A :class:`~edgespec.events.DecodeObserver` that turns step records into ``Result.stats``.
 
-    Times are wall-clock (``time.perf_counter``). ``overhead_ms`` is everything between
-    prefill and finish that was neither drafting nor verifying: the loop's own cost.
+    Times are wall-clock (``time.perf_counter``). ``decode_ms`` sums the rounds (from the start
+    of a round to its step record), so time the caller spends between rounds is excluded;
+    ``overhead_ms`` is the part of it that was neither drafting nor verifying: the loop's cost.
     """
 
     def __init__(self) -> None:
         self.records: list[StepRecord] = []
         self.finish_reason = ""
-        self._started = self._prefilled = self._first_token = self._finished = 0.0
+        self._started = self._prefilled = self._first_token = self._round_started = 0.0
+        #: Time inside rounds only: what the consumer does between rounds is not counted.
+        self._loop_s = 0.0
         self.prompt_tokens = 0
 
     def on_start(self, prompt_tokens: int) -> None:
@@ -30,14 +33,19 @@ class StatsCollector:
         self._prefilled = time.perf_counter()
 
     def on_step(self, record: StepRecord) -> None:
+        now = time.perf_counter()
         if not self.records:
-            self._first_token = time.perf_counter()
+            self._first_token = now
+        self._loop_s += now - self._round_started
         self.records.append(record)
 
+    def on_round_start(self) -> None:
+        self._round_started = time.perf_counter()
+
     def on_finish(self, reason: str) -> None:
-        if not self.finish_reason:
+        """Keeps the first reason, except that a stop string found in the final text wins."""
+        if not self.finish_reason or reason == "stop_string":
             self.finish_reason = reason
-            self._finished = time.perf_counter()
 
     def as_dict(self) -> dict[str, Any]:
         records = self.records
@@ -47,8 +55,7 @@ class StatsCollector:
         draft_s = sum(r.draft_s for r in records)
         verify_s = sum(r.verify_s for r in records)
         draft_steps = sum(r.draft_steps for r in records)
-        finished = self._finished or time.perf_counter()
-        decode_s = finished - self._prefilled if self._prefilled else 0.0
+        decode_s = self._loop_s
         longest = max((r.drafted for r in records), default=0)
         by_position = []
         for position in range(longest):

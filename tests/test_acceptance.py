@@ -198,3 +198,28 @@ def test_sampled_output_is_distributed_as_the_target(k: int, sampling: SamplingC
     for observed, row in ((first, p_target[0]), (second, p_target[1])):
         statistic, dof = _chi_square(observed, row)
         assert statistic < CHI2_CRITICAL_1E4[dof], (statistic, dof, observed, row)
+
+
+def test_auto_k_estimates_per_token_acceptance() -> None:
+    """Rounds that accept 2 of 4 drafted tokens test 3 tokens: alpha tends to 2/3, not 1/2."""
+    from edgespec.events import StepRecord
+    from edgespec.runtime.policy import AutoK, CostProfile, expected_tokens
+
+    policy = AutoK(
+        CostProfile(target_step_s=1e-3, draft_step_s=1e-4, verify_cost=(1.0,) * 9), alpha=0.5
+    )
+    record = StepRecord(
+        round=0,
+        k=4,
+        drafted=4,
+        n_accepted=2,
+        committed=(1, 2, 3),
+        draft_s=4e-4,
+        draft_steps=4,
+        verify_s=1e-3,
+    )
+    for _ in range(200):
+        policy.observe(record)
+    assert abs(policy.alpha - 2 / 3) < 1e-6
+    assert expected_tokens(1.0, 4) == 5.0
+    assert 1 <= policy.next_k() <= 8

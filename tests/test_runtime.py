@@ -87,6 +87,34 @@ def test_io_bound_engine_equals_default_engine(exported: Callable[..., Path]) ->
         )
 
 
+def test_match_mode_draft_shares_the_targets_draws(exported: Callable[..., Path]) -> None:
+    """The draft draws each position with the target's keyed uniform: a self-draft is always
+    accepted in match mode, and the text equals target-only sampling."""
+    bundle = exported("llama", "fp32")
+    engine = Engine.load(target=bundle, draft=bundle)
+    options = dict(temperature=0.9, top_p=0.95, seed=11, max_new_tokens=33)
+    expected = engine.generate(PROMPTS[0], drafter="none", **options)
+    result = engine.generate(PROMPTS[0], k=4, sampling_mode="match", **options)
+    assert result.tokens == expected.tokens
+    assert result.stats["acceptance_rate"] == 1.0
+
+
+def test_draft_with_a_larger_model_vocabulary(
+    exported: Callable[..., Path], tiny_model: Callable[[str], Path]
+) -> None:
+    """Model vocab sizes may differ by up to 128: q_draft is cut to the target's width."""
+    wide = exported("mistral-wide", "fp32")
+    assert (
+        load_bundle(wide).manifest.model.vocab_size
+        == load_bundle(exported("llama", "fp32")).manifest.model.vocab_size + 16
+    )
+    engine = Engine.load(target=exported("llama", "fp32"), draft=wide)
+    expected = engine.generate(PROMPTS[1], drafter="none", max_new_tokens=30)
+    assert engine.generate(PROMPTS[1], k=3, max_new_tokens=30).tokens == expected.tokens
+    sampled = engine.generate(PROMPTS[1], k=3, max_new_tokens=30, temperature=1.0, seed=2)
+    assert len(sampled.tokens) == 30 and max(sampled.tokens) < 384
+
+
 def test_auto_k_stays_exact(engines: Callable[[str, str], Engine]) -> None:
     engine = engines("llama", "fp32")
     expected = engine.generate(PROMPTS[1], drafter="none", max_new_tokens=48)
@@ -248,6 +276,26 @@ def test_stats_keys(engines: Callable[[str, str], Engine]) -> None:
     # k shrinks in the last rounds so that no round drafts past max_new_tokens.
     assert stats["new_tokens"] == 20 and max(stats["k_values"]) == 4
     assert stats["providers"]["target"] == ["CPUExecutionProvider"]
+
+
+def test_engine_warns_about_unverified_targets(
+    exported: Callable[..., Path],
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert Engine.load(target=exported("llama", "fp32")).warnings == []
+    unverified = tmp_path / "unverified"
+    assert (
+        main(
+            ["export", str(tiny_model("llama")), "--out", str(unverified), "--no-verify", "--quiet"]
+        )
+        == 0
+    )
+    assert "not checked batch invariant" in Engine.load(target=unverified).warnings[0]
+    capsys.readouterr()
+    assert main(["generate", "x", "--target", str(unverified), "--max-new-tokens", "2"]) == 0
+    assert "edgespec: warning: target" in capsys.readouterr().err
 
 
 def test_chat_template_is_applied(engines: Callable[[str, str], Engine]) -> None:

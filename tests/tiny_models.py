@@ -115,12 +115,29 @@ def _mistral() -> Any:
     )
 
 
+def _mistral_wide() -> Any:
+    """The tiny Mistral with 16 more (unused) embedding rows than the tokenizer needs."""
+    from transformers import MistralConfig
+
+    common = _common()
+    common["vocab_size"] = VOCAB_SIZE + 16
+    return MistralConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        **common,
+    )
+
+
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "llama": _llama,
     "qwen2": _qwen2,
     "gpt2": _gpt2,
     "phi3": _phi3,
     "mistral": _mistral,
+    "mistral-wide": _mistral_wide,
 }
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.sampling import probabilities, sample
+from edgespec.runtime.sampling import keyed_uniform, probabilities, sample, sample_at
 from edgespec.runtime.session import ModelSession
 
 
@@ -22,8 +22,13 @@ class ModelDrafter:
     ends a proposal early when the draft's probability for its own token falls below it.
     """
 
-    def __init__(self, session: ModelSession, *, stop_probability: float = 0.0) -> None:
+    def __init__(
+        self, session: ModelSession, *, vocab_size: int, stop_probability: float = 0.0
+    ) -> None:
         self.session = session
+        #: The target's vocabulary size: draft rows are cut or padded to it, so q_draft lines
+        #: up with p_target and no id the target lacks is ever proposed.
+        self.vocab_size = vocab_size
         self.stop_probability = stop_probability
         self.cache = session.new_cache()
         self._pending: list[int] = []
@@ -51,13 +56,13 @@ class ModelDrafter:
         steps = 0
         calls = min(k, self.session.max_length - self.cache.length - len(feed) + 1)
         for _ in range(max(calls, 0)):
-            logits = self.session.forward(feed, self.cache)[-1]
+            logits = self._target_width(self.session.forward(feed, self.cache)[-1])
             steps += 1
             self._pending = []
             seen = len(tokens)
             q = probabilities(logits, self._sampling)
-            token = int(np.argmax(q)) if self._sampling.greedy else sample(q, self._rng)
-            if tokens and q[token] < self.stop_probability:
+            token = self._draw(q)
+            if tokens and self._confidence(logits, q, token) < self.stop_probability:
                 break
             tokens.append(token)
             q_rows.append(q)
@@ -71,6 +76,29 @@ class ModelDrafter:
             elapsed_s=time.perf_counter() - started,
             steps=steps,
         )
+
+    def _target_width(self, logits: np.ndarray) -> np.ndarray:
+        """The draft's logits [vocab_draft] as [vocab_target]: cut, or padded with -inf."""
+        if len(logits) >= self.vocab_size:
+            return logits[: self.vocab_size]
+        return np.concatenate([logits, np.full(self.vocab_size - len(logits), -np.inf)])
+
+    def _draw(self, q: np.ndarray) -> int:
+        if self._sampling.greedy:
+            return int(np.argmax(q))
+        if self._sampling.mode == "match":
+            # The token lands at absolute position cache.length; drawing it with the target's
+            # keyed uniform for that position makes draft and target draws coincide whenever
+            # their distributions are close, which is what match verification accepts.
+            return sample_at(q, keyed_uniform(self._sampling.seed, self.cache.length))
+        return sample(q, self._rng)
+
+    def _confidence(self, logits: np.ndarray, q: np.ndarray, token: int) -> float:
+        """The draft's own probability of ``token`` (softmax of the raw logits when greedy)."""
+        if not self._sampling.greedy:
+            return float(q[token])
+        shifted = np.exp(logits - np.max(logits))
+        return float(shifted[token] / shifted.sum())
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         proposed = self._proposed
