@@ -30,9 +30,6 @@ from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.local import LocalVerifier
 
 DRAFTERS = ("model", "ngram", "none")
-#: Under k="auto" the model drafter stops a proposal when its own token's probability drops
-#: below this; with a fixed k it drafts exactly k tokens.
-AUTO_STOP_PROBABILITY = 0.1
 
 
 class IncompatiblePairError(EdgespecError):
@@ -226,12 +223,16 @@ class Engine:
         sampling_mode: str | None = None,
         stop: Sequence[str] = (),
         chat: bool = False,
+        draft_min_probability: float = 0.0,
     ) -> Generation:
         """Validates everything first (nothing is generated on bad input), then streams.
 
         ``drafter`` is model, ngram or none (k = 0: plain target decoding). ``sampling_mode``
         is rejection (default with the model drafter) or match (default with ngram/none, and
         reproducible: the same seed gives the same text with or without speculation).
+        ``draft_min_probability`` ends a proposal early when the draft's own probability of
+        its next token falls below it (0, the default, drafts the full k: on the measured pair
+        0.03 and 0.1 lowered the speedup).
         """
         if drafter not in DRAFTERS:
             raise ConfigError(f"unknown drafter {drafter!r}", fix=f"use one of {DRAFTERS}")
@@ -270,7 +271,12 @@ class Engine:
                 "--max-length",
             )
         stop_matcher = StopMatcher(stop) if stop else None
-        chosen = self._drafter(drafter, k)
+        if not 0.0 <= draft_min_probability < 1.0:
+            raise ConfigError(
+                f"draft_min_probability {draft_min_probability} is outside [0, 1)",
+                fix="use 0 (off) or a small probability such as 0.05",
+            )
+        chosen = self._drafter(drafter, draft_min_probability)
         policy: KPolicy = (
             FixedK(0)
             if drafter == "none"
@@ -284,10 +290,9 @@ class Engine:
         )
         return generation
 
-    def _drafter(self, name: str, k: int | str) -> Drafter:
+    def _drafter(self, name: str, stop_probability: float) -> Drafter:
         if name == "model":
             assert self.draft is not None
-            stop_probability = AUTO_STOP_PROBABILITY if k == "auto" else 0.0
             return ModelDrafter(
                 self.draft, vocab_size=self.target.vocab_size, stop_probability=stop_probability
             )

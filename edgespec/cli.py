@@ -279,6 +279,14 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="stop when this text appears (repeatable)",
     )
+    parser.add_argument(
+        "--draft-min-prob",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="end a draft early when the draft's probability of its next token is below P "
+        "(default 0: always draft k)",
+    )
 
 
 def _providers(value: str | None) -> list[str] | None:
@@ -324,6 +332,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         sampling_mode=args.sampling_mode,
         stop=args.stop,
         chat=args.chat,
+        draft_min_probability=args.draft_min_prob,
     )
     color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     for delta in generation:
@@ -509,8 +518,8 @@ def _profile_pair(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = Engine.load(target=args.target, draft=args.draft)
     results = [engine.generate(p, k=8, max_new_tokens=64) for p in DEFAULT_PROMPTS]
-    drafted = sum(r.stats["drafted"] for r in results)
-    alpha = sum(r.stats["accepted"] for r in results) / drafted if drafted else 0.0
+    tested = sum(r.stats["tested"] for r in results)
+    alpha = sum(r.stats["accepted"] for r in results) / tested if tested else 0.0
     offered = [0] * 8
     kept = [0] * 8
     for result in results:

@@ -1,10 +1,10 @@
 """``k = "auto"``: choose each round's draft length from running estimates.
 
-With per-token acceptance rate α, draft step cost c (relative to one target step) and verify
-cost curve T(w)/T(1) for a pass over w = k + 1 positions, a round drafting k tokens commits
-E[k] = (1 − α^(k+1)) / (1 − α) tokens on average (Leviathan et al.) and costs
-k·c + T(k+1)/T(1) target steps. The policy picks the k in 0..k_max with the most expected
-tokens per unit of cost.
+With per-token acceptance rate α, a round drafting k tokens commits
+E[k] = (1 − α^(k+1)) / (1 − α) tokens on average (Leviathan et al.). In target-step units it
+costs k·c + T(k+1)/T(1), with c the draft step cost and T(w)/T(1) the verify cost curve
+(``expected_speedup``, used by the bench). The policy picks the k in 0..k_max with the most
+expected tokens per second, from measured round times.
 """
 
 from __future__ import annotations
@@ -42,12 +42,14 @@ class CostProfile:
 
 
 class AutoK:
-    """Adapts k from exponentially weighted estimates of α, c and T(w)/T(1).
+    """Adapts k from running estimates of α and of the real cost of each kind of round.
 
-    ``profile`` gives the starting costs (measured at load); each round then updates α (from
-    accepted / drafted), the draft step time and the verify time of that width. When k = 0
-    wins for ``probe_every`` rounds in a row, one round drafts a single token so that a
-    recovering α can be noticed.
+    ``round_s[k]`` is the time of a round that drafted k tokens (k draft steps and a verify pass
+    over k + 1 positions), seeded from ``profile`` (measured in isolation, so optimistic: each k
+    gets tried) and then blended with what rounds really cost. Measuring whole rounds keeps the
+    model honest about fixed costs, such as the first draft step after a target pass running on
+    cold caches. α is accepted / tested draft tokens. When k = 0 wins for ``probe_every``
+    rounds in a row, one round drafts a single token so that a recovering α can be noticed.
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class AutoK:
         self.alpha = alpha
         self.smoothing = smoothing
         self.probe_every = probe_every
-        self.draft_step_s = profile.draft_step_s
-        self.verify_s = [cost * profile.target_step_s for cost in profile.verify_cost]
+        self.round_s = [
+            k * profile.draft_step_s + profile.verify_cost[k] * profile.target_step_s
+            for k in range(self.k_max + 1)
+        ]
         self._zero_rounds = 0
         # alpha = accepted / tested, as two running sums: a round tests n_accepted + 1 draft
         # tokens when one is rejected, n_accepted when all pass (accepted / drafted would be
@@ -76,10 +80,9 @@ class AutoK:
         return (1.0 - self.smoothing) * old + self.smoothing * new
 
     def next_k(self) -> int:
-        c = self.draft_step_s / self.verify_s[0]
-        verify_cost = [t / self.verify_s[0] for t in self.verify_s]
         best = max(
-            range(self.k_max + 1), key=lambda k: expected_speedup(self.alpha, c, verify_cost, k)
+            range(self.k_max + 1),
+            key=lambda k: expected_tokens(self.alpha, k) / self.round_s[k],
         )
         if best == 0:
             self._zero_rounds += 1
@@ -96,8 +99,6 @@ class AutoK:
             self._accepted = self._blend(self._accepted, record.n_accepted)
             self._tested = self._blend(self._tested, tested)
             self.alpha = self._accepted / self._tested
-        if record.draft_steps:
-            self.draft_step_s = self._blend(self.draft_step_s, record.draft_s / record.draft_steps)
-        width = record.drafted + 1
-        if width <= len(self.verify_s) and record.verify_s > 0:
-            self.verify_s[width - 1] = self._blend(self.verify_s[width - 1], record.verify_s)
+        if record.drafted <= self.k_max:
+            spent = record.draft_s + record.verify_s
+            self.round_s[record.drafted] = self._blend(self.round_s[record.drafted], spent)

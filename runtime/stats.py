@@ -52,6 +52,8 @@ class StatsCollector:
         new_tokens = sum(len(r.committed) for r in records)
         drafted = sum(r.drafted for r in records)
         accepted = sum(r.n_accepted for r in records)
+        # Draft tokens the target actually judged: all accepted ones plus the first rejected.
+        tested = sum(r.n_accepted + (r.n_accepted < r.drafted) for r in records)
         draft_s = sum(r.draft_s for r in records)
         verify_s = sum(r.verify_s for r in records)
         draft_steps = sum(r.draft_steps for r in records)
@@ -69,7 +71,9 @@ class StatsCollector:
             "rounds": len(records),
             "drafted": drafted,
             "accepted": accepted,
+            "tested": tested,
             "acceptance_rate": accepted / drafted if drafted else None,
+            "alpha": accepted / tested if tested else None,
             "mean_accepted": new_tokens / len(records) if records else 0.0,
             "acceptance_by_position": by_position,
             "draft_ms": draft_s * 1e3,

@@ -115,6 +115,29 @@ def test_draft_with_a_larger_model_vocabulary(
     assert len(sampled.tokens) == 30 and max(sampled.tokens) < 384
 
 
+def test_early_stopped_drafts_stay_exact(engines: Callable[[str, str], Engine]) -> None:
+    engine = engines("llama", "fp32")
+    expected = engine.generate(PROMPTS[0], drafter="none", max_new_tokens=40)
+    result = engine.generate(PROMPTS[0], k=8, max_new_tokens=40, draft_min_probability=0.6)
+    assert result.tokens == expected.tokens
+    assert result.stats["drafted"] < 8 * result.stats["rounds"]
+    sampled = engine.generate(
+        PROMPTS[0],
+        k=8,
+        max_new_tokens=40,
+        temperature=0.8,
+        seed=3,
+        sampling_mode="match",
+        draft_min_probability=0.6,
+    )
+    assert (
+        sampled.tokens
+        == engine.generate(
+            PROMPTS[0], drafter="none", max_new_tokens=40, temperature=0.8, seed=3
+        ).tokens
+    )
+
+
 def test_auto_k_stays_exact(engines: Callable[[str, str], Engine]) -> None:
     engine = engines("llama", "fp32")
     expected = engine.generate(PROMPTS[1], drafter="none", max_new_tokens=48)

@@ -60,16 +60,23 @@ class ModelDrafter:
             steps += 1
             self._pending = []
             seen = len(tokens)
-            q = probabilities(logits, self._sampling)
-            token = self._draw(q)
-            if tokens and self._confidence(logits, q, token) < self.stop_probability:
+            if self._sampling.greedy:
+                # The hot path: no probability row is needed to pick the argmax.
+                token, q = int(np.argmax(logits)), None
+                confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
+            else:
+                q = probabilities(logits, self._sampling)
+                token = self._draw(q)
+                confidence = float(q[token])
+            if tokens and confidence < self.stop_probability:
                 break
             tokens.append(token)
-            q_rows.append(q)
+            if q is not None:
+                q_rows.append(q)
             feed = [token]
         self._proposed = tuple(tokens)
         self._seen = seen
-        q_draft = np.stack(q_rows) if q_rows and not self._sampling.greedy else None
+        q_draft = np.stack(q_rows) if q_rows else None
         return Draft(
             tokens=self._proposed,
             q_draft=q_draft,
@@ -84,8 +91,6 @@ class ModelDrafter:
         return np.concatenate([logits, np.full(self.vocab_size - len(logits), -np.inf)])
 
     def _draw(self, q: np.ndarray) -> int:
-        if self._sampling.greedy:
-            return int(np.argmax(q))
         if self._sampling.mode == "match":
             # The token lands at absolute position cache.length; drawing it with the target's
             # keyed uniform for that position makes draft and target draws coincide whenever
@@ -93,12 +98,11 @@ class ModelDrafter:
             return sample_at(q, keyed_uniform(self._sampling.seed, self.cache.length))
         return sample(q, self._rng)
 
-    def _confidence(self, logits: np.ndarray, q: np.ndarray, token: int) -> float:
-        """The draft's own probability of ``token`` (softmax of the raw logits when greedy)."""
-        if not self._sampling.greedy:
-            return float(q[token])
-        shifted = np.exp(logits - np.max(logits))
-        return float(shifted[token] / shifted.sum())
+    @staticmethod
+    def _softmax_at(logits: np.ndarray, token: int) -> float:
+        """The draft's own probability of ``token`` under its raw distribution."""
+        shifted = np.exp(logits - logits[token])
+        return float(1.0 / shifted.sum())
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         proposed = self._proposed
