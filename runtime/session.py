@@ -109,6 +109,13 @@ class ModelSession:
         """A cache for :meth:`forward` (the kind the session's path needs)."""
         return self.new_bound_cache() if self.io_binding else self.new_reference_cache()
 
+    def start(self, prompt: Sequence[int], cache: KVCache | ReferenceKVCache) -> None:
+        """Empties ``cache`` and feeds every prompt token but the last (which the first round
+        feeds together with its draft)."""
+        cache.reset()
+        if len(prompt) > 1:
+            self.forward(prompt[:-1], cache)
+
     def forward(self, token_ids: Sequence[int], cache: KVCache | ReferenceKVCache) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
         if self.io_binding:

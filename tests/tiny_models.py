@@ -182,58 +182,37 @@ def build_model(
     return out_dir
 
 
-def _llama_110m() -> Any:
-    """A Llama of about 134M parameters (768 wide, 12 layers, 32000-entry embedding)."""
+def _benchmark_llama(*, hidden: int, layers: int, heads: int, vocab: int, positions: int) -> Any:
+    """A Llama for benchmarks; MLP 4x the width (2048 at width 768, as in Llama 110M)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        hidden_size=768,
-        intermediate_size=2048,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=12,
-        vocab_size=32000,
+        hidden_size=hidden,
+        intermediate_size=2048 if hidden == 768 else 4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        vocab_size=vocab,
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=positions,
     )
+
+
+def _llama_110m() -> Any:
+    """About 134M parameters: 768 wide, 12 layers, 32000-entry embedding."""
+    return _benchmark_llama(hidden=768, layers=12, heads=12, vocab=32000, positions=2048)
 
 
 def _llama_14m() -> Any:
-    """A 14.3M-parameter Llama target: 384 wide, 6 layers, 8192-entry embedding."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        hidden_size=384,
-        intermediate_size=1536,
-        num_hidden_layers=6,
-        num_attention_heads=6,
-        num_key_value_heads=6,
-        vocab_size=8192,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=2,
-        max_position_embeddings=1024,
-    )
+    """A 14.3M-parameter target: 384 wide, 6 layers, 8192-entry embedding."""
+    return _benchmark_llama(hidden=384, layers=6, heads=6, vocab=8192, positions=1024)
 
 
 def _llama_2m() -> Any:
-    """A 2M-parameter Llama draft for ``llama-14m``: 128 wide, 2 layers."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=8192,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=2,
-        max_position_embeddings=1024,
-    )
+    """A 2M-parameter draft for ``llama-14m``: 128 wide, 2 layers."""
+    return _benchmark_llama(hidden=128, layers=2, heads=4, vocab=8192, positions=1024)
 
 
 ARCHITECTURES["llama-110m"] = _llama_110m

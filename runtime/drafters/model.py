@@ -40,10 +40,8 @@ class ModelDrafter:
     def begin(
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
     ) -> None:
-        self.cache.reset()
         self._sampling, self._rng = sampling, rng
-        if len(prompt) > 1:
-            self.session.forward(prompt[:-1], self.cache)
+        self.session.start(prompt, self.cache)
         self._pending = [prompt[-1]]
         self._proposed = ()
 

@@ -29,10 +29,8 @@ class LocalVerifier:
     def begin(
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
     ) -> None:
-        self.cache.reset()
         self._sampling, self._rng = sampling, rng
-        if len(prompt) > 1:
-            self.session.forward(prompt[:-1], self.cache)
+        self.session.start(prompt, self.cache)
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
         started = time.perf_counter()
