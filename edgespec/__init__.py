@@ -1,9 +1,12 @@
 """edgespec: speculative decoding on edge devices.
 
 ``edgespec.export`` turns Hugging Face causal LMs into verified ONNX bundles (needs the
-``[export]`` extra); ``edgespec.runtime`` runs them with ONNX Runtime. This façade stays
-light: importing it loads neither torch nor onnxruntime.
+``[export]`` extra); ``edgespec.Engine`` runs them with ONNX Runtime. This façade stays
+light: importing it loads neither torch nor onnxruntime (``Engine`` and ``Result`` are
+imported from ``edgespec.api`` on first use).
 """
+
+from typing import Any
 
 from edgespec._version import __version__
 from edgespec.errors import (
@@ -25,13 +28,23 @@ __all__ = [
     "ChecksumError",
     "ConfigError",
     "EdgespecError",
+    "Engine",
     "ExportError",
     "Manifest",
     "MissingFileError",
     "PairReport",
+    "Result",
     "SchemaVersionError",
     "VerificationError",
     "__version__",
     "check_pair",
     "load_bundle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Engine", "Result"):
+        from edgespec import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'edgespec' has no attribute {name!r}")

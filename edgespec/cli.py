@@ -319,7 +319,6 @@ def _load_engine(args: argparse.Namespace) -> Any:
 
 def _run_generate(args: argparse.Namespace) -> int:
     engine = _load_engine(args)
-    drafter = args.drafter or ("model" if args.draft else "ngram")
     generation = engine.stream_deltas(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -328,7 +327,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         k=_k(args.k),
-        drafter=drafter,
+        drafter=args.drafter,
         sampling_mode=args.sampling_mode,
         stop=args.stop,
         chat=args.chat,

@@ -268,8 +268,19 @@ def test_stop_string_across_token_boundaries(engines: Callable[[str, str], Engin
     result = engine.generate(PROMPTS[0], k=3, max_new_tokens=40, stop=[stop])
     assert result.text == full.text[: full.text.index(stop)]
     assert result.finish_reason == "stop_string"
+    # Tokens end with the one that completed the stop string.
+    assert result.tokens == full.tokens[: len(result.tokens)]
+    decoded = engine.tokenizer.decode(list(result.tokens))
+    assert stop in decoded and stop not in engine.tokenizer.decode(list(result.tokens[:-1]))
     streamed = "".join(engine.stream(PROMPTS[0], k=3, max_new_tokens=40, stop=[stop]))
     assert streamed == result.text
+
+
+def test_engine_is_reachable_from_the_package_root(exported: Callable[..., Path]) -> None:
+    import edgespec
+
+    engine = edgespec.Engine.load(target=exported("llama", "fp32"))
+    assert isinstance(engine.generate(PROMPTS[0], max_new_tokens=3), edgespec.Result)
 
 
 def test_stream_yields_the_text_in_pieces(engines: Callable[[str, str], Engine]) -> None:
