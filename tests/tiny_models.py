@@ -102,25 +102,12 @@ def _phi3() -> Any:
     return _grouped_query(Phi3Config, original_max_position_embeddings=256)
 
 
-def _mistral() -> Any:
-    from transformers import MistralConfig
-
-    return MistralConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        **_common(),
-    )
-
-
-def _mistral_wide() -> Any:
-    """The tiny Mistral with 16 more (unused) embedding rows than the tokenizer needs."""
+def _mistral(*, extra_rows: int = 0) -> Any:
+    """A one-layer Mistral draft; ``extra_rows`` unused embedding rows widen its vocabulary."""
     from transformers import MistralConfig
 
     common = _common()
-    common["vocab_size"] = VOCAB_SIZE + 16
+    common["vocab_size"] = VOCAB_SIZE + extra_rows
     return MistralConfig(
         hidden_size=32,
         intermediate_size=64,
@@ -129,6 +116,11 @@ def _mistral_wide() -> Any:
         num_key_value_heads=1,
         **common,
     )
+
+
+def _mistral_wide() -> Any:
+    """The tiny Mistral with 16 more embedding rows than the tokenizer needs."""
+    return _mistral(extra_rows=16)
 
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
