@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.builtin import builtin_pair
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.manifest import Bundle, load_bundle
@@ -99,7 +100,7 @@ class Engine:
     def load(
         cls,
         *,
-        target: str | Path,
+        target: str | Path | None = None,
         draft: str | Path | None = None,
         target_providers: Sequence[str] | None = None,
         draft_providers: Sequence[str] | None = None,
@@ -110,9 +111,14 @@ class Engine:
         """Loads and validates the bundles, checks the pair, and creates both sessions.
 
         ``io_binding`` True uses the IO-binding path; the default is the plain path, measured
-        as fast or faster on CPU (see ``edgespec.runtime.session``).
+        as fast or faster on CPU (see ``edgespec.runtime.session``). With no ``target`` the
+        built-in pair is loaded (its draft too, unless ``draft`` names another).
         """
         from tokenizers import Tokenizer
+
+        if target is None:
+            pair = builtin_pair()
+            target, draft = pair.target, draft or pair.draft
 
         target_bundle = load_bundle(target, verify_checksums=verify_checksums)
         draft_bundle = load_bundle(draft, verify_checksums=verify_checksums) if draft else None

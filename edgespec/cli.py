@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from edgespec._version import __version__
+from edgespec.builtin import builtin_pair
 from edgespec.cli_decode import add_decode_commands, profile_pair
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
-from edgespec.errors import EdgespecError, MissingDependencyError
+from edgespec.errors import ConfigError, EdgespecError, MissingDependencyError
 from edgespec.events import ProgressEvent
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.pairing import check_pair
@@ -142,8 +143,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "compatible ones (same vocabulary type, sizes within 128, identical special tokens "
         "and token strings). Exit code 0 if compatible, 1 if not.",
     )
-    pair.add_argument("draft", metavar="DRAFT", type=Path, help="draft bundle directory")
-    pair.add_argument("target", metavar="TARGET", type=Path, help="target bundle directory")
+    pair.add_argument(
+        "draft", metavar="DRAFT", type=Path, nargs="?", help="draft bundle (default: built-in)"
+    )
+    pair.add_argument(
+        "target", metavar="TARGET", type=Path, nargs="?", help="target bundle (default: built-in)"
+    )
     pair.add_argument("--json", action="store_true", help="print the report as JSON")
     pair.add_argument(
         "--profile",
@@ -240,6 +245,11 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_pair(args: argparse.Namespace) -> int:
+    if args.draft is None or args.target is None:
+        if args.draft is not None:
+            raise ConfigError("pair got a DRAFT but no TARGET", fix="give both, or neither")
+        pair = builtin_pair()
+        args.draft, args.target = pair.draft, pair.target
     report = check_pair(args.draft, args.target)
     profile = profile_pair(args.draft, args.target) if args.profile and report.compatible else None
     if args.json:

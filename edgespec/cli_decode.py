@@ -69,7 +69,11 @@ def add_decode_commands(commands: Any) -> None:
 
 def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--target", type=Path, required=True, metavar="DIR", help="target bundle directory"
+        "--target",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="target bundle directory (default: the built-in pair, draft included)",
     )
     parser.add_argument(
         "--draft",
