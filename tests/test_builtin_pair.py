@@ -102,3 +102,17 @@ def test_pair_defaults_to_builtin(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["compatible"] is True
     assert main(["pair", str(BUILTIN_PAIR_DIR / "draft")]) == 1
     assert "pair got a DRAFT but no TARGET" in capsys.readouterr().err
+
+
+def test_build_script_holds_out_whole_files(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from train_pair import TrainSettings, split_corpus
+
+    corpus = split_corpus(tmp_path, TrainSettings())
+    train, validation = set(corpus["train_files"]), set(corpus["validation_files"])
+    assert train and validation and not train & validation
+    assert not any(name.startswith(("test/", "idlelib/")) for name in train | validation)
+    # The record is written once and reused, so a resumed build sees the same split.
+    assert split_corpus(tmp_path, TrainSettings()) == corpus

@@ -39,11 +39,11 @@ class TrainSettings:
     validation_share: int = 20  # one file in N (by path hash) is held out whole
     window: int = 128
     batch: int = 16
-    target_steps: int = 1100
+    target_steps: int = 1000
     target_lr: float = 1.5e-3
     draft_lr: float = 3e-3
     warmup_steps: int = 100
-    distill_steps: int = 400
+    distill_steps: int = 300
     distill_batch: int = 16
     checkpoint_every: int = 50
     target_hidden: int = 384
