@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_pair import (
     TrainSettings,
+    distill_on_policy,
     split_corpus,
     token_arrays,
     train_pair,
@@ -99,6 +100,25 @@ def stage_train(work: Path, settings: TrainSettings, *, device: str, log) -> dic
     return record
 
 
+def stage_on_policy(work: Path, settings: TrainSettings, record: dict, *, device: str, log) -> dict:  # type: ignore[no-untyped-def]
+    """On-policy draft distillation; replaces ``hf/draft`` and adds to the training record."""
+    if "on_policy" in record:
+        return record
+    corpus = split_corpus(work, settings)
+    arrays = token_arrays(work, corpus, work / "tokenizer")
+    models = distill_on_policy(work, arrays, settings, device=device, log=log)
+    metrics = validate(models, arrays, settings, device=device)
+    log(f"validation after on-policy distillation: {metrics}")
+    models["draft"].to("cpu").save_pretrained(work / "hf" / "draft")
+    record = {
+        **record,
+        "on_policy": {"seconds": round(models["seconds"], 1), "validation": metrics},
+        "validation": metrics,
+    }
+    (work / "training.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -125,6 +145,7 @@ def main() -> None:
     settings = TrainSettings(target_steps=steps[0], distill_steps=steps[1])
     record = stage_train(args.work, settings, device=args.device, log=log)
     log(f"trained: {json.dumps(record['validation'])}")
+    record = stage_on_policy(args.work, settings, record, device=args.device, log=log)
     if args.until == "trained":
         return
     from build_select import SelectSettings, stage_export, stage_install

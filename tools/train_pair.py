@@ -57,6 +57,11 @@ class TrainSettings:
     draft_kv_heads: int = 2
     draft_intermediate: int = 384
     max_positions: int = 1024
+    onpolicy_steps: int = 250
+    onpolicy_batch: int = 16
+    onpolicy_prompt: int = 48
+    onpolicy_new: int = 64
+    onpolicy_lr: float = 1e-3
 
 
 def stdlib_files(stdlib: Path | None = None) -> list[Path]:
@@ -84,7 +89,8 @@ def split_corpus(work: Path, settings: TrainSettings) -> dict[str, Any]:
         bucket = int(hashlib.sha1(relative.encode()).hexdigest(), 16) % settings.validation_share
         (validation if bucket == 0 else train).append(relative)
     record = {
-        "source": f"Python {sysconfig.get_python_version()} standard library ({root})",
+        # No machine path: the record ships in the manifests.
+        "source": f"Python {sysconfig.get_python_version()} standard library",
         "licence": "PSF-2.0",
         "sha256": digest.hexdigest(),
         "train_files": train,
@@ -318,3 +324,89 @@ def validate(
             agree = (target_logits.argmax(-1) == draft_logits.argmax(-1)).float().mean().item()
             sums["top1_agreement"] += agree
     return {name: round(value / windows, 4) for name, value in sums.items()}
+
+
+def distill_on_policy(
+    work: Path,
+    arrays: dict[str, np.ndarray],
+    settings: TrainSettings,
+    *,
+    device: str,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """More draft distillation on the target's own greedy continuations (on-policy data).
+
+    Speculative decoding verifies drafts along the target's greedy path, so training the draft
+    where that path goes raises acceptance more than more corpus windows do (DistillSpec's
+    finding). Each step: ``onpolicy_batch`` corpus windows of ``onpolicy_prompt`` tokens, the
+    target continues each greedily for ``onpolicy_new`` tokens, and the draft minimises
+    KL(target || draft) over the continuation positions. Resumable like ``train_pair``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    final, checkpoint = work / "onpolicy.pt", work / "onpolicy_checkpoint.pt"
+    trained = torch.load(work / "trained.pt", map_location=device, weights_only=False)
+    target = AutoModelForCausalLM.from_config(llama_config(settings, role="target")).to(device)
+    draft = AutoModelForCausalLM.from_config(llama_config(settings, role="draft")).to(device)
+    target.load_state_dict(trained["target"])
+    draft.load_state_dict(trained["draft"])
+    target.eval()
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=settings.onpolicy_lr, weight_decay=0.1)
+    step, elapsed = 0, 0.0
+    source = final if final.exists() else checkpoint if checkpoint.exists() else None
+    if source is not None:
+        state = torch.load(source, map_location=device, weights_only=False)
+        draft.load_state_dict(state["draft"])
+        optimizer.load_state_dict(state["draft_opt"])
+        step, elapsed = state["step"], state["elapsed_s"]
+        log(f"on-policy distillation resumed at step {step} of {settings.onpolicy_steps}")
+    started = time.monotonic() - elapsed
+    total = settings.onpolicy_steps
+    while step < total:
+        prompts = _windows(
+            arrays["train"],
+            batch=settings.onpolicy_batch,
+            window=settings.onpolicy_prompt,
+            seed=settings.seed * 1_000_003 + 7_000_000 + step,
+        ).to(device)
+        with torch.no_grad():
+            sequences = target.generate(
+                prompts,
+                attention_mask=torch.ones_like(prompts),
+                do_sample=False,
+                max_new_tokens=settings.onpolicy_new,
+                min_new_tokens=settings.onpolicy_new,
+                pad_token_id=2,
+            )
+            teacher = target(input_ids=sequences).logits
+        # Positions whose next token is a continuation token: [onpolicy_prompt - 1, end - 1).
+        span = slice(settings.onpolicy_prompt - 1, sequences.shape[1] - 1)
+        loss = _kl(draft(input_ids=sequences).logits[:, span], teacher[:, span])
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(step, total, peak=settings.onpolicy_lr, warmup=10)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if step % 10 == 0 or step == total:
+            rate = (time.monotonic() - started) / step
+            log(
+                f"on-policy step {step}/{total} KL {loss.item():.3f} "
+                f"({rate:.2f} s/step, ~{rate * (total - step) / 60:.0f} min left)"
+            )
+        if step % settings.checkpoint_every == 0 or step == total:
+            scratch = work / "onpolicy.pt.partial"
+            torch.save(
+                {
+                    "draft": draft.state_dict(),
+                    "draft_opt": optimizer.state_dict(),
+                    "step": step,
+                    "elapsed_s": time.monotonic() - started,
+                },
+                scratch,
+            )
+            scratch.replace(final if step == total else checkpoint)
+    checkpoint.unlink(missing_ok=True)
+    return {"target": target, "draft": draft.eval(), "seconds": time.monotonic() - started}
