@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgespec.cli_budget import add_budget_arguments, budget_options, energy_line
 from edgespec.errors import ConfigError
 
 
@@ -100,6 +101,7 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
+    add_budget_arguments(parser)
 
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +164,7 @@ def _load_engine(args: argparse.Namespace) -> Any:
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
+        **budget_options(args),
     )
     for line in engine.warnings:
         print(f"edgespec: warning: {line}", file=sys.stderr)
@@ -204,6 +207,7 @@ def run_generate(args: argparse.Namespace) -> int:
             f"{'n/a' if rate is None else f'{rate:.0%}'}, {result.finish_reason}]",
             file=sys.stderr,
         )
+        print(f"[{energy_line(stats)}]", file=sys.stderr)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,10 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
+
+    def halt(self) -> None:
+        """Ends the background thread without a final sample."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -144,6 +149,9 @@ class EnergyMeter:
         self.sampler = (
             Sampler(source, clock=clock, interval_s=interval_s) if source is not None else None
         )
+        if self.sampler is not None:
+            # A generation abandoned mid-way never calls stop(): end the thread with the meter.
+            weakref.finalize(self, self.sampler.halt)
         self.unavailable_reason = unavailable_reason
         self.baseline_w = baseline_w
         self.cpu_clock = cpu_clock
