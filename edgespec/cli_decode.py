@@ -263,6 +263,15 @@ def run_bench(args: argparse.Namespace) -> int:
         f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup {sampled['speedup']:.2f}x, "
         f"alpha {sampled['alpha'] or 0:.2f}"
     )
+    energy = results["energy"]
+    per_token = "energy_j" if energy["measured_by"] == "energy_j" else "cpu_s"
+    unit = "J" if per_token == "energy_j" else "CPU-s"
+    print(
+        f"per token target {energy[f'target_{per_token}_per_token']:.4g} {unit}, speculative "
+        f"{energy[f'speculative_{per_token}_per_token']:.4g} {unit}: speculation is "
+        f"{'cheaper' if energy['cheaper_per_token'] else 'NOT cheaper'} per token"
+        f"{'' if per_token == 'energy_j' else ' (no energy source: CPU time as the proxy)'}"
+    )
     curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
     print(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")
     if results["theoretical_speedup"]:

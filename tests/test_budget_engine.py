@@ -149,3 +149,28 @@ def test_cli_budget_refusal_json_stats_and_doctor(
     assert 0 <= report["pair"]["k"]["k"] <= 8
     assert main(["doctor", *common, "--no-measure"]) == 0
     assert "estimate" in capsys.readouterr().out
+
+
+def test_bench_reports_energy_per_token_for_both_modes(
+    pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgespec.bench import BenchSettings, run_bench
+
+    target, draft = pair
+    root = fake_process(orin_nx(tmp_path))
+    engine = Engine.load(target=target, draft=draft, telemetry_root=root)
+    results = run_bench(
+        engine, ["def add(a, b):\n", "class Point:\n"], BenchSettings(max_new_tokens=8)
+    )
+    energy = results["energy"]
+    assert energy["measured_by"] == "energy_j"
+    assert energy["target_energy_j_per_token"] > 0 and energy["speculative_cpu_s_per_token"] > 0
+    assert energy["cheaper_per_token"] == (energy["energy_j_ratio"] < 1.0)
+    assert results["idle_power_w"] == pytest.approx(6.0)
+    assert energy["target_energy_j_net_per_token"] == pytest.approx(0.0, abs=1e-9)
+    assert results["energy_source"]["used"] == "ina3221-hwmon"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def add(a, b):\n")
+    common = ["--target", str(target), "--draft", str(draft), "--prompts", str(prompts)]
+    assert main(["bench", *common, "--max-new-tokens", "8"]) == 0
+    assert "per token target" in capsys.readouterr().out

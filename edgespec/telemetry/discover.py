@@ -57,7 +57,7 @@ def discover(
     is given.
     """
     tree = tree or Tree()
-    candidates = [discover_rapl(tree)]
+    candidates: list[EnergySource | Unavailable] = [discover_rapl(tree)]
     if tree.is_system or nvml_importer is not None:
         candidates.append(discover_nvml(nvml_importer))
     else:
