@@ -1,7 +1,7 @@
 """A soak: many generations with a memory budget; RSS must stay under it and not grow.
 
 ``python -m edgespec.soak --memory-budget-mb 600`` runs 200 generations on the built-in pair
-(or ``--target``/``--draft``) over the bench prompts and prints RSS figures; exit 1 when RSS
+(or ``--target``/``--draft``) over the bench's code prompts and prints RSS figures; exit 1 when RSS
 went over the budget or grew. Growth is the least-squares slope of RSS over the generations
 after the warm-up (the first 10 %), times their number.
 """
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgespec.api import Engine
-from edgespec.bench import DEFAULT_PROMPTS
+from edgespec.bench import load_prompts
 from edgespec.telemetry.estimate import MIB
 from edgespec.telemetry.memory import MemoryProbe
 
@@ -68,11 +68,12 @@ def run_soak(
     *,
     generations: int = 200,
     max_new_tokens: int = 64,
-    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    prompts: Sequence[str] | None = None,
     probe: MemoryProbe | None = None,
     progress: Callable[[str], None] = lambda message: None,
 ) -> SoakReport:
     probe = probe or MemoryProbe()
+    prompts = prompts or load_prompts("code")
     admission = engine.telemetry.admission
     budget = admission.budget_mb if admission is not None else None
     rss: list[float] = []
