@@ -111,6 +111,9 @@ def _pair(
         "quantization": quant,
         "k": None,
     }
+    selection = target_bundle.manifest.extra.get("builtin_pair", {}).get("selection", {})
+    if "recommended_k" in selection:
+        result["k_from_build"] = selection["recommended_k"]
     if measure and draft is not None:
         result["k"] = _recommended_k(target, draft)
     graph = (draft_bundle or target_bundle).graph_path
@@ -198,4 +201,6 @@ def format_report(report: dict[str, Any]) -> str:
             f"k          {k['k']} (expected {k['expected_speedup']}x at an assumed alpha of "
             f"{k['assumed_alpha']}, c = {k['c']})"
         )
+    if pair.get("k_from_build") is not None:
+        lines.append(f"k          {pair['k_from_build']} measured when the built-in pair was built")
     return "\n".join(lines)

@@ -183,3 +183,36 @@ def test_budget_config_validation() -> None:
     with pytest.raises(ConfigError):
         BudgetConfig(min_battery_pct=120)
     assert not BudgetConfig().watches_anything
+
+
+def test_watch_reads_conditions_from_the_probes(tmp_path) -> None:
+    from fake_sysfs import orin_nx, write
+
+    from edgespec.telemetry.guard import Telemetry
+    from edgespec.telemetry.sysfs import Tree
+
+    write(orin_nx(tmp_path), {"/proc/self/status": "VmRSS:\t102400 kB\nVmHWM:\t102400 kB"})
+    telemetry = Telemetry(
+        tree=Tree(tmp_path), budget=BudgetConfig(memory_mb=700.0), clock=lambda: 5.0
+    )
+    watch = telemetry.watch(Scripted(4))
+    watch.start()
+    assert isinstance(watch.k_policy, BudgetedK)
+    seen = watch.conditions(10)
+    assert seen.rss_mb == pytest.approx(100 + 512)  # RSS + NvMapMemUsed on Jetson
+    assert seen.mem_available_mb == pytest.approx(11_000_000 / 1024)
+    assert seen.plugged is None and seen.time_s == 5.0
+    assert watch.k_policy.next_k() == 4  # 612 MB < 95 % of 700 MB
+    stats = watch.stats(tokens=0)
+    assert stats["budget"]["mode"] == "full" and stats["memory"]["nvmap_used_mb"] == 512.0
+    assert stats["energy_source"]["name"] == "ina3221-hwmon"
+
+
+def test_watch_without_a_budget_passes_the_k_policy_through(tmp_path) -> None:
+    from edgespec.telemetry.guard import Telemetry
+    from edgespec.telemetry.sysfs import Tree
+
+    inner = Scripted(3)
+    watch = Telemetry(tree=Tree(tmp_path), budget=BudgetConfig()).watch(inner)
+    assert watch.k_policy is inner
+    assert watch.stats(tokens=0)["budget"] is None

@@ -102,12 +102,19 @@ class Watch:
         battery = battery_state(telemetry.tree)
         sampler = self.meter.sampler
         energy = sampler.energy_j if sampler is not None else None
+        # On Jetson, GPU allocations (NvMap) do not show in RSS: count them too (system-wide,
+        # so an upper bound for this process).
+        used = (
+            None
+            if snapshot.rss_bytes is None
+            else snapshot.rss_bytes + (snapshot.nvmap_used_bytes or 0)
+        )
         return Conditions(
             time_s=telemetry.clock(),
             plugged=battery.plugged,
             battery_pct=battery.percent,
             power_w=self.meter.recent_power_w(POWER_WINDOW_S),
-            rss_mb=None if snapshot.rss_bytes is None else snapshot.rss_bytes / MIB,
+            rss_mb=None if used is None else used / MIB,
             mem_available_mb=(
                 None if snapshot.mem_available_bytes is None else snapshot.mem_available_bytes / MIB
             ),
