@@ -14,6 +14,13 @@ def write(root: Path, files: dict[str, str | int]) -> Path:
     return root
 
 
+def link(root: Path, alias: str, target: str) -> None:
+    """``alias`` → ``target``, as the kernel links class and bus entries to devices."""
+    path = root / alias.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(root / target.lstrip("/"), target_is_directory=True)
+
+
 def hwmon_channels(directory: str, rails: dict[int, tuple[str, int, int]]) -> dict[str, str | int]:
     """{channel: (label, mV, mA)} as ``in*_label``, ``in*_input``, ``curr*_input``."""
     files: dict[str, str | int] = {f"{directory}/name": "ina3221"}
@@ -26,7 +33,7 @@ def hwmon_channels(directory: str, rails: dict[int, tuple[str, int, int]]) -> di
 
 def orin_nx(root: Path) -> Path:
     """Jetson Orin NX, JetPack 5/6: one INA3221 on hwmon with VDD_IN and a sum channel."""
-    directory = "/sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3"
+    directory = "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon3"
     files = hwmon_channels(
         directory,
         {1: ("VDD_IN", 5000, 1200), 2: ("VDD_CPU_GPU_CV", 5000, 400), 3: ("VDD_SOC", 5000, 300)},
@@ -37,31 +44,36 @@ def orin_nx(root: Path) -> Path:
         "MemTotal:       15956480 kB\nMemFree:          812000 kB\n"
         "MemAvailable:   11000000 kB\nNvMapMemUsed:     524288 kB"
     )
-    return write(root, files)
+    write(root, files)
+    link(root, "/sys/class/hwmon/hwmon3", directory)
+    return root
 
 
 def agx_orin(root: Path) -> Path:
     """Jetson AGX Orin: two INA3221 devices, no VDD_IN rail (the total is their sum)."""
+    first = "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040/hwmon/hwmon1"
+    second = "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0041/hwmon/hwmon2"
     files = hwmon_channels(
-        "/sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon1",
+        first,
         {
             1: ("VDD_GPU_SOC", 5000, 1000),
             2: ("VDD_CPU_CV", 5000, 600),
             3: ("VIN_SYS_5V0", 5000, 200),
         },
     )
-    files.update(
-        hwmon_channels(
-            "/sys/bus/i2c/drivers/ina3221/1-0041/hwmon/hwmon2", {2: ("VDDQ_VDD2_1V8AO", 5000, 100)}
-        )
-    )
-    return write(root, files)
+    files.update(hwmon_channels(second, {2: ("VDDQ_VDD2_1V8AO", 5000, 100)}))
+    write(root, files)
+    link(root, "/sys/class/hwmon/hwmon1", first)
+    link(root, "/sys/class/hwmon/hwmon2", second)
+    # The bus view of the same devices must not count them twice.
+    link(root, "/sys/bus/i2c/drivers/ina3221/1-0040", first.rsplit("/hwmon/", 1)[0])
+    return root
 
 
 def nano_jetpack4(root: Path) -> Path:
     """Jetson Nano, JetPack 4: the IIO ina3221x layout, power in mW, POM_5V_IN total."""
-    device = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
-    return write(
+    device = "/sys/devices/7000c400.i2c/i2c-6/6-0040/iio:device0"
+    write(
         root,
         {
             f"{device}/name": "ina3221x",
@@ -73,6 +85,8 @@ def nano_jetpack4(root: Path) -> Path:
             f"{device}/in_power2_input": 1100,
         },
     )
+    link(root, "/sys/bus/iio/devices/iio:device0", device)
+    return root
 
 
 def rapl(root: Path, *, energy_uj: int, max_range_uj: int = 262143328850) -> Path:

@@ -182,38 +182,36 @@ class RailSource:
 
 
 def _hwmon_rails(tree: Tree) -> list[Rail]:
-    """JetPack 5/6: hwmon devices named ina3221 with ``in*_label``, ``in*_input`` (mV) and
-    ``curr*_input`` (mA) for each channel."""
+    """JetPack 5/6: hwmon devices whose ``name`` is ina3221, wherever the driver put them
+    (``/sys/class/hwmon`` links to every hwmon device), with ``in*_label``, ``in*_input`` (mV)
+    and ``curr*_input`` (mA) for each channel."""
     rails = []
-    patterns = ("/sys/class/hwmon/hwmon*", "/sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*")
-    for pattern in patterns:
-        for hwmon in tree.glob(pattern):
-            if (tree.maybe_text(hwmon / "name") or "").lower() != "ina3221":
+    for hwmon in tree.glob("/sys/class/hwmon/hwmon*"):
+        if (tree.maybe_text(hwmon / "name") or "").lower() != "ina3221":
+            continue
+        for label_path in sorted(hwmon.glob("in*_label")):
+            channel = label_path.name[2:].removesuffix("_label")
+            label = tree.maybe_text(label_path) or ""
+            volts, amps = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
+            if label.lower().startswith("sum of") or not (volts.exists() and amps.exists()):
                 continue
-            for label_path in sorted(hwmon.glob("in*_label")):
-                channel = label_path.name[2:].removesuffix("_label")
-                label = tree.maybe_text(label_path) or ""
-                volts, amps = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
-                if label.lower().startswith("sum of") or not (volts.exists() and amps.exists()):
-                    continue
-                rails.append(Rail(label=label, paths=(volts, amps), scale=1e-6))
+            rails.append(Rail(label=label, paths=(volts, amps), scale=1e-6))
     return rails
 
 
 def _iio_rails(tree: Tree) -> list[Rail]:
-    """JetPack 4: IIO devices named ina3221x with ``rail_name_N`` and ``in_powerN_input`` mW."""
+    """JetPack 4: IIO devices (``/sys/bus/iio/devices`` links to each) whose ``name`` is
+    ina3221x, with ``rail_name_N`` and ``in_powerN_input`` (mW)."""
     rails = []
-    patterns = ("/sys/bus/iio/devices/iio:device*", "/sys/bus/i2c/drivers/ina3221x/*/iio:device*")
-    for pattern in patterns:
-        for device in tree.glob(pattern):
-            if (tree.maybe_text(device / "name") or "").lower() != "ina3221x":
-                continue
-            for name_path in sorted(device.glob("rail_name_*")):
-                channel = name_path.name.removeprefix("rail_name_")
-                power = device / f"in_power{channel}_input"
-                if power.exists():
-                    label = tree.maybe_text(name_path) or f"rail {channel}"
-                    rails.append(Rail(label=label, paths=(power,), scale=1e-3))
+    for device in tree.glob("/sys/bus/iio/devices/iio:device*"):
+        if (tree.maybe_text(device / "name") or "").lower() != "ina3221x":
+            continue
+        for name_path in sorted(device.glob("rail_name_*")):
+            channel = name_path.name.removeprefix("rail_name_")
+            power = device / f"in_power{channel}_input"
+            if power.exists():
+                label = tree.maybe_text(name_path) or f"rail {channel}"
+                rails.append(Rail(label=label, paths=(power,), scale=1e-3))
     return rails
 
 
