@@ -17,6 +17,7 @@ from pathlib import Path
 
 from edgespec.api import Engine
 from edgespec.bench import load_prompts
+from edgespec.config import BudgetConfig
 from edgespec.telemetry.estimate import MIB
 from edgespec.telemetry.memory import MemoryProbe
 
@@ -33,6 +34,8 @@ class SoakReport:
     peak_rss_mb: float
     growth_mb: float
     tokens: int
+    #: Mode changes the budget policy made over the soak (0 when it never intervened).
+    budget_decisions: int
     under_budget: bool
     steady: bool
 
@@ -77,12 +80,13 @@ def run_soak(
     admission = engine.telemetry.admission
     budget = admission.budget_mb if admission is not None else None
     rss: list[float] = []
-    tokens = 0
+    tokens = decisions = 0
     for index in range(generations):
         result = engine.generate(
             prompts[index % len(prompts)], max_new_tokens=max_new_tokens, seed=index
         )
         tokens += result.stats["new_tokens"]
+        decisions += len((result.stats.get("budget") or {}).get("decisions", ()))
         rss.append((probe.rss_bytes() or 0) / MIB)
         if (index + 1) % 20 == 0:
             progress(f"{index + 1}/{generations} generations, RSS {rss[-1]:.1f} MB")
@@ -96,6 +100,7 @@ def run_soak(
         peak_rss_mb=peak,
         growth_mb=growth,
         tokens=tokens,
+        budget_decisions=decisions,
         under_budget=budget is None or peak <= budget,
         steady=growth <= GROWTH_TOLERANCE_MB,
     )
@@ -109,8 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--generations", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
+    budget = args.memory_budget_mb
     engine = Engine.load(
-        target=args.target, draft=args.draft, memory_budget_mb=args.memory_budget_mb
+        target=args.target,
+        draft=args.draft,
+        memory_budget_mb=budget,
+        budget=BudgetConfig(memory_mb=budget) if budget is not None else None,
     )
     report = run_soak(
         engine,
