@@ -249,3 +249,50 @@ def test_idle_baseline_with_fake_clock() -> None:
         TracePower(clock, lambda t: 3.0), seconds=1.0, clock=clock, sleep=sleep
     )
     assert idle == pytest.approx(3.0)
+
+
+class FakeNvml:
+    """The few pynvml calls edgespec makes; energy in millijoules."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail, self.energy_mj = fail, 5_000
+
+    def nvmlInit(self) -> None:
+        if self.fail:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA H100"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        return self.energy_mj
+
+
+def test_nvml_counter_through_an_injected_module(tmp_path: Path) -> None:
+    nvml = FakeNvml()
+    found = discover(Tree(tmp_path), nvml_importer=lambda name: nvml)
+    source = found.best
+    assert source is not None and source.info.name == "nvml" and source.info.scope == "GPU"
+    assert source.info.detail == "NVIDIA H100" and source.read() == pytest.approx(5.0)
+    broken = discover_nvml(lambda name: FakeNvml(fail=True))
+    assert broken.describe().startswith("nvml: unavailable: no usable GPU (NVML Shared")
+
+
+def test_doctor_on_a_fake_jetson_without_loading_models(tmp_path: Path) -> None:
+    from edgespec.doctor import diagnose, format_report
+
+    from fake_bundle import make_bundle
+
+    target = make_bundle(tmp_path / "target")
+    report = diagnose(target=target, measure=False, tree=Tree(orin_nx(tmp_path / "root")))
+    assert report["energy"]["used"] == "ina3221-hwmon"
+    assert report["memory"]["nvmap_used_mb"] == 512.0
+    assert report["pair"]["estimate"]["context"] == 256 and report["pair"]["fits"] is True
+    cpu = next(p for p in report["providers"] if p["name"] == "CPUExecutionProvider")
+    assert cpu["creates_session"] is False  # the fake bundle's graph is not ONNX
+    text = format_report(report)
+    assert "ina3221-hwmon: board input (VDD_IN)" in text and "[used]" in text
+    assert "rapl: unavailable: not present" in text
