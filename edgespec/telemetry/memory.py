@@ -70,9 +70,9 @@ class MemoryProbe:
         )
 
     def rss_bytes(self) -> int | None:
-        """This process's RSS, from /proc or else psutil (macOS, Windows)."""
+        """This process's RSS, from /proc or else (on the real ``/``: macOS, Windows) psutil."""
         rss = self.snapshot().rss_bytes
-        if rss is None and self.pid == "self":
+        if rss is None and self.pid == "self" and self.tree.is_system:
             import psutil
 
             return int(psutil.Process().memory_info().rss)
