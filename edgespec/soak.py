@@ -31,6 +31,7 @@ class SoakReport:
     budget_mb: float | None
     estimate_mb: float
     rss_mb: tuple[float, ...]
+    #: The peak RSS during the soak (VmHWM after a reset, else the largest sample).
     peak_rss_mb: float
     growth_mb: float
     tokens: int
@@ -77,6 +78,9 @@ def run_soak(
 ) -> SoakReport:
     probe = probe or MemoryProbe()
     prompts = prompts or load_prompts("code")
+    # The process's lifetime peak may predate the soak (an export in the same process):
+    # reset it, or else fall back to the RSS sampled after each generation.
+    peak_reset = probe.reset_peak()
     admission = engine.telemetry.admission
     budget = admission.budget_mb if admission is not None else None
     rss: list[float] = []
@@ -90,7 +94,8 @@ def run_soak(
         rss.append((probe.rss_bytes() or 0) / MIB)
         if (index + 1) % 20 == 0:
             progress(f"{index + 1}/{generations} generations, RSS {rss[-1]:.1f} MB")
-    peak = (probe.snapshot().peak_rss_bytes or 0) / MIB or max(rss)
+    hwm = probe.snapshot().peak_rss_bytes if peak_reset else None
+    peak = max(max(rss), hwm / MIB if hwm else 0.0)
     growth = slope_growth(rss[max(1, generations // 10) :])
     return SoakReport(
         generations=generations,

@@ -296,3 +296,11 @@ def test_doctor_on_a_fake_jetson_without_loading_models(tmp_path: Path) -> None:
     text = format_report(report)
     assert "ina3221-hwmon: board input (VDD_IN)" in text and "[used]" in text
     assert "rapl: unavailable: not present" in text
+
+
+def test_peak_rss_reset_on_this_machine() -> None:
+    probe = MemoryProbe()
+    if probe.reset_peak():
+        snapshot = probe.snapshot()
+        assert snapshot.peak_rss_bytes is not None and snapshot.rss_bytes is not None
+        assert snapshot.peak_rss_bytes <= snapshot.rss_bytes + 8 * 2**20

@@ -69,6 +69,15 @@ class MemoryProbe:
             nvmap_used_bytes=meminfo.get("NvMapMemUsed"),
         )
 
+    def reset_peak(self) -> bool:
+        """Resets the peak RSS (``VmHWM``) to the current RSS by writing 5 to
+        ``/proc/<pid>/clear_refs`` (Linux 4.0+); False where that is not possible."""
+        try:
+            self.tree.path(f"/proc/{self.pid}/clear_refs").write_text("5\n", encoding="ascii")
+        except OSError:
+            return False
+        return True
+
     def rss_bytes(self) -> int | None:
         """This process's RSS, from /proc or else (on the real ``/``: macOS, Windows) psutil."""
         rss = self.snapshot().rss_bytes
