@@ -31,7 +31,7 @@ from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.local import LocalVerifier
 from edgespec.telemetry.estimate import admit, estimate_pair
 from edgespec.telemetry.guard import Telemetry
-from edgespec.telemetry.memory import MemoryProbe
+from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
 from edgespec.telemetry.sysfs import Tree
 
 DRAFTERS = ("model", "ngram", "none")
@@ -153,7 +153,7 @@ class Engine:
             memory_budget_mb = budget.memory_mb
         admission = admit(
             estimate_pair(
-                target_bundle, draft_bundle, base_bytes=MemoryProbe(tree).rss_bytes() or 0
+                target_bundle, draft_bundle, base_bytes=base_rss_bytes(MemoryProbe(tree))
             ),
             budget_mb=memory_budget_mb,
             shrink_context=shrink_context,

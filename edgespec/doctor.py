@@ -20,7 +20,7 @@ from edgespec.manifest import load_bundle
 from edgespec.runtime.policy import expected_speedup
 from edgespec.telemetry.discover import discover
 from edgespec.telemetry.estimate import MIB, estimate_pair
-from edgespec.telemetry.memory import MemoryProbe
+from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
 from edgespec.telemetry.sources import battery_state
 from edgespec.telemetry.sysfs import Tree
 
@@ -89,7 +89,8 @@ def _pair(
         target, draft = pair.target, draft or pair.draft
     target_bundle = load_bundle(target, verify_checksums=False)
     draft_bundle = load_bundle(draft, verify_checksums=False) if draft else None
-    estimate = estimate_pair(target_bundle, draft_bundle, base_bytes=MemoryProbe().rss_bytes() or 0)
+    base = base_rss_bytes(MemoryProbe())
+    estimate = estimate_pair(target_bundle, draft_bundle, base_bytes=base)
     limit = budget_mb * MIB if budget_mb is not None else available
     bits = target_bundle.manifest.quantization.bits
     tight = limit is not None and estimate.total_bytes > limit / 2

@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory-budget-mb", type=float, default=None)
     parser.add_argument("--generations", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--prompts", default="code", help="a bench prompt set (code, edit) or a file"
+    )
     args = parser.parse_args(argv)
     budget = args.memory_budget_mb
     engine = Engine.load(
@@ -130,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine,
         generations=args.generations,
         max_new_tokens=args.max_new_tokens,
+        prompts=load_prompts(args.prompts),
         progress=lambda m: print(f"  soak: {m}", file=sys.stderr, flush=True),
     )
     print(json.dumps(report.summary(), indent=2))

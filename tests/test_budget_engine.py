@@ -124,7 +124,8 @@ def test_soak_stays_under_budget_without_growth(pair: tuple[Path, Path]) -> None
     target, draft = pair
     estimate_mb = Engine.load(target=target, draft=draft).telemetry.admission.estimate.total_mb
     engine = Engine.load(target=target, draft=draft, memory_budget_mb=estimate_mb * 1.5)
-    report = run_soak(engine, generations=40, max_new_tokens=16)
+    prompts = [PROMPT, "import os\nimport sys\n\nclass ", "for i in range(10):\n    "]
+    report = run_soak(engine, generations=40, max_new_tokens=16, prompts=prompts)
     assert report.under_budget, report.summary()
     assert report.steady, report.summary()
     assert len(report.rss_mb) == 40 and report.tokens > 0

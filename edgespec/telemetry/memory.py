@@ -86,3 +86,12 @@ class MemoryProbe:
 
             return int(psutil.Process().memory_info().rss)
         return rss
+
+
+def base_rss_bytes(probe: MemoryProbe) -> int:
+    """This process's RSS with the runtime's native libraries loaded (ONNX Runtime and
+    tokenizers take tens of MB before any model is): the base of a memory estimate."""
+    import onnxruntime  # noqa: F401
+    import tokenizers  # noqa: F401
+
+    return probe.rss_bytes() or 0
