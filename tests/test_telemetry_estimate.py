@@ -10,6 +10,7 @@ from edgespec.errors import BudgetError
 from edgespec.manifest import load_bundle
 from edgespec.telemetry.estimate import (
     MIB,
+    SESSION_BYTES,
     ModelCost,
     PairEstimate,
     admit,
@@ -39,6 +40,7 @@ def pair(context: int = 2048) -> PairEstimate:
         context=context,
         base_bytes=100 * MIB,
         margin=0.25,
+        session_bytes=0,
     )
 
 
@@ -59,7 +61,8 @@ def test_estimate_from_manifests(tmp_path: Path) -> None:
     target_cost = estimate.models[0]
     # 2 copies of the KV (512 B/token) + fp32 logits (24 B/position).
     assert target_cost.bytes_per_token == 2 * 512 + 24
-    assert estimate.total_bytes == int((280 * 2 + 2 * (2 * 512 + 24) * 256) * 1.25)
+    sessions = 2 * SESSION_BYTES
+    assert estimate.total_bytes == sessions + int((280 * 2 + 2 * (2 * 512 + 24) * 256) * 1.25)
     assert estimate_pair(target, None, base_bytes=0, context=100).context == 100
 
 

@@ -10,14 +10,15 @@ For each model at a context of ``n`` tokens::
                                               every position; non-fp32 logits are converted)
 
 then ``MARGIN`` (25 %) on top for ONNX Runtime's activations, pre-packed weights and arena
-slack, plus the process's resident size before loading (interpreter, numpy, ONNX Runtime,
-tokenizer), measured by the caller. The total is linear in ``n``, so the longest context that
+slack, plus ``SESSION_BYTES`` per model for what a session costs whatever its size, plus the
+process's resident size before loading (interpreter, numpy, ONNX Runtime, tokenizers),
+measured by the caller. The total is linear in ``n``, so the longest context that
 fits a budget is solved for directly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edgespec.errors import BudgetError
 from edgespec.manifest import Bundle
@@ -25,6 +26,9 @@ from edgespec.manifest import Bundle
 MIB = 1024 * 1024
 #: Added to the models' weights, KV and logits for what the manifests cannot know.
 MARGIN = 0.25
+#: Fixed cost of one ONNX Runtime CPU session. Measured here: two sessions of a 0.6 MB tiny
+#: pair raised RSS 22 MB above weights + KV + logits + margin + base.
+SESSION_BYTES = 12 * MIB
 #: Shortest context worth suggesting.
 MIN_CONTEXT = 64
 #: Approximate bytes per weight of int4 MatMulNBits with fp16 scales per 32-weight block.
@@ -68,11 +72,13 @@ class PairEstimate:
     context: int
     base_bytes: int
     margin: float = MARGIN
+    session_bytes: int = SESSION_BYTES
 
     def at(self, context: int) -> int:
         fixed = sum(m.weight_bytes for m in self.models)
         per_token = sum(m.bytes_per_token for m in self.models)
-        return self.base_bytes + int((fixed + per_token * context) * (1.0 + self.margin))
+        sessions = self.session_bytes * len(self.models)
+        return self.base_bytes + sessions + int((fixed + per_token * context) * (1.0 + self.margin))
 
     @property
     def total_bytes(self) -> int:
@@ -92,9 +98,7 @@ class PairEstimate:
 
     def without(self, name: str) -> PairEstimate:
         models = tuple(m for m in self.models if m.name != name)
-        return PairEstimate(
-            models=models, context=self.context, base_bytes=self.base_bytes, margin=self.margin
-        )
+        return replace(self, models=models)
 
     def with_int4(self, name: str) -> PairEstimate:
         models = tuple(
@@ -110,9 +114,7 @@ class PairEstimate:
             else m
             for m in self.models
         )
-        return PairEstimate(
-            models=models, context=self.context, base_bytes=self.base_bytes, margin=self.margin
-        )
+        return replace(self, models=models)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -120,6 +122,7 @@ class PairEstimate:
             "context": self.context,
             "base_mb": round(self.base_bytes / MIB, 1),
             "margin": self.margin,
+            "session_mb": round(self.session_bytes / MIB, 1),
             "models": {
                 m.name: {
                     "weights_mb": round(m.weight_bytes / MIB, 2),
@@ -200,12 +203,7 @@ def admit(estimate: PairEstimate, *, budget_mb: float | None, shrink_context: bo
         return Admission(estimate=estimate, budget_mb=budget_mb)
     longest = estimate.longest_context(budget)
     if shrink_context and longest >= MIN_CONTEXT:
-        shrunk = PairEstimate(
-            models=estimate.models,
-            context=longest,
-            base_bytes=estimate.base_bytes,
-            margin=estimate.margin,
-        )
+        shrunk = replace(estimate, context=longest)
         return Admission(estimate=shrunk, budget_mb=budget_mb, shrunk_from=estimate.context)
     options = alternatives(estimate, budget)
     raise BudgetError(
