@@ -208,8 +208,9 @@ def admit(estimate: PairEstimate, *, budget_mb: float | None, shrink_context: bo
     options = alternatives(estimate, budget)
     raise BudgetError(
         f"the pair needs an estimated {estimate.total_mb:.0f} MB at a context of "
-        f"{estimate.context} tokens (weights, KV cache, logits, {estimate.margin:.0%} margin "
-        f"and {estimate.base_bytes / MIB:.0f} MB already used by this process), over the "
+        f"{estimate.context} tokens (weights, KV cache, logits, {estimate.margin:.0%} margin, "
+        f"{estimate.session_bytes / MIB:.0f} MB per session and {estimate.base_bytes / MIB:.0f} "
+        "MB already used by this process), over the "
         f"memory budget of {budget_mb:.0f} MB",
         fix=(
             "what would fit: " + "; or ".join(options)
