@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.builtin import builtin_pair
-from edgespec.config import SamplingConfig
+from edgespec.config import BudgetConfig, SamplingConfig
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.pairing import check_pair
@@ -29,6 +29,10 @@ from edgespec.runtime.session import ModelSession, SessionOptions
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.local import LocalVerifier
+from edgespec.telemetry.estimate import admit, estimate_pair
+from edgespec.telemetry.guard import Telemetry
+from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
+from edgespec.telemetry.sysfs import Tree
 
 DRAFTERS = ("model", "ngram", "none")
 DEFAULT_K = 4
@@ -87,8 +91,11 @@ class Engine:
         chat_template: str | None,
         bos_token: str | None,
         eos_token: str | None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.target = target
+        #: Energy, memory and budgets (edgespec.telemetry): consulted around each generation.
+        self.telemetry = telemetry or Telemetry()
         self.draft = draft
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -108,8 +115,19 @@ class Engine:
         threads: int = 0,
         io_binding: bool | None = None,
         verify_checksums: bool = True,
+        memory_budget_mb: float | None = None,
+        shrink_context: bool = False,
+        budget: BudgetConfig | None = None,
+        telemetry_root: str | Path = "/",
+        measure_energy: bool = True,
     ) -> Engine:
         """Loads and validates the bundles, checks the pair, and creates both sessions.
+
+        ``memory_budget_mb`` (or ``budget.memory_mb``) is checked against the pair's estimate
+        from its manifests before any session exists: over it, loading fails with a
+        :class:`~edgespec.errors.BudgetError` that says what would fit, unless
+        ``shrink_context`` allows a shorter max context. ``budget`` also turns on the budget
+        policy between rounds; ``telemetry_root`` is where the probes read /proc and /sys.
 
         ``io_binding`` True uses the IO-binding path; the default is the plain path, measured
         as fast or faster on CPU (see ``edgespec.runtime.session``). With no ``target`` the
@@ -130,7 +148,22 @@ class Engine:
                     f"draft {draft} cannot serve target {target}: {report.reason}",
                     fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
                 )
-        options = SessionOptions(intra_op_threads=threads, spinning=False, io_binding=io_binding)
+        tree = Tree(telemetry_root)
+        if memory_budget_mb is None and budget is not None:
+            memory_budget_mb = budget.memory_mb
+        admission = admit(
+            estimate_pair(
+                target_bundle, draft_bundle, base_bytes=base_rss_bytes(MemoryProbe(tree))
+            ),
+            budget_mb=memory_budget_mb,
+            shrink_context=shrink_context,
+        )
+        options = SessionOptions(
+            intra_op_threads=threads,
+            spinning=False,
+            io_binding=io_binding,
+            max_length=admission.estimate.context,
+        )
         target_session = ModelSession(target_bundle, providers=target_providers, options=options)
         draft_session = (
             ModelSession(draft_bundle, providers=draft_providers, options=options)
@@ -147,6 +180,9 @@ class Engine:
             chat_template=template,
             bos_token=bos,
             eos_token=eos,
+            telemetry=Telemetry(
+                tree=tree, budget=budget, admission=admission, measure_energy=measure_energy
+            ),
         )
 
     @property
@@ -335,11 +371,13 @@ class Engine:
         stats = StatsCollector()
         text = TextStream(self.tokenizer)
         verifier = LocalVerifier(self.target)
+        watch = self.telemetry.watch(policy)
+        watch.start()
         rounds = decode(
             prompt_ids,
             drafter=drafter,
             verifier=verifier,
-            k_policy=policy,
+            k_policy=watch.k_policy,
             sampling=sampling,
             rng=np.random.default_rng(sampling.seed),
             max_new_tokens=max_new_tokens,
@@ -386,6 +424,7 @@ class Engine:
         verifier.close()
         result_stats = stats.as_dict()
         result_stats["providers"] = self.providers
+        result_stats.update(watch.stats(result_stats["new_tokens"]))
         generation.result = Result(
             text="".join(shown),
             tokens=tuple(tokens),

@@ -58,6 +58,35 @@ def _totals(results: Sequence[Result]) -> tuple[int, float]:
     return tokens, seconds
 
 
+def _per_token(results: Sequence[Result], key: str) -> float | None:
+    """Summed ``key`` (energy_j, energy_j_net, cpu_s) per committed token; None if any run
+    lacks it."""
+    values = [r.stats.get(key) for r in results]
+    tokens = sum(r.stats["new_tokens"] for r in results)
+    if not tokens or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None) / tokens
+
+
+def _energy(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[str, Any]:
+    """Is speculation cheaper per token, not only faster? Energy when a source measured it,
+    CPU-seconds always."""
+    figures: dict[str, Any] = {}
+    for key in ("cpu_s", "energy_j", "energy_j_net"):
+        target, spec = _per_token(baseline, key), _per_token(speculative, key)
+        figures[f"target_{key}_per_token"] = target
+        figures[f"speculative_{key}_per_token"] = spec
+        figures[f"{key}_ratio"] = spec / target if target and spec is not None else None
+    ratio = figures["energy_j_ratio"] or figures["cpu_s_ratio"]
+    figures["cheaper_per_token"] = None if ratio is None else ratio < 1.0
+    figures["measured_by"] = "energy_j" if figures["energy_j_ratio"] else "cpu_s"
+    figures["too_short_windows"] = sum(
+        bool((r.stats.get("energy_source") or {}).get("too_short"))
+        for r in (*baseline, *speculative)
+    )
+    return figures
+
+
 def _compare(
     engine: Engine,
     prompts: Sequence[str],
@@ -108,6 +137,7 @@ def _compare(
             b.tokens == s.tokens for b, s in zip(baseline, speculative, strict=True)
         ),
         "new_tokens": spec_tokens,
+        "energy": _energy(baseline, speculative),
     }
 
 
@@ -119,6 +149,8 @@ def run_bench(
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Greedy and sampled (T = ``settings.temperature``) comparisons plus the cost profile."""
+    progress("idle power baseline (when an energy source exists)")
+    idle_w = engine.telemetry.measure_idle(seconds=2.0)
     if settings.k is None:
         settings = replace(settings, k=engine.default_k)
     progress("warm-up and cost profile")
@@ -171,5 +203,8 @@ def run_bench(
             "temperature": settings.temperature,
         },
         "providers": engine.providers,
+        "energy": greedy["energy"],
+        "idle_power_w": idle_w,
+        "energy_source": engine.telemetry.discovery.as_dict(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from edgespec._version import __version__
 from edgespec.builtin import builtin_pair
+from edgespec.cli_budget import add_doctor_command
 from edgespec.cli_decode import add_decode_commands, profile_pair
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import ConfigError, EdgespecError, MissingDependencyError
@@ -158,6 +159,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pair.set_defaults(handler=_run_pair)
 
     add_decode_commands(commands)
+    add_doctor_command(commands)
 
     inspect = commands.add_parser(
         "inspect",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgespec.cli_budget import add_budget_arguments, budget_options, energy_line
 from edgespec.errors import ConfigError
 
 PROFILE_PROMPTS = 12  # code prompts pair --profile drafts on (64 tokens each, k = 8)
@@ -107,6 +108,7 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
+    add_budget_arguments(parser)
 
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -173,6 +175,7 @@ def _load_engine(args: argparse.Namespace) -> Any:
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
+        **budget_options(args),
     )
     for line in engine.warnings:
         print(f"edgespec: warning: {line}", file=sys.stderr)
@@ -215,6 +218,7 @@ def run_generate(args: argparse.Namespace) -> int:
             f"{'n/a' if rate is None else f'{rate:.0%}'}, {result.finish_reason}]",
             file=sys.stderr,
         )
+        print(f"[{energy_line(stats)}]", file=sys.stderr)
     return 0
 
 
@@ -249,6 +253,15 @@ def run_bench(args: argparse.Namespace) -> int:
         f"sampling target {sampled['target_tokens_per_s']:.1f} tok/s, speculative "
         f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup {sampled['speedup']:.2f}x, "
         f"alpha {sampled['alpha'] or 0:.2f}"
+    )
+    energy = results["energy"]
+    per_token = "energy_j" if energy["measured_by"] == "energy_j" else "cpu_s"
+    unit = "J" if per_token == "energy_j" else "CPU-s"
+    print(
+        f"per token target {energy[f'target_{per_token}_per_token']:.4g} {unit}, speculative "
+        f"{energy[f'speculative_{per_token}_per_token']:.4g} {unit}: speculation is "
+        f"{'cheaper' if energy['cheaper_per_token'] else 'NOT cheaper'} per token"
+        f"{'' if per_token == 'energy_j' else ' (no energy source: CPU time as the proxy)'}"
     )
     if results["speedup_vs_best_target_only"] is not None:
         print(

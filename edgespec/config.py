@@ -112,3 +112,54 @@ class SamplingConfig:
 
 
 SAMPLING_MODES = ("rejection", "match")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """Budgets the engine stays inside (None: no budget of that kind).
+
+    ``memory_mb`` is checked at load (admission from the manifests) and watched while
+    generating (RSS); ``power_w`` and ``energy_per_token_j`` are watched from the energy
+    source; below ``min_battery_pct`` on battery, speculation stops (or verification moves to
+    a remote target, when one is configured). ``hold_s`` is the least time between two changes
+    of the budget policy's mode, and a condition counts as recovered only ``hysteresis``
+    (a fraction) below its budget, so the policy does not flap. ``check_every_s`` spaces the
+    probe reads between rounds.
+    """
+
+    memory_mb: float | None = None
+    power_w: float | None = None
+    energy_per_token_j: float | None = None
+    min_battery_pct: float | None = None
+    hold_s: float = 2.0
+    hysteresis: float = 0.15
+    check_every_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "power_w", "energy_per_token_j"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"budget {name} is {value}", fix="use a positive value or None")
+        if self.min_battery_pct is not None and not 0 <= self.min_battery_pct <= 100:
+            raise ConfigError(
+                f"min_battery_pct {self.min_battery_pct} is outside [0, 100]",
+                fix="use a percentage such as 20",
+            )
+        if not 0.0 <= self.hysteresis < 1.0:
+            raise ConfigError(
+                f"hysteresis {self.hysteresis} is outside [0, 1)", fix="use e.g. 0.15"
+            )
+        if self.hold_s < 0 or self.check_every_s < 0:
+            raise ConfigError("hold_s and check_every_s must be >= 0", fix="use e.g. 2.0 and 0.1")
+
+    @property
+    def watches_anything(self) -> bool:
+        return any(
+            value is not None
+            for value in (
+                self.memory_mb,
+                self.power_w,
+                self.energy_per_token_j,
+                self.min_battery_pct,
+            )
+        )

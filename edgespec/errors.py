@@ -9,6 +9,7 @@ single line that tells the user what to do::
     ├── ModelSourceError         a model path or hub id cannot be read
     ├── UnsupportedModelError    not a decoder-only causal LM, or an architecture the exporter lacks
     ├── MissingDependencyError   an optional extra ([export], [gpu]) is not installed
+    ├── BudgetError              a pair does not fit the memory budget
     ├── ExportError              a step of the export failed
     │   └── VerificationError    the exported graph disagrees with PyTorch or is not batch invariant
     └── BundleError              a bundle on disk is unusable
@@ -47,6 +48,10 @@ class UnsupportedModelError(EdgespecError):
 
 class MissingDependencyError(EdgespecError):
     """An optional extra is needed for this command."""
+
+
+class BudgetError(EdgespecError):
+    """The pair's memory estimate exceeds the memory budget."""
 
 
 class ExportError(EdgespecError):

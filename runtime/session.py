@@ -45,6 +45,8 @@ class SessionOptions:
     spinning: bool = False
     #: None: the measured default, the plain path (see the module docstring).
     io_binding: bool | None = None
+    #: A context shorter than the bundle's (a memory budget's admission); None: the bundle's.
+    max_length: int | None = None
 
 
 def choose_providers(requested: Sequence[str] | None) -> list[str]:
@@ -81,7 +83,7 @@ class ModelSession:
         self.graph = manifest.graph
         self.model = manifest.model
         self.vocab_size = manifest.model.vocab_size
-        self.max_length = manifest.model.max_length
+        self.max_length = min(manifest.model.max_length, options.max_length or 1 << 62)
         self.kv_dtype = np.dtype(self.graph.kv_dtype)
         session_options = onnxruntime.SessionOptions()
         session_options.log_severity_level = 3

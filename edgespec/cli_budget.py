@@ -1,0 +1,103 @@
+"""Budget options of the decoding commands, the energy summary line, and ``edgespec doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("budgets (see README: Budgets)")
+    group.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="refuse to load a pair whose memory estimate exceeds MB (the message says what "
+        "would fit); speculation stops if RSS nears it",
+    )
+    group.add_argument(
+        "--shrink-context",
+        action="store_true",
+        help="with --memory-budget-mb: shorten the max context to fit instead of refusing",
+    )
+    group.add_argument("--power-budget-w", type=float, default=None, metavar="W")
+    group.add_argument("--energy-budget-j-per-token", type=float, default=None, metavar="J")
+    group.add_argument(
+        "--min-battery-pct",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="on battery below PCT percent, stop speculating",
+    )
+
+
+def budget_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``Engine.load`` keyword arguments from the budget options."""
+    from edgespec.config import BudgetConfig
+
+    budget = BudgetConfig(
+        memory_mb=args.memory_budget_mb,
+        power_w=args.power_budget_w,
+        energy_per_token_j=args.energy_budget_j_per_token,
+        min_battery_pct=args.min_battery_pct,
+    )
+    return {
+        "memory_budget_mb": args.memory_budget_mb,
+        "shrink_context": args.shrink_context,
+        "budget": budget if budget.watches_anything else None,
+    }
+
+
+def energy_line(stats: dict[str, Any]) -> str:
+    """``cpu 0.012 s/token, 0.41 J/token (rapl, CPU package)`` or the reason energy is n/a."""
+    cpu = stats.get("cpu_s_per_token")
+    parts = [f"cpu {cpu:.4f} s/token" if cpu is not None else "cpu n/a"]
+    source = stats.get("energy_source") or {}
+    per_token = stats.get("energy_j_per_token")
+    if per_token is not None:
+        short = ", window too short for the sensor" if source.get("too_short") else ""
+        parts.append(f"{per_token:.3f} J/token ({source['name']}, {source['scope']}{short})")
+    else:
+        parts.append("energy n/a")
+    budget = stats.get("budget")
+    if budget and budget["decisions"]:
+        parts.append(f"budget mode {budget['mode']} ({budget['decisions'][-1]['reason']})")
+    return ", ".join(parts)
+
+
+def add_doctor_command(commands: Any) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="what this device offers: providers, cores, memory, energy sources, and the "
+        "pair's memory estimate with recommended quantization and k",
+        description="Report ONNX Runtime providers (and which really create a session), CPU "
+        "cores, memory, the energy and power sources found (and why others are unavailable), "
+        "and for the built-in or given pair its memory estimate and a recommended "
+        "quantization and k.",
+    )
+    doctor.add_argument("--target", type=Path, default=None, metavar="DIR")
+    doctor.add_argument("--draft", type=Path, default=None, metavar="DIR")
+    doctor.add_argument("--memory-budget-mb", type=float, default=None, metavar="MB")
+    doctor.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not load the pair to measure its step costs (k is then not recommended)",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(handler=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from edgespec.doctor import diagnose, format_report
+
+    report = diagnose(
+        target=args.target,
+        draft=args.draft,
+        memory_budget_mb=args.memory_budget_mb,
+        measure=not args.no_measure,
+    )
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
