@@ -1,4 +1,4 @@
-"""The ``edgespec`` command line: export, pair, generate, bench, inspect and info.
+"""The ``edgespec`` command line: export, pair, generate, bench, serve, inspect and info.
 
 The decoding commands (generate, bench, pair --profile) live in ``edgespec.cli_decode``.
 
@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 from edgespec._version import __version__
 from edgespec.builtin import builtin_pair
 from edgespec.cli_decode import add_decode_commands, profile_pair
+from edgespec.cli_serve import add_serve_command
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import ConfigError, EdgespecError, MissingDependencyError
 from edgespec.events import ProgressEvent
@@ -158,6 +159,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pair.set_defaults(handler=_run_pair)
 
     add_decode_commands(commands)
+    add_serve_command(commands)
 
     inspect = commands.add_parser(
         "inspect",
