@@ -26,6 +26,6 @@ if ort_choice not in ORT_PACKAGES:
         "unset it for the CPU build or pick one of those names"
     )
 
-base = ["numpy>=1.24", "tokenizers>=0.19", "psutil>=5.9", "jinja2>=3.0"]
+base = ["numpy>=1.24", "tokenizers>=0.19", "psutil>=5.9", "jinja2>=3.0", "httpx>=0.27"]
 ort_requirement = ORT_PACKAGES[ort_choice]
 setup(install_requires=base + ([ort_requirement] if ort_requirement else []))

@@ -15,7 +15,8 @@ import numpy as np
 
 from edgespec.builtin import builtin_pair
 from edgespec.config import BudgetConfig, SamplingConfig
-from edgespec.errors import ConfigError, EdgespecError
+from edgespec.errors import ConfigError, EdgespecError, RemoteUnavailableError
+from edgespec.hybrid import RemoteRun, check_fallback, remote_profile, remote_run
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.pairing import check_pair
 from edgespec.runtime.decoder import FixedK, KPolicy, decode
@@ -23,12 +24,14 @@ from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
-from edgespec.runtime.policy import AutoK, CostProfile
+from edgespec.runtime.policy import AutoK, CappedK, CostProfile
 from edgespec.runtime.profile import measure_costs
 from edgespec.runtime.session import ModelSession, SessionOptions
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.text import StopMatcher, TextStream
+from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.local import LocalVerifier
+from edgespec.runtime.verifiers.remote import RemoteTarget
 from edgespec.telemetry.estimate import admit, estimate_pair
 from edgespec.telemetry.guard import Telemetry
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
@@ -56,15 +59,21 @@ class Delta:
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
-    """A finished generation: the new ``text`` and ``tokens`` (prompt excluded) and ``stats``."""
+    """A finished generation: the new ``text`` and ``tokens`` (prompt excluded) and ``stats``.
+
+    ``error`` is set (and ``finish_reason`` is "error") when the verification server became
+    unreachable under ``fallback="fail"``: ``text`` is then what was verified before that.
+    """
 
     text: str
     tokens: tuple[int, ...]
     finish_reason: str
     stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"text": self.text, "tokens": list(self.tokens), "stats": self.stats})
+        data = {"text": self.text, "tokens": list(self.tokens), "stats": self.stats}
+        return json.dumps(data if self.error is None else {**data, "error": self.error})
 
 
 class Generation:
@@ -79,12 +88,14 @@ class Generation:
 
 
 class Engine:
-    """A target bundle, an optional draft bundle, their sessions and the tokenizer."""
+    """A target bundle (or a remote target), an optional draft bundle, their sessions and the
+    tokenizer. With ``remote``, rounds are verified by the server and a local ``target`` (if
+    any) serves ``fallback="local"``."""
 
     def __init__(
         self,
         *,
-        target: ModelSession,
+        target: ModelSession | None,
         draft: ModelSession | None,
         tokenizer: Any,
         eos_ids: frozenset[int],
@@ -92,6 +103,8 @@ class Engine:
         bos_token: str | None,
         eos_token: str | None,
         telemetry: Telemetry | None = None,
+        remote: RemoteTarget | None = None,
+        fallback: str = "fail",
     ) -> None:
         self.target = target
         #: Energy, memory and budgets (edgespec.telemetry): consulted around each generation.
@@ -100,9 +113,20 @@ class Engine:
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.chat_template = chat_template
+        self.remote = remote
+        self.fallback = fallback
         self._special = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
         self._profile: CostProfile | None = None
-        self.max_length = min(target.max_length, draft.max_length if draft else target.max_length)
+        limits = [s.max_length for s in (target, draft) if s is not None]
+        if remote is not None:
+            check_fallback(fallback, target=target, draft=draft)
+            limits.append(remote.info().max_length)
+            self.vocab_size = remote.info().vocab_size
+        elif target is not None:
+            self.vocab_size = target.vocab_size
+        else:
+            raise ConfigError("an engine needs a target", fix="pass target=DIR or remote=URL")
+        self.max_length = min(limits)
 
     @classmethod
     def load(
@@ -120,6 +144,9 @@ class Engine:
         budget: BudgetConfig | None = None,
         telemetry_root: str | Path = "/",
         measure_energy: bool = True,
+        remote: str | RemoteTarget | None = None,
+        api_key: str | None = None,
+        fallback: str = "fail",
     ) -> Engine:
         """Loads and validates the bundles, checks the pair, and creates both sessions.
 
@@ -132,16 +159,26 @@ class Engine:
         ``io_binding`` True uses the IO-binding path; the default is the plain path, measured
         as fast or faster on CPU (see ``edgespec.runtime.session``). With no ``target`` the
         built-in pair is loaded (its draft too, unless ``draft`` names another).
+
+        ``remote`` (a URL of ``edgespec serve``, or a configured :class:`RemoteTarget`)
+        verifies on that server; then a local target is loaded only when ``target`` is given
+        or ``fallback`` is "local". ``fallback``: "fail" (stop, return the verified text and
+        the error), "local" (continue with the local target: lossless) or "draft" (continue
+        with the draft alone: marked lossy in the stats).
         """
         from tokenizers import Tokenizer
 
-        if target is None:
+        if isinstance(remote, str):
+            remote = RemoteTarget(remote, api_key=api_key)
+        if target is None and (draft is None or remote is None or fallback == "local"):
             pair = builtin_pair()
-            target, draft = pair.target, draft or pair.draft
+            draft = draft or pair.draft
+            if remote is None or fallback == "local":
+                target = pair.target
 
-        target_bundle = load_bundle(target, verify_checksums=verify_checksums)
+        target_bundle = load_bundle(target, verify_checksums=verify_checksums) if target else None
         draft_bundle = load_bundle(draft, verify_checksums=verify_checksums) if draft else None
-        if draft_bundle is not None:
+        if draft_bundle is not None and target_bundle is not None:
             report = check_pair(draft_bundle, target_bundle)
             if not report.compatible:
                 raise IncompatiblePairError(
@@ -164,18 +201,25 @@ class Engine:
             io_binding=io_binding,
             max_length=admission.estimate.context,
         )
-        target_session = ModelSession(target_bundle, providers=target_providers, options=options)
+        target_session = (
+            ModelSession(target_bundle, providers=target_providers, options=options)
+            if target_bundle is not None
+            else None
+        )
         draft_session = (
             ModelSession(draft_bundle, providers=draft_providers, options=options)
             if draft_bundle is not None
             else None
         )
-        spec = target_bundle.manifest.tokenizer
-        template, bos, eos = _chat_settings(target_bundle)
+        text_bundle = target_bundle or draft_bundle
+        if text_bundle is None:
+            raise ConfigError("a remote target needs a local draft", fix="pass draft=DIR")
+        spec = text_bundle.manifest.tokenizer
+        template, bos, eos = _chat_settings(text_bundle)
         return cls(
             target=target_session,
             draft=draft_session,
-            tokenizer=Tokenizer.from_file(str(target_bundle.tokenizer_path)),
+            tokenizer=Tokenizer.from_file(str(text_bundle.tokenizer_path)),
             eos_ids=frozenset(spec.eos_token_ids),
             chat_template=template,
             bos_token=bos,
@@ -183,18 +227,22 @@ class Engine:
             telemetry=Telemetry(
                 tree=tree, budget=budget, admission=admission, measure_energy=measure_energy
             ),
+            remote=remote,
+            fallback=fallback,
         )
 
     @property
     def warnings(self) -> list[str]:
         """Provider fallbacks, and a target whose export did not show batch invariance."""
-        sessions = [("target", self.target)] + ([("draft", self.draft)] if self.draft else [])
+        sessions = [("target", self.target), ("draft", self.draft)]
         lines = [
             f"{name} asked for {session.requested_providers[0]} but runs on "
             f"{', '.join(session.providers)}"
             for name, session in sessions
-            if session.fell_back
+            if session is not None and session.fell_back
         ]
+        if self.target is None:
+            return lines
         invariant = self.target.bundle.manifest.verification.batch_invariant
         if invariant is not True:
             lines.append(
@@ -207,7 +255,7 @@ class Engine:
     @property
     def providers(self) -> dict[str, list[str]]:
         """What really runs (ONNX Runtime falls back silently), per model."""
-        found = {"target": list(self.target.providers)}
+        found = {"target": list(self.target.providers)} if self.target else {}
         if self.draft is not None:
             found["draft"] = list(self.draft.providers)
         return found
@@ -236,7 +284,10 @@ class Engine:
     @property
     def build_record(self) -> dict[str, Any]:
         """How the built-in pair was trained and selected (empty for other bundles)."""
-        return dict(self.target.bundle.manifest.extra.get("builtin_pair", {}))
+        session = self.target if self.target is not None else self.draft
+        if session is None:
+            return {}
+        return dict(session.bundle.manifest.extra.get("builtin_pair", {}))
 
     @property
     def default_k(self) -> int:
@@ -245,7 +296,15 @@ class Engine:
 
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
+        if self._profile is None and self.remote is not None:
+            draft_step = measure_costs(self.draft, None, max_width=1) if self.draft else None
+            self._profile = remote_profile(
+                self.remote.info(),
+                rtt_s=self.remote.measure_rtt(),
+                draft_step_s=draft_step.target_step_s if draft_step else 0.0,
+            )
         if self._profile is None:
+            assert self.target is not None
             self._profile = measure_costs(self.target, self.draft)
         return self._profile
 
@@ -316,9 +375,9 @@ class Engine:
         prompt_ids = list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=chat)
         if not prompt_ids or (isinstance(prompt, str) and not prompt):
             raise ConfigError("the prompt is empty", fix="pass at least one character of text")
-        if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
+        if any(not 0 <= t < self.vocab_size for t in prompt_ids):
             raise ConfigError(
-                f"prompt token ids must lie in [0, {self.target.vocab_size})",
+                f"prompt token ids must lie in [0, {self.vocab_size})",
                 fix="encode the prompt with the bundle's tokenizer",
             )
         if len(prompt_ids) + max_new_tokens > self.max_length:
@@ -327,6 +386,11 @@ class Engine:
                 f"exceeds the context limit of {self.max_length} tokens",
                 fix="shorten the prompt, lower max_new_tokens, or re-export with a larger "
                 "--max-length",
+            )
+        if self.remote is not None and isinstance(k, int) and k > self.remote.info().max_k:
+            raise ConfigError(
+                f"k = {k} is more than the server's limit of {self.remote.info().max_k}",
+                fix="use a smaller k or k='auto'",
             )
         stop_matcher = StopMatcher(stop) if stop else None
         if not 0.0 <= draft_min_probability < 1.0:
@@ -342,9 +406,18 @@ class Engine:
             if k == "auto"
             else FixedK(int(k))
         )
+        remote = None
+        if self.remote is not None:
+            run = remote_run(
+                self.remote, fallback=self.fallback, target=self.target, draft=self.draft
+            )
+            if k == "auto" and drafter != "none":
+                # The server's suggested k (it shrinks as its queue grows) caps auto k.
+                policy = CappedK(policy, cap=lambda: run.remote.suggested_k)
+            remote = run
         generation = Generation(iter(()))
         generation._pieces = self._pieces(
-            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher
+            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher, remote
         )
         return generation
 
@@ -352,7 +425,7 @@ class Engine:
         if name == "model":
             assert self.draft is not None
             return ModelDrafter(
-                self.draft, vocab_size=self.target.vocab_size, stop_probability=stop_probability
+                self.draft, vocab_size=self.vocab_size, stop_probability=stop_probability
             )
         if name == "ngram":
             return PromptLookupDrafter()
@@ -367,10 +440,16 @@ class Engine:
         sampling: SamplingConfig,
         max_new_tokens: int,
         stop_matcher: StopMatcher | None,
+        remote: RemoteRun | None,
     ) -> Iterator[Delta]:
         stats = StatsCollector()
         text = TextStream(self.tokenizer)
-        verifier = LocalVerifier(self.target)
+        verifier: Verifier
+        if remote is not None:
+            verifier = remote.verifier
+        else:
+            assert self.target is not None
+            verifier = LocalVerifier(self.target)
         watch = self.telemetry.watch(policy)
         watch.start()
         rounds = decode(
@@ -387,30 +466,39 @@ class Engine:
         tokens: list[int] = []
         shown: list[str] = []
         stopped = False
-        for committed in rounds:
-            n_accepted = stats.records[-1].n_accepted
-            for drafted, part in ((True, committed[:n_accepted]), (False, committed[n_accepted:])):
-                pieces: list[str] = []
-                # Token by token, so that a stop string ends the result at the token that
-                # completed it: no token after it is kept.
-                for token in part:
-                    tokens.append(token)
-                    piece = text.push([token])
-                    if stop_matcher is not None and piece:
-                        outcome = stop_matcher.feed(piece)
-                        piece, stopped = outcome.emit, outcome.stopped
-                    pieces.append(piece)
+        error: str | None = None
+        try:
+            for committed in rounds:
+                n_accepted = stats.records[-1].n_accepted
+                for drafted, part in (
+                    (True, committed[:n_accepted]),
+                    (False, committed[n_accepted:]),
+                ):
+                    pieces: list[str] = []
+                    # Token by token, so that a stop string ends the result at the token that
+                    # completed it: no token after it is kept.
+                    for token in part:
+                        tokens.append(token)
+                        piece = text.push([token])
+                        if stop_matcher is not None and piece:
+                            outcome = stop_matcher.feed(piece)
+                            piece, stopped = outcome.emit, outcome.stopped
+                        pieces.append(piece)
+                        if stopped:
+                            break
+                    if "".join(pieces):
+                        shown.append("".join(pieces))
+                        yield Delta(text=shown[-1], drafted=drafted)
                     if stopped:
                         break
-                if "".join(pieces):
-                    shown.append("".join(pieces))
-                    yield Delta(text=shown[-1], drafted=drafted)
                 if stopped:
+                    rounds.close()
+                    stats.on_finish("stop_string")
                     break
-            if stopped:
-                rounds.close()
-                stats.on_finish("stop_string")
-                break
+        except RemoteUnavailableError as failure:
+            # fallback "fail": what was verified so far, and the error.
+            error = str(failure)
+            stats.on_finish("error")
         if not stopped:
             tail = text.finish()
             if stop_matcher is not None:
@@ -425,11 +513,14 @@ class Engine:
         result_stats = stats.as_dict()
         result_stats["providers"] = self.providers
         result_stats.update(watch.stats(result_stats["new_tokens"]))
+        if remote is not None:
+            result_stats.update(remote.stats(len(tokens)))
         generation.result = Result(
             text="".join(shown),
             tokens=tuple(tokens),
             finish_reason=stats.finish_reason,
             stats=result_stats,
+            error=error,
         )
 
 

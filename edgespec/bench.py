@@ -138,7 +138,24 @@ def _compare(
         ),
         "new_tokens": spec_tokens,
         "energy": _energy(baseline, speculative),
+        **_traffic(baseline, speculative),
     }
+
+
+def _traffic(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[str, Any]:
+    """Round trips and bytes per committed token of remote runs (nothing for local ones)."""
+    if "remote" not in speculative[0].stats:
+        return {}
+    found: dict[str, Any] = {}
+    for name, results in (("target", baseline), ("speculative", speculative)):
+        tokens = sum(r.stats["new_tokens"] for r in results) or 1
+        remote = [r.stats["remote"] for r in results]
+        found[f"{name}_round_trips_per_token"] = sum(t["round_trips"] for t in remote) / tokens
+        found[f"{name}_bytes_per_token"] = (
+            sum(t["bytes_sent"] + t["bytes_received"] for t in remote) / tokens
+        )
+        found[f"{name}_rtt_share"] = sum(t["rtt_share"] or 0 for t in remote) / len(remote)
+    return found
 
 
 def run_bench(

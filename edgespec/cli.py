@@ -1,4 +1,4 @@
-"""The ``edgespec`` command line: export, pair, generate, bench, inspect and info.
+"""The ``edgespec`` command line: export, pair, generate, bench, serve, inspect and info.
 
 The decoding commands (generate, bench, pair --profile) live in ``edgespec.cli_decode``.
 
@@ -21,6 +21,7 @@ from edgespec._version import __version__
 from edgespec.builtin import builtin_pair
 from edgespec.cli_budget import add_doctor_command
 from edgespec.cli_decode import add_decode_commands, profile_pair
+from edgespec.cli_serve import add_serve_command
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import ConfigError, EdgespecError, MissingDependencyError
 from edgespec.events import ProgressEvent
@@ -160,6 +161,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_decode_commands(commands)
     add_doctor_command(commands)
+    add_serve_command(commands)
 
     inspect = commands.add_parser(
         "inspect",

@@ -109,6 +109,33 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
     add_budget_arguments(parser)
+    parser.add_argument(
+        "--remote",
+        default=None,
+        metavar="URL",
+        help="verify on this 'edgespec serve' (the draft runs here; --target is then only "
+        "loaded for --fallback local)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("EDGESPEC_API_KEY"),
+        help="bearer token for --remote (default: $EDGESPEC_API_KEY)",
+    )
+    parser.add_argument(
+        "--fallback",
+        default="fail",
+        choices=("fail", "local", "draft"),
+        help="when the server stays unreachable: fail (default: stop, keep the verified "
+        "text), local (continue with --target: lossless), draft (continue unverified: lossy)",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="add this round-trip time to every --remote exchange (a latency proxy for "
+        "benchmarks on loopback)",
+    )
 
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +195,15 @@ def _k(value: str | None) -> int | str | None:
 
 def _load_engine(args: argparse.Namespace) -> Any:
     from edgespec.api import Engine
+    from edgespec.runtime.verifiers.remote import RemoteTarget
 
+    if args.rtt_ms and not args.remote:
+        raise ConfigError("--rtt-ms needs --remote", fix="pass --remote URL")
+    remote = (
+        RemoteTarget(args.remote, api_key=args.api_key, simulated_rtt_s=args.rtt_ms / 1e3)
+        if args.remote
+        else None
+    )
     engine = Engine.load(
         target=args.target,
         draft=args.draft,
@@ -176,6 +211,8 @@ def _load_engine(args: argparse.Namespace) -> Any:
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
         **budget_options(args),
+        remote=remote,
+        fallback=args.fallback,
     )
     for line in engine.warnings:
         print(f"edgespec: warning: {line}", file=sys.stderr)
@@ -208,6 +245,9 @@ def run_generate(args: argparse.Namespace) -> int:
     result = generation.result
     if args.json:
         print(result.to_json())
+    elif result.error is not None:
+        sys.stdout.write("\n")
+        print(f"edgespec: error: {result.error}", file=sys.stderr)
     else:
         stats = result.stats
         sys.stdout.write("\n")
@@ -219,7 +259,9 @@ def run_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(f"[{energy_line(stats)}]", file=sys.stderr)
-    return 0
+        if result.stats.get("lossy"):
+            print("edgespec: warning: fell back to unverified draft output", file=sys.stderr)
+    return 1 if result.error is not None else 0
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -267,6 +309,14 @@ def run_bench(args: argparse.Namespace) -> int:
         print(
             f"vs the fastest target-only build ({results['best_target_only']}): "
             f"{results['speedup_vs_best_target_only']:.2f}x"
+        )
+    if "speculative_round_trips_per_token" in greedy:
+        print(
+            f"remote   round trips/token: per-token {greedy['target_round_trips_per_token']:.2f}, "
+            f"hybrid {greedy['speculative_round_trips_per_token']:.2f}; bytes/token: per-token "
+            f"{greedy['target_bytes_per_token']:.0f}, hybrid "
+            f"{greedy['speculative_bytes_per_token']:.0f}; RTT share of hybrid rounds "
+            f"{greedy['speculative_rtt_share']:.0%}"
         )
     curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
     print(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")

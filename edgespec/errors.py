@@ -12,10 +12,12 @@ single line that tells the user what to do::
     ├── BudgetError              a pair does not fit the memory budget
     ├── ExportError              a step of the export failed
     │   └── VerificationError    the exported graph disagrees with PyTorch or is not batch invariant
-    └── BundleError              a bundle on disk is unusable
-        ├── SchemaVersionError   manifest written by an unknown schema version
-        ├── MissingFileError     a file listed in the manifest is absent
-        └── ChecksumError        a file's size or sha256 differs from the manifest
+    ├── BundleError              a bundle on disk is unusable
+    │   ├── SchemaVersionError   manifest written by an unknown schema version
+    │   ├── MissingFileError     a file listed in the manifest is absent
+    │   └── ChecksumError        a file's size or sha256 differs from the manifest
+    └── RemoteError              the verification server refused a request
+        └── RemoteUnavailableError   the server stayed unreachable after the retries
 """
 
 from __future__ import annotations
@@ -76,3 +78,11 @@ class MissingFileError(BundleError):
 
 class ChecksumError(BundleError):
     """A file's size or checksum differs from the manifest."""
+
+
+class RemoteError(EdgespecError):
+    """The verification server answered a request with an error."""
+
+
+class RemoteUnavailableError(RemoteError):
+    """The verification server stayed unreachable (or kept failing) after every retry."""

@@ -96,6 +96,10 @@ class ReferenceKVCache:
     def length(self) -> int:
         return int(self.arrays[0][0].shape[2])
 
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for kind in self.arrays for a in kind)
+
     def crop(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")

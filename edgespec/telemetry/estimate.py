@@ -135,11 +135,14 @@ class PairEstimate:
 
 
 def estimate_pair(
-    target: Bundle, draft: Bundle | None, *, base_bytes: int, context: int | None = None
+    target: Bundle | None, draft: Bundle | None, *, base_bytes: int, context: int | None = None
 ) -> PairEstimate:
-    models = [ModelCost.of("target", target)]
+    """The models held on this device: no target when a remote server verifies."""
+    models = [ModelCost.of("target", target)] if target is not None else []
     if draft is not None:
         models.append(ModelCost.of("draft", draft))
+    if not models:
+        raise ValueError("estimate_pair needs a target or a draft")
     longest = min(m.max_length for m in models)
     return PairEstimate(
         models=tuple(models),

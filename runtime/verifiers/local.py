@@ -36,7 +36,9 @@ class LocalVerifier:
         started = time.perf_counter()
         position = self.cache.length + 1  # absolute position of draft.tokens[0]
         logits = self.session.forward([last_token, *draft.tokens], self.cache)  # [k+1, vocab]
-        acceptance = self._accept(draft, logits, position)
+        acceptance = accept(
+            draft, logits, sampling=self._sampling, rng=self._rng, position=position
+        )
         # The cache holds last_token and all k drafts; keep last_token and the accepted ones.
         self.cache.crop(position + acceptance.n_accepted)
         return Verdict(
@@ -45,20 +47,30 @@ class LocalVerifier:
             elapsed_s=time.perf_counter() - started,
         )
 
-    def _accept(self, draft: Draft, logits: np.ndarray, position: int) -> Acceptance:
-        sampling = self._sampling
-        if sampling.greedy:
-            return accept_greedy(draft.tokens, logits)
-        p_target = probabilities(logits, sampling)
-        if sampling.mode == "match":
-            return accept_match(draft.tokens, p_target, seed=sampling.seed, position=position)
-        if draft.tokens and draft.q_draft is None:
-            raise ConfigError(
-                "rejection sampling needs the draft's probabilities, and this drafter has none",
-                fix="use sampling mode 'match' with the prompt-lookup drafter",
-            )
-        q_draft = draft.q_draft if draft.q_draft is not None else np.zeros((0, logits.shape[1]))
-        return accept_sampled(draft.tokens, q_draft, p_target, self._rng)
-
     def close(self) -> None:
         self.cache.reset()
+
+
+def accept(
+    draft: Draft,
+    logits: np.ndarray,
+    *,
+    sampling: SamplingConfig,
+    rng: np.random.Generator,
+    position: int,
+) -> Acceptance:
+    """The acceptance rule ``sampling`` asks for, over target ``logits`` [k + 1, vocab];
+    ``position`` is the absolute position of ``draft.tokens[0]`` (used by match mode).
+    Shared with the verification server, which applies it to its sessions' rounds."""
+    if sampling.greedy:
+        return accept_greedy(draft.tokens, logits)
+    p_target = probabilities(logits, sampling)
+    if sampling.mode == "match":
+        return accept_match(draft.tokens, p_target, seed=sampling.seed, position=position)
+    if draft.tokens and draft.q_draft is None:
+        raise ConfigError(
+            "rejection sampling needs the draft's probabilities, and this drafter has none",
+            fix="use sampling mode 'match' with the prompt-lookup drafter",
+        )
+    q_draft = draft.q_draft if draft.q_draft is not None else np.zeros((0, logits.shape[1]))
+    return accept_sampled(draft.tokens, q_draft, p_target, rng)

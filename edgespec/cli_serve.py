@@ -1,0 +1,98 @@
+"""The ``edgespec serve`` command (the server itself is in ``edgespec.server``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgespec.errors import MissingDependencyError
+
+
+def add_serve_command(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve a target for remote verification (protocol v1) and OpenAI-compatible "
+        "completions",
+        description="Hold the target and verify drafts sent by 'edgespec generate --remote'. "
+        "Binds 127.0.0.1 unless told otherwise; any other address needs --api-key.",
+    )
+    serve.add_argument(
+        "--target",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="target bundle (default: the built-in pair)",
+    )
+    serve.add_argument(
+        "--draft",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="draft bundle for the OpenAI-compatible routes",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8700)
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("EDGESPEC_API_KEY"),
+        help="bearer token clients must send (default: $EDGESPEC_API_KEY)",
+    )
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=64,
+        help="sessions kept before the least recently used is evicted",
+    )
+    serve.add_argument(
+        "--max-cache-mb",
+        type=float,
+        default=0.0,
+        help="KV cache memory cap over all sessions (0: none)",
+    )
+    serve.add_argument(
+        "--idle-ttl",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="sessions idle this long expire (default 300)",
+    )
+    serve.add_argument(
+        "--max-k",
+        type=int,
+        default=8,
+        help="the draft length suggested to clients when the server is idle",
+    )
+    serve.add_argument("--threads", type=int, default=0, help="intra-op threads")
+    serve.set_defaults(handler=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        from edgespec.server.app import ServerOptions
+        from edgespec.server.run import check_binding, serve
+        from edgespec.server.sessions import StoreLimits
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"edgespec serve needs the [server] extra ({error.name} is missing)",
+            fix="pip install 'edgespec[server]'",
+        ) from error
+    limits = StoreLimits(
+        max_sessions=args.max_sessions,
+        max_cache_bytes=int(args.max_cache_mb * 1024 * 1024),
+        idle_ttl_s=args.idle_ttl,
+        max_k=args.max_k,
+    )
+    check_binding(args.host, args.api_key)
+    print(f"edgespec: serving on http://{args.host}:{args.port}", file=sys.stderr)
+    serve(
+        target=args.target,
+        draft=args.draft,
+        host=args.host,
+        port=args.port,
+        options=ServerOptions(api_key=args.api_key, limits=limits),
+        threads=args.threads,
+    )
+    return 0

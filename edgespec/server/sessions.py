@@ -1,0 +1,222 @@
+"""The server's verification sessions: one target KV cache per client generation.
+
+No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (crop the cache to
+the round's absolute position, one target pass over ``[last_token] + draft``, the acceptance
+rule, crop to what was kept), closes them, expires idle ones and evicts the least recently used
+at the session or memory cap. Model passes run one at a time (``run_exclusive``); the number of
+requests waiting for that turn is the queue the suggested k shrinks with.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar, cast
+
+import numpy as np
+
+from edgespec.config import SamplingConfig
+from edgespec.errors import ConfigError
+from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
+from edgespec.runtime.session import ModelSession
+from edgespec.runtime.verifiers.local import accept
+from edgespec.runtime.verifiers.wire import (
+    OpenRequest,
+    OpenResponse,
+    VerifyRequest,
+    VerifyResponse,
+    WireError,
+)
+
+T = TypeVar("T")
+
+
+class UnknownSessionError(WireError):
+    """No such session: never opened, closed, expired or evicted (HTTP 404)."""
+
+
+class PositionConflictError(WireError):
+    """The round's position lies beyond what the session holds (HTTP 409: re-open it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreLimits:
+    """``max_sessions`` and ``max_cache_bytes`` (0: no memory cap) trigger LRU eviction;
+    sessions idle for ``idle_ttl_s`` expire. ``max_k`` is the suggested k of an idle server."""
+
+    max_sessions: int = 64
+    max_cache_bytes: int = 0
+    idle_ttl_s: float = 300.0
+    max_k: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1 or self.idle_ttl_s <= 0 or self.max_k < 1:
+            raise ConfigError(
+                "--max-sessions, --idle-ttl and --max-k must be positive",
+                fix="e.g. --max-sessions 64 --idle-ttl 300 --max-k 8",
+            )
+
+
+class _Session:
+    def __init__(self, cache: KVCache | ReferenceKVCache, sampling: SamplingConfig) -> None:
+        self.cache = cache
+        self.sampling = sampling
+        self.last_used = time.monotonic()
+
+
+class _Uniforms:
+    """The client's draws, handed out in order (the acceptance test's ``rng.random()``)."""
+
+    def __init__(self, values: tuple[float, ...]) -> None:
+        self._values = list(values)
+
+    def random(self) -> float:
+        if not self._values:
+            raise WireError("the round needs more 'uniforms' (send k + 1)")
+        return self._values.pop(0)
+
+
+class SessionStore:
+    """Sessions on one target :class:`ModelSession`; thread-safe."""
+
+    def __init__(
+        self,
+        target: ModelSession,
+        *,
+        limits: StoreLimits = StoreLimits(),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+        self.limits = limits
+        self.clock = clock
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._model_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self.waiting = 0
+        self.counters: Counter[str] = Counter()
+        self.verify_s_sum = 0.0
+
+    # --- scheduling -------------------------------------------------------------------------
+    def run_exclusive(self, work: Callable[[], T]) -> T:
+        """Runs ``work`` when no other model pass runs; counts the requests waiting meanwhile."""
+        with self._state_lock:
+            self.waiting += 1
+        with self._model_lock:
+            with self._state_lock:
+                self.waiting -= 1
+            return work()
+
+    def suggested_k(self) -> int:
+        """``max_k`` when idle, divided by one plus the number of requests waiting."""
+        return max(1, self.limits.max_k // (1 + self.waiting))
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return len(self._sessions)
+
+    def cache_bytes(self) -> int:
+        with self._state_lock:
+            return sum(s.cache.nbytes for s in self._sessions.values())
+
+    def _expire(self) -> None:
+        """Drops idle sessions, then the least recently used ones past the caps."""
+        now = self.clock()
+        for session_id, session in list(self._sessions.items()):
+            if now - session.last_used > self.limits.idle_ttl_s:
+                del self._sessions[session_id]
+                self.counters["sessions_expired"] += 1
+        limits = self.limits
+        while self._sessions and (
+            len(self._sessions) > limits.max_sessions
+            or (limits.max_cache_bytes and self._total_bytes() > limits.max_cache_bytes)
+        ):
+            self._sessions.popitem(last=False)
+            self.counters["sessions_evicted"] += 1
+
+    def _total_bytes(self) -> int:
+        return sum(s.cache.nbytes for s in self._sessions.values())
+
+    def _get(self, session_id: str) -> _Session:
+        with self._state_lock:
+            self._expire()
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise UnknownSessionError(
+                    f"session {session_id!r} is unknown (closed, expired or evicted)",
+                    fix="open it again with the whole token history",
+                )
+            session.last_used = self.clock()
+            self._sessions.move_to_end(session_id)
+            return session
+
+    def open(self, request: OpenRequest) -> OpenResponse:
+        cache = self.target.new_cache()
+        self.run_exclusive(lambda: self.target.start(request.prompt, cache))
+        session = _Session(cache, request.sampling)
+        session.last_used = self.clock()
+        session_id = uuid.uuid4().hex
+        with self._state_lock:
+            self._sessions[session_id] = session
+            self.counters["sessions_opened"] += 1
+            self._expire()
+        return OpenResponse(
+            session_id=session_id, length=cache.length, suggested_k=self.suggested_k()
+        )
+
+    def close(self, session_id: str) -> None:
+        with self._state_lock:
+            if self._sessions.pop(session_id, None) is None:
+                raise UnknownSessionError(f"session {session_id!r} is unknown")
+            self.counters["sessions_closed"] += 1
+
+    # --- rounds ------------------------------------------------------------------------------
+    def verify(self, session_id: str, request: VerifyRequest) -> VerifyResponse:
+        session = self._get(session_id)
+        sampling = session.sampling
+        rejection = not sampling.greedy and sampling.mode == "rejection"
+        if request.draft and rejection and request.q_draft is None:
+            raise WireError("rejection sampling rounds need 'q_draft'")
+        return self.run_exclusive(lambda: self._verify(session, request))
+
+    def _verify(self, session: _Session, request: VerifyRequest) -> VerifyResponse:
+        started = time.perf_counter()
+        cache, position = session.cache, request.position
+        if position > cache.length:
+            raise PositionConflictError(
+                f"position {position} is beyond the {cache.length} tokens this session holds",
+                fix="open the session again with the whole token history",
+            )
+        cache.crop(position)  # a resent round recomputes the same answer
+        logits = self.target.forward([request.last_token, *request.draft], cache)
+        rng = (
+            _Uniforms(request.uniforms)
+            if request.uniforms
+            else np.random.default_rng([session.sampling.seed, position])
+        )
+        acceptance = accept(
+            Draft(tokens=request.draft, q_draft=request.q_draft),
+            logits,
+            sampling=session.sampling,
+            rng=cast(np.random.Generator, rng),
+            position=position + 1,
+        )
+        cache.crop(position + 1 + acceptance.n_accepted)
+        elapsed = time.perf_counter() - started
+        with self._state_lock:
+            self.counters["rounds"] += 1
+            self.counters["drafted_tokens"] += len(request.draft)
+            self.counters["accepted_tokens"] += acceptance.n_accepted
+            self.verify_s_sum += elapsed
+        return VerifyResponse(
+            n_accepted=acceptance.n_accepted,
+            tokens=acceptance.tokens,
+            length=cache.length,
+            suggested_k=self.suggested_k(),
+            verify_s=elapsed,
+        )

@@ -1,0 +1,95 @@
+"""Verification servers for tests: in a thread or a subprocess, on 127.0.0.1, bounded waits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from edgespec.runtime.policy import CostProfile
+
+#: A made-up cost curve: the tests need one, not its accuracy.
+FAKE_PROFILE = CostProfile(
+    target_step_s=0.002, draft_step_s=0.0004, verify_cost=tuple(1.0 + 0.1 * w for w in range(9))
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ThreadServer:
+    """uvicorn serving ``app`` in a daemon thread; a context manager that stops it."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the test server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+class ProcessServer:
+    """``edgespec serve`` as a subprocess on ``port``; ``kill`` and ``start`` it again."""
+
+    def __init__(self, *, target: Path, draft: Path, port: int) -> None:
+        self.args = [
+            sys.executable, "-m", "edgespec", "serve", "--target", str(target),
+            "--draft", str(draft), "--port", str(port), "--max-k", "8",
+        ]  # fmt: skip
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.process = subprocess.Popen(self.args, env=env, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while True:
+            assert self.process.poll() is None, "edgespec serve exited"
+            assert time.monotonic() < deadline, "edgespec serve did not start"
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def __enter__(self) -> ProcessServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
