@@ -179,7 +179,8 @@ def run_bench(
         engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
     )
     verify_cost = list(profile.verify_cost)
-    selection = engine.build_record.get("selection", {})
+    # Remote runs compare against remote per-token decoding: the local build ratio does not apply.
+    selection = engine.build_record.get("selection", {}) if engine.remote is None else {}
     c = greedy["draft_step_ms"] / greedy["target_step_ms"]
     theoretical = None
     if isinstance(settings.k, int) and greedy["alpha"] is not None:
