@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from edgespec.api import Engine
@@ -84,9 +87,26 @@ def local(pair: tuple[Path, Path]) -> Engine:
     return Engine.load(target=pair[0], draft=pair[1])
 
 
+class SlowStartServer(ProcessServer):
+    """``edgespec serve`` as a subprocess, with a start deadline for a heavily shared CPU."""
+
+    def start(self) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.process = subprocess.Popen(self.args, env=env, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 900
+        while True:
+            assert self.process.poll() is None, "edgespec serve exited"
+            assert time.monotonic() < deadline, "edgespec serve did not start"
+            try:
+                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def server(pair: tuple[Path, Path]) -> Iterator[ProcessServer]:
-    with ProcessServer(target=pair[0], draft=pair[1], port=free_port()) as running:
+    with SlowStartServer(target=pair[0], draft=pair[1], port=free_port()) as running:
         yield running
 
 
@@ -108,7 +128,7 @@ def run_jvm(bridge: bridge_build.Built, url: str, prompt: list[int], **options: 
         jvm_args(bridge, url, prompt, **options),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -176,7 +196,7 @@ def test_killed_server_gives_a_clean_error_with_the_partial_tokens(
     expected = local.generate(prompt, drafter="none", max_new_tokens=NEW_TOKENS).tokens
     process = paused_jvm(bridge, server.url, prompt, k=3, retries=2, backoff_ms=50)
     server.kill()
-    out, err = process.communicate("\n", timeout=120)
+    out, err = process.communicate("\n", timeout=900)
     assert process.returncode == 3, out + err
     answer = json.loads(out.strip().splitlines()[-1])
     partial = tuple(answer["partial_tokens"])
@@ -195,7 +215,7 @@ def test_restarted_server_is_recovered_from(
     process = paused_jvm(bridge, server.url, prompt, k=3)
     server.kill()
     server.start()  # same port, no sessions: the client re-opens from its own history
-    out, err = process.communicate("\n", timeout=300)
+    out, err = process.communicate("\n", timeout=900)
     assert process.returncode == 0, out + err
     answer = json.loads(out.strip().splitlines()[-1])
     assert tuple(answer["tokens"]) == expected
