@@ -90,7 +90,7 @@ public final class Cli {
         int maxNewTokens = Integer.parseInt(options.getOrDefault("max-new-tokens", "64"));
         try {
             SpeculativeDecoder.Generation generation =
-                    new SpeculativeDecoder(target)
+                    new SpeculativeDecoder(target, null, "auto".equals(k))
                             .generate(ids(options.get("prompt-ids")), drafter, kPolicy, sampling,
                                     maxNewTokens, listener);
             Json.put(out, "tokens", Json.array(generation.tokens));

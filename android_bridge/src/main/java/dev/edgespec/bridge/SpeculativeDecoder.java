@@ -56,14 +56,20 @@ public final class SpeculativeDecoder {
 
     private final RemoteTarget target;
     private final String qFormat;
+    private final boolean followServerK;
 
     public SpeculativeDecoder(RemoteTarget target) {
-        this(target, null);
+        this(target, null, false);
     }
 
-    public SpeculativeDecoder(RemoteTarget target, String qFormat) {
+    /**
+     * {@code followServerK}: never draft more than the server's latest suggested k (its max_k
+     * divided by its queue), as the Python engine does under {@code k = "auto"}.
+     */
+    public SpeculativeDecoder(RemoteTarget target, String qFormat, boolean followServerK) {
         this.target = target;
         this.qFormat = qFormat;
+        this.followServerK = followServerK;
     }
 
     public Generation generate(
@@ -97,7 +103,11 @@ public final class SpeculativeDecoder {
             int last = prompt[prompt.length - 1];
             while (count < maxNewTokens) {
                 // A round commits up to k + 1 tokens: never draft past the token budget.
-                int k = Math.min(Math.min(kPolicy.nextK(), kLimit), maxNewTokens - count - 1);
+                int wanted = Math.min(kPolicy.nextK(), kLimit);
+                if (followServerK) {
+                    wanted = Math.min(wanted, session.suggestedK());
+                }
+                int k = Math.min(wanted, maxNewTokens - count - 1);
                 Draft draft = drafter.propose(k);
                 Verdict verdict;
                 try {

@@ -107,6 +107,18 @@ public class DecoderTest {
     }
 
     @Test
+    public void followingTheServerCapsK() {
+        server.suggestedK = 2;
+        SpeculativeDecoder.Generation generation =
+                new SpeculativeDecoder(target, null, true)
+                        .generate(PROMPT, new ScriptedDrafter(99), KPolicy.fixed(6), Sampling.GREEDY, 20, null);
+        assertArrayEquals(FakeServer.greedy(PROMPT, 20), generation.tokens);
+        for (StepRecord record : generation.rounds) {
+            assertTrue(record.k <= 2);
+        }
+    }
+
+    @Test
     public void refusesPromptsPastTheContext() {
         try {
             run(new PromptLookupDrafter(), 2, FakeServer.MAX_LENGTH, null);

@@ -24,6 +24,7 @@ final class FakeServer implements Transport {
     boolean down;
     int failures;
     int requests;
+    int suggestedK = 8;
 
     FakeServer(String apiKey) {
         this.apiKey = apiKey;
@@ -88,7 +89,7 @@ final class FakeServer implements Transport {
             Wire.OpenRequest open = Wire.OpenRequest.fromJson(Json.parse(body), VOCAB, MAX_LENGTH);
             String id = "s" + nextId++;
             sessions.put(id, open.prompt.clone());
-            return new Wire.OpenResponse(id, open.prompt.length - 1, 8).toJson();
+            return new Wire.OpenResponse(id, open.prompt.length - 1, suggestedK).toJson();
         }
         String id = path.split("/")[4];
         int[] history = sessions.get(id);
@@ -114,6 +115,6 @@ final class FakeServer implements Transport {
         length++;
         sessions.put(id, Arrays.copyOf(grown, length));
         int[] tokens = Arrays.copyOfRange(grown, round.position + 1, length);
-        return new Wire.VerifyResponse(accepted, tokens, length - 1, 8, 0.001).toJson();
+        return new Wire.VerifyResponse(accepted, tokens, length - 1, suggestedK, 0.001).toJson();
     }
 }
