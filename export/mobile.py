@@ -95,7 +95,6 @@ def _convert(graph: Path, out: Path, style: str) -> tuple[Path, Path]:
 
 
 def _coverage(graph: Path, quant: str) -> tuple[tuple[str, ...], tuple[EpCoverage, ...]]:
-    import onnx
     from onnxruntime.tools.mobile_helpers import usability_checker as checker
     from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo
 
@@ -171,7 +170,6 @@ def _coverage(graph: Path, quant: str) -> tuple[tuple[str, ...], tuple[EpCoverag
             note=f"a minimal ORT build needs only the ops in {OPS_CONFIG_FILE}",
         ),
     )
-    del onnx
     return op_types, tuple(found)
 
 
