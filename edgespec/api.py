@@ -24,7 +24,7 @@ from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
-from edgespec.runtime.policy import AutoK, CostProfile
+from edgespec.runtime.policy import AutoK, CappedK, CostProfile
 from edgespec.runtime.profile import measure_costs
 from edgespec.runtime.session import ModelSession, SessionOptions
 from edgespec.runtime.stats import StatsCollector
@@ -354,9 +354,18 @@ class Engine:
             if k == "auto"
             else FixedK(int(k))
         )
+        remote = None
+        if self.remote is not None:
+            run = remote_run(
+                self.remote, fallback=self.fallback, target=self.target, draft=self.draft
+            )
+            if k == "auto" and drafter != "none":
+                # The server's suggested k (it shrinks as its queue grows) caps auto k.
+                policy = CappedK(policy, cap=lambda: run.remote.suggested_k)
+            remote = run
         generation = Generation(iter(()))
         generation._pieces = self._pieces(
-            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher
+            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher, remote
         )
         return generation
 
@@ -379,15 +388,12 @@ class Engine:
         sampling: SamplingConfig,
         max_new_tokens: int,
         stop_matcher: StopMatcher | None,
+        remote: RemoteRun | None,
     ) -> Iterator[Delta]:
         stats = StatsCollector()
         text = TextStream(self.tokenizer)
-        remote: RemoteRun | None = None
         verifier: Verifier
-        if self.remote is not None:
-            remote = remote_run(
-                self.remote, fallback=self.fallback, target=self.target, draft=self.draft
-            )
+        if remote is not None:
             verifier = remote.verifier
         else:
             assert self.target is not None

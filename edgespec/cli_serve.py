@@ -72,7 +72,7 @@ def add_serve_command(commands: Any) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     try:
         from edgespec.server.app import ServerOptions
-        from edgespec.server.run import serve
+        from edgespec.server.run import check_binding, serve
         from edgespec.server.sessions import StoreLimits
     except ImportError as error:
         raise MissingDependencyError(
@@ -85,6 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
         idle_ttl_s=args.idle_ttl,
         max_k=args.max_k,
     )
+    check_binding(args.host, args.api_key)
     print(f"edgespec: serving on http://{args.host}:{args.port}", file=sys.stderr)
     serve(
         target=args.target,

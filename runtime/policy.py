@@ -9,8 +9,9 @@ expected tokens per second, from measured round times.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from edgespec.events import StepRecord
 
@@ -102,3 +103,24 @@ class AutoK:
         if record.drafted <= self.k_max:
             spent = record.draft_s + record.verify_s
             self.round_s[record.drafted] = self._blend(self.round_s[record.drafted], spent)
+
+
+class _Policy(Protocol):
+    def next_k(self) -> int: ...
+
+    def observe(self, record: StepRecord) -> None: ...
+
+
+class CappedK:
+    """Another policy's k, never above ``cap()`` (a remote server's suggested k, which shrinks
+    as its queue grows)."""
+
+    def __init__(self, inner: _Policy, *, cap: Callable[[], int]) -> None:
+        self.inner = inner
+        self.cap = cap
+
+    def next_k(self) -> int:
+        return min(self.inner.next_k(), self.cap())
+
+    def observe(self, record: StepRecord) -> None:
+        self.inner.observe(record)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 
 from edgespec.api import Engine
-from edgespec.errors import EdgespecError
+from edgespec.errors import ConfigError, EdgespecError
 from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.verifiers.wire import (
     MAX_K,
@@ -83,10 +83,12 @@ def create_app(
     engine: Engine, *, options: ServerOptions = ServerOptions(), profile: CostProfile
 ) -> FastAPI:
     """The application for ``engine``'s target; ``profile`` is its measured cost curve."""
-    app = FastAPI(title="edgespec verification server", version=f"protocol-{PROTOCOL_VERSION}")
-    store = SessionStore(engine.target, limits=options.limits)
-    app.state.store = store
     target = engine.target
+    if target is None:
+        raise ConfigError("the server needs a local target", fix="load the engine with target=")
+    app = FastAPI(title="edgespec verification server", version=f"protocol-{PROTOCOL_VERSION}")
+    store = SessionStore(target, limits=options.limits)
+    app.state.store = store
     tokenizer_sha = hashlib.sha256(target.bundle.tokenizer_path.read_bytes()).hexdigest()
     info = ServerInfo(
         vocab_size=target.vocab_size,

@@ -43,6 +43,7 @@ def serve(
 
     check_binding(host, options.api_key)
     engine = Engine.load(target=target, draft=draft, threads=threads)
+    assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)
     app = create_app(engine, options=options, profile=profile)
     uvicorn.run(app, host=host, port=port, log_level="warning")
