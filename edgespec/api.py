@@ -34,6 +34,7 @@ from edgespec.runtime.verifiers.local import LocalVerifier
 from edgespec.runtime.verifiers.remote import RemoteTarget
 
 DRAFTERS = ("model", "ngram", "none")
+DEFAULT_K = 4
 
 
 class IncompatiblePairError(EdgespecError):
@@ -244,6 +245,19 @@ class Engine:
         template = environment.from_string(self.chat_template)
         return template.render(messages=list(messages), add_generation_prompt=True, **self._special)
 
+    @property
+    def build_record(self) -> dict[str, Any]:
+        """How the built-in pair was trained and selected (empty for other bundles)."""
+        session = self.target if self.target is not None else self.draft
+        if session is None:
+            return {}
+        return dict(session.bundle.manifest.extra.get("builtin_pair", {}))
+
+    @property
+    def default_k(self) -> int:
+        """The draft length used when none is given: the pair's measured best, else 4."""
+        return int(self.build_record.get("selection", {}).get("recommended_k", DEFAULT_K))
+
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
         if self._profile is None and self.remote is not None:
@@ -280,7 +294,7 @@ class Engine:
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
-        k: int | str = 4,
+        k: int | str | None = None,
         drafter: str | None = None,
         sampling_mode: str | None = None,
         stop: Sequence[str] = (),
@@ -305,6 +319,8 @@ class Engine:
             raise ConfigError(
                 "the model drafter needs a draft bundle", fix="pass draft=... or drafter='ngram'"
             )
+        if k is None:
+            k = self.default_k
         if isinstance(k, str) and k != "auto":
             raise ConfigError(f"k must be a number or 'auto', not {k!r}", fix="e.g. k=4")
         if isinstance(k, int) and k < 0:

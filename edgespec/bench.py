@@ -6,28 +6,47 @@ the same machine state; ratios are computed from the summed tokens and decode ti
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from edgespec.api import Engine, Result
+from edgespec.errors import ConfigError
 from edgespec.runtime.policy import expected_speedup
 
-DEFAULT_PROMPTS = (
-    "def fibonacci(n):\n    ",
-    "import os\nimport sys\n\n\ndef main(argv):\n    ",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
-    "for i in range(10):\n    if i % 2 == 0:\n        ",
-    "The quick brown fox jumps over the lazy dog. The quick brown",
-    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
-)
+PROMPT_SETS_DIR = Path(__file__).resolve().parent / "data" / "prompts"
+PROMPT_SETS = ("code", "edit")
+
+
+def load_prompts(source: str | Path = "code") -> list[str]:
+    """A named prompt set (``code``, ``edit``: see ``benchmarks/make_prompts.py``) or a file:
+    a JSON list of strings or of ``{"prompt": ...}`` objects, or one prompt per line with
+    ``\\n`` for newlines."""
+    path = PROMPT_SETS_DIR / f"{source}.json" if source in PROMPT_SETS else Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read prompts file {path} ({error.strerror})",
+            fix=f"give a readable file or one of the sets {', '.join(PROMPT_SETS)}",
+        ) from error
+    if text.lstrip().startswith("["):
+        items = json.loads(text)
+        prompts = [item["prompt"] if isinstance(item, dict) else item for item in items]
+    else:
+        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ConfigError(f"{path} holds no prompts", fix="one prompt per line, or a JSON list")
+    return prompts
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchSettings:
     max_new_tokens: int = 64
-    k: int | str = 4
+    k: int | str | None = None  # None: the engine's default_k
     drafter: str = "model"
     temperature: float = 0.7
     repeats: int = 1
@@ -111,12 +130,14 @@ def _traffic(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[
 
 def run_bench(
     engine: Engine,
-    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    prompts: Sequence[str],
     settings: BenchSettings = BenchSettings(),
     *,
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Greedy and sampled (T = ``settings.temperature``) comparisons plus the cost profile."""
+    if settings.k is None:
+        settings = replace(settings, k=engine.default_k)
     progress("warm-up and cost profile")
     engine.generate(prompts[0], drafter="none", max_new_tokens=8)
     engine.generate(prompts[0], drafter=settings.drafter, k=1, max_new_tokens=8)
@@ -126,6 +147,7 @@ def run_bench(
         engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
     )
     verify_cost = list(profile.verify_cost)
+    selection = engine.build_record.get("selection", {})
     c = greedy["draft_step_ms"] / greedy["target_step_ms"]
     theoretical = None
     if isinstance(settings.k, int) and greedy["alpha"] is not None:
@@ -148,6 +170,15 @@ def run_bench(
         "verify_cost": verify_cost,
         "theoretical_speedup": theoretical,
         "efficiency": greedy["speedup"] / theoretical if theoretical else None,
+        # The build measured the shipped target's target-only speed against the fastest
+        # target-only quantization of the same weights in one process; scaling by that ratio
+        # compares speculation with the best plain decoding a user could pick instead.
+        "best_target_only": selection.get("best_target_only"),
+        "speedup_vs_best_target_only": (
+            greedy["speedup"] * selection["shipped_vs_best_target_only"]
+            if "shipped_vs_best_target_only" in selection
+            else None
+        ),
         "settings": {
             "k": settings.k,
             "drafter": settings.drafter,

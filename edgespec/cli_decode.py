@@ -11,6 +11,8 @@ from typing import Any
 
 from edgespec.errors import ConfigError
 
+PROFILE_PROMPTS = 12  # code prompts pair --profile drafts on (64 tokens each, k = 8)
+
 
 def add_decode_commands(commands: Any) -> None:
     """Adds ``generate`` and ``bench`` to the CLI's subcommands."""
@@ -48,13 +50,18 @@ def add_decode_commands(commands: Any) -> None:
     _add_engine_arguments(bench)
     bench.add_argument(
         "--prompts",
-        type=Path,
-        default=None,
-        help="text file with one prompt per line (\\n for newlines), or a JSON "
-        "list of strings (default: a small built-in code set)",
+        default="code",
+        metavar="SET|FILE",
+        help="a built-in set: code (32 held-out code-completion prompts, default) or edit "
+        "(answers repeat the prompt: for --drafter ngram); or a file with one prompt per "
+        "line (\\n for newlines), or a JSON list",
     )
-    bench.add_argument("--max-new-tokens", type=int, default=64)
-    bench.add_argument("--k", default="4", help="draft length, or auto (default 4)")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument(
+        "--k",
+        default=None,
+        help="draft length, or auto (default: the pair's recommended k, else 4)",
+    )
     bench.add_argument("--drafter", default="model", choices=("model", "ngram"))
     bench.add_argument(
         "--temperature",
@@ -137,7 +144,11 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="model (default with --draft), ngram (prompt lookup, default "
         "without), none (plain target decoding)",
     )
-    parser.add_argument("--k", default="4", help="tokens drafted per round, or auto (default 4)")
+    parser.add_argument(
+        "--k",
+        default=None,
+        help="tokens drafted per round, or auto (default: the pair's recommended k, else 4)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -171,8 +182,8 @@ def _providers(value: str | None) -> list[str] | None:
     return [name.strip() for name in value.split(",") if name.strip()] if value else None
 
 
-def _k(value: str) -> int | str:
-    if value == "auto":
+def _k(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
         return value
     try:
         return int(value)
@@ -249,28 +260,8 @@ def run_generate(args: argparse.Namespace) -> int:
     return 1 if result.error is not None else 0
 
 
-def _read_prompts(path: Path | None) -> list[str]:
-    from edgespec.bench import DEFAULT_PROMPTS
-
-    if path is None:
-        return list(DEFAULT_PROMPTS)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(
-            f"cannot read prompts file {path} ({error})", fix="check the path"
-        ) from error
-    if text.lstrip().startswith("["):
-        prompts = json.loads(text)
-    else:
-        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
-    if not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise ConfigError(f"{path} holds no prompts", fix="one prompt per line, or a JSON list")
-    return prompts
-
-
 def run_bench(args: argparse.Namespace) -> int:
-    from edgespec.bench import BenchSettings, run_bench
+    from edgespec.bench import BenchSettings, load_prompts, run_bench
 
     engine = _load_engine(args)
     settings = BenchSettings(
@@ -282,7 +273,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     results = run_bench(
         engine,
-        _read_prompts(args.prompts),
+        load_prompts(args.prompts),
         settings,
         progress=lambda m: print(f"  bench: {m}", file=sys.stderr, flush=True),
     )
@@ -301,6 +292,11 @@ def run_bench(args: argparse.Namespace) -> int:
         f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup {sampled['speedup']:.2f}x, "
         f"alpha {sampled['alpha'] or 0:.2f}"
     )
+    if results["speedup_vs_best_target_only"] is not None:
+        print(
+            f"vs the fastest target-only build ({results['best_target_only']}): "
+            f"{results['speedup_vs_best_target_only']:.2f}x"
+        )
     if "speculative_round_trips_per_token" in greedy:
         print(
             f"remote   round trips/token: per-token {greedy['target_round_trips_per_token']:.2f}, "
@@ -323,11 +319,13 @@ def run_bench(args: argparse.Namespace) -> int:
 def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
     """Greedy speculation at k = 8 over the bench prompts: alpha by position, c, best k."""
     from edgespec.api import Engine
-    from edgespec.bench import DEFAULT_PROMPTS
+    from edgespec.bench import load_prompts
     from edgespec.runtime.policy import expected_speedup
 
     engine = Engine.load(target=target, draft=draft)
-    results = [engine.generate(p, k=8, max_new_tokens=64) for p in DEFAULT_PROMPTS]
+    results = [
+        engine.generate(p, k=8, max_new_tokens=64) for p in load_prompts("code")[:PROFILE_PROMPTS]
+    ]
     tested = sum(r.stats["tested"] for r in results)
     alpha = sum(r.stats["accepted"] for r in results) / tested if tested else 0.0
     offered = [0] * 8

@@ -273,3 +273,22 @@ def test_fuzzed_json_on_every_route_never_gets_a_5xx(client: Any, body: Any) -> 
         "/v1/chat/completions",
     ):
         assert post_json(client, path, body).status_code < 500
+
+
+def test_schemathesis_fuzzing_from_the_openapi_schema_finds_no_5xx(engine: Engine) -> None:
+    schemathesis = pytest.importorskip("schemathesis")
+    app = create_app(engine, options=ServerOptions(max_new_tokens=8), profile=FAKE_PROFILE)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    labels = []
+    for found in schema.get_all_operations():
+        operation = found.ok()
+        labels.append(operation.label)
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        def check(case: Any) -> None:
+            response = case.call()
+            assert response.status_code < 500, (case.body, response.text)
+
+        check()
+    assert "POST /v1/verify/sessions/{session_id}/rounds" in labels

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 
@@ -130,6 +131,16 @@ def create_app(
             status_code=401,
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes the input, which may hold NaN or Infinity: JSON cannot
+        # carry those, so the answer would be a 500. The location and message suffice.
+        problems = [
+            f"{'.'.join(str(part) for part in problem.get('loc', ()))}: {problem.get('msg', '')}"
+            for problem in error.errors()
+        ]
+        return JSONResponse({"detail": "; ".join(problems) or "invalid request"}, 422)
 
     @app.exception_handler(EdgespecError)
     async def refused(request: Request, error: EdgespecError) -> JSONResponse:

@@ -12,6 +12,7 @@ before anything of the failed round is committed.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from edgespec.runtime.verifiers.wire import (
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Statuses that mean "this session is gone or out of step": re-open it from the history.
 REOPEN_STATUSES = frozenset({404, 409})
+#: Re-opens tried for one round (a busy server may evict a session again at once).
+MAX_REOPENS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +97,7 @@ class RemoteTarget:
 
     def request(self, method: str, path: str, body: Any = None, *, retry: bool = True) -> Exchange:
         """Sends one request, retrying transport failures and 429/5xx with backoff."""
-        content = None if body is None else httpx.Request("POST", "/", json=body).content
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         attempts = 1 + (self.retries if retry else 0)
         problem = ""
         for attempt in range(attempts):
@@ -227,7 +230,9 @@ class RemoteVerifier:
         )
         body = request.to_json(q_format=self.q_format)
         exchange = self._exchange("POST", f"/v1/verify/sessions/{self._session_id}/rounds", body)
-        if exchange.status in REOPEN_STATUSES:
+        for _ in range(MAX_REOPENS):
+            if exchange.status not in REOPEN_STATUSES:
+                break
             self._reopens += 1
             self._open()
             path = f"/v1/verify/sessions/{self._session_id}/rounds"

@@ -1,0 +1,118 @@
+"""The built-in pair: present in the install, used by default, exact, and its prompt sets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgespec.bench import PROMPT_SETS_DIR, load_prompts
+from edgespec.builtin import BUILTIN_PAIR_DIR, builtin_pair
+from edgespec.errors import BundleError, ConfigError
+from edgespec.manifest import load_bundle
+
+
+def test_missing_builtin_pair_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(BundleError) as raised:
+        builtin_pair(tmp_path)
+    assert "built-in pair is missing" in str(raised.value)
+    assert "pass --target DIR" in str(raised.value)
+
+
+def test_builtin_pair_is_installed_with_its_build_record() -> None:
+    pair = builtin_pair()
+    target, draft = load_bundle(pair.target), load_bundle(pair.draft)
+    assert target.manifest.tokenizer.sha256 == draft.manifest.tokenizer.sha256
+    total = sum(f.stat().st_size for d in (pair.target, pair.draft) for f in d.iterdir())
+    assert total <= 40 * 1000 * 1000
+    for bundle in (target, draft):
+        build = bundle.manifest.extra["builtin_pair"]
+        training = build["training"]
+        assert training["settings"]["seed"] == 0
+        assert len(training["corpus"]["sha256"]) == 64
+        assert training["corpus"]["validation_files"] > 0
+        assert training["validation"]["target_loss"] > 0
+        selection = build["selection"]
+        chosen = selection["table"][selection["chosen_target"]]
+        assert chosen["identical_output"] is True
+        assert 0 < chosen["alpha_k4"] <= 1
+    # The shipped target passed the batch invariance check that exact verification needs.
+    assert target.manifest.verification.batch_invariant is True
+    assert 15e6 <= training["parameters"]["target"] <= 30e6
+    assert 1e6 <= training["parameters"]["draft"] <= 3e6
+
+
+def test_prompt_sets_are_held_out_third_party_code() -> None:
+    code, edit = load_prompts("code"), load_prompts("edit")
+    assert len(code) >= 30 and len(edit) >= 10
+    sources = [item["source"] for item in json.loads((PROMPT_SETS_DIR / "code.json").read_text())]
+    # Not the standard library the pair was trained on.
+    assert all(s.split("/")[0] in {"click", "jinja2", "packaging"} for s in sources)
+    # An edit prompt holds a whole function and starts its copy: the answer repeats the prompt.
+    assert all("_v2(" in prompt for prompt in edit)
+
+
+def test_load_prompts_rejects_unreadable_and_empty(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="one of the sets code, edit"):
+        load_prompts(str(tmp_path / "absent.txt"))
+    (tmp_path / "empty.json").write_text("[]")
+    with pytest.raises(ConfigError, match="holds no prompts"):
+        load_prompts(str(tmp_path / "empty.json"))
+
+
+def test_generate_with_no_model_arguments(tmp_path: Path) -> None:
+    """The README's first command, offline, from outside the checkout."""
+    script = shutil.which("edgespec")
+    assert script is not None
+    result = subprocess.run(
+        [script, "generate", "def fibonacci(n):", "--max-new-tokens", "24", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    output = json.loads(result.stdout)
+    assert len(output["tokens"]) == 24 and output["text"]
+    assert output["stats"]["rounds"] < 24  # drafts were accepted
+
+
+def test_builtin_speculation_equals_target_greedy() -> None:
+    from edgespec.api import Engine
+
+    engine = Engine.load()
+    assert engine.default_k == engine.build_record["selection"]["recommended_k"]
+    for prompt in load_prompts("code")[:4] + load_prompts("edit")[:2]:
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=48)
+        for drafter in ("model", "ngram"):
+            speculative = engine.generate(prompt, drafter=drafter, max_new_tokens=48)
+            assert speculative.tokens == plain.tokens
+
+
+def test_pair_defaults_to_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+    from edgespec.cli import main
+
+    assert main(["pair", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compatible"] is True
+    assert main(["pair", str(BUILTIN_PAIR_DIR / "draft")]) == 1
+    assert "pair got a DRAFT but no TARGET" in capsys.readouterr().err
+
+
+def test_build_script_holds_out_whole_files(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from train_pair import TrainSettings, split_corpus
+
+    corpus = split_corpus(tmp_path, TrainSettings())
+    train, validation = set(corpus["train_files"]), set(corpus["validation_files"])
+    assert train and validation and not train & validation
+    assert not any(name.startswith(("test/", "idlelib/")) for name in train | validation)
+    # The record is written once and reused, so a resumed build sees the same split.
+    assert split_corpus(tmp_path, TrainSettings()) == corpus
