@@ -21,6 +21,7 @@ from edgespec._version import __version__
 from edgespec.builtin import builtin_pair
 from edgespec.cli_budget import add_doctor_command
 from edgespec.cli_decode import add_decode_commands, profile_pair
+from edgespec.cli_mobile import add_mobile_command
 from edgespec.cli_serve import add_serve_command
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import ConfigError, EdgespecError, MissingDependencyError
@@ -162,6 +163,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_decode_commands(commands)
     add_doctor_command(commands)
     add_serve_command(commands)
+    add_mobile_command(commands)
 
     inspect = commands.add_parser(
         "inspect",

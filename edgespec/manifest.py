@@ -28,7 +28,7 @@ _HASH_CHUNK_BYTES = 1 << 20
 
 @dataclass(frozen=True, kw_only=True)
 class FileRecord:
-    """One file of the bundle. ``role`` is graph, graph_data, tokenizer or config."""
+    """One file of the bundle. ``role`` is graph, graph_data, tokenizer, config or report."""
 
     path: str
     role: str
