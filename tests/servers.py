@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -68,10 +69,17 @@ class ProcessServer:
         self.url = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen[bytes] | None = None
 
+    start_timeout_s = 120.0
+
     def start(self) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.process = subprocess.Popen(self.args, env=env, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
+        # Run outside the checkout: ``python -m`` puts the working directory first on sys.path,
+        # where the source tree's edgespec/ (without the mapped export/ and runtime/) would
+        # shadow the installed package.
+        self.process = subprocess.Popen(
+            self.args, env=env, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir()
+        )
+        deadline = time.monotonic() + self.start_timeout_s
         while True:
             assert self.process.poll() is None, "edgespec serve exited"
             assert time.monotonic() < deadline, "edgespec serve did not start"
