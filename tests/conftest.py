@@ -92,3 +92,17 @@ def exported(
         return bundles[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
+    """The tiny fp32 Llama target with its Mistral draft: the pair the server tests share."""
+    return exported("llama", "fp32"), exported("mistral", "fp32")
+
+
+@pytest.fixture(scope="module")
+def local(pair: tuple[Path, Path]) -> Any:
+    """A local engine on :func:`pair` (one per test module)."""
+    from edgespec.api import Engine
+
+    return Engine.load(target=pair[0], draft=pair[1])

@@ -13,7 +13,7 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +72,6 @@ def test_android_source_set_is_compiled_but_not_packaged_with_stubs(
 
 
 # --- against a real server --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
-    return exported("llama", "fp32"), exported("mistral", "fp32")
-
-
-@pytest.fixture(scope="module")
-def local(pair: tuple[Path, Path]) -> Engine:
-    return Engine.load(target=pair[0], draft=pair[1])
 
 
 class SlowStartServer(ProcessServer):

@@ -4,7 +4,6 @@ rounds, the soak, and the CLI (probes read fake /proc and /sys trees where figur
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.integration
 
 PROMPT = "def fibonacci(n):\n    if n"
 FAKE_RSS_MB = 100
-
-
-@pytest.fixture(scope="module")
-def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
-    return exported("llama", "fp32"), exported("mistral", "fp32")
 
 
 def fake_process(root: Path) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +17,6 @@ from edgespec.server.app import ServerOptions, create_app
 from servers import FAKE_PROFILE, ThreadServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
-    return exported("llama", "fp32"), exported("mistral", "fp32")
-
-
-@pytest.fixture(scope="module")
-def local(pair: tuple[Path, Path]) -> Engine:
-    return Engine.load(target=pair[0], draft=pair[1])
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +18,6 @@ from servers import FAKE_PROFILE, ThreadServer
 pytestmark = pytest.mark.integration
 
 PROMPTS = ("def fibonacci(n):\n    if n", "import os\nimport sys\n\nclass ")
-
-
-@pytest.fixture(scope="module")
-def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
-    return exported("llama", "fp32"), exported("mistral", "fp32")
-
-
-@pytest.fixture(scope="module")
-def local(pair: tuple[Path, Path]) -> Engine:
-    return Engine.load(target=pair[0], draft=pair[1])
 
 
 @pytest.fixture(scope="module")

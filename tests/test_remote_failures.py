@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,6 @@ pytestmark = pytest.mark.integration
 
 PROMPT = "def fibonacci(n):\n    if n"
 NEW_TOKENS = 96
-
-
-@pytest.fixture(scope="module")
-def pair(exported: Callable[..., Path]) -> tuple[Path, Path]:
-    return exported("llama", "fp32"), exported("mistral", "fp32")
 
 
 @pytest.fixture(scope="module")

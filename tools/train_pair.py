@@ -200,6 +200,25 @@ def _kl(student_logits: Any, teacher_logits: Any) -> Any:
     return functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
 
 
+def _optimizer_step(optimizer: Any, model: Any, loss: Any) -> None:
+    """One AdamW step with gradients clipped to norm 1."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def _save_atomically(state: dict[str, Any], path: Path) -> None:
+    """A checkpoint is either whole or absent: written beside ``path``, then renamed."""
+    import torch
+
+    scratch = path.with_name(path.name + ".partial")
+    torch.save(state, scratch)
+    scratch.replace(path)
+
+
 def train_pair(
     work: Path,
     arrays: dict[str, np.ndarray],
@@ -255,19 +274,13 @@ def train_pair(
                     warmup=settings.warmup_steps,
                 )
             output = target(input_ids=inputs, labels=inputs)
-            target_opt.zero_grad(set_to_none=True)
-            output.loss.backward()
-            torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-            target_opt.step()
+            _optimizer_step(target_opt, target, output.loss)
             teacher = output.logits.detach()
             target_loss = output.loss.item()
         for group in draft_opt.param_groups:
             group["lr"] = _lr(step, total, peak=settings.draft_lr, warmup=settings.warmup_steps)
         draft_loss = _kl(draft(input_ids=inputs).logits, teacher)
-        draft_opt.zero_grad(set_to_none=True)
-        draft_loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        draft_opt.step()
+        _optimizer_step(draft_opt, draft, draft_loss)
         step += 1
         if step % 10 == 0 or step == total:
             rate = (time.monotonic() - started) / step
@@ -288,9 +301,7 @@ def train_pair(
                 "elapsed_s": time.monotonic() - started,
                 "settings": asdict(settings),
             }
-            scratch = work / "checkpoint.pt.partial"
-            torch.save(state, scratch)
-            scratch.replace(final if step == total else checkpoint)
+            _save_atomically(state, final if step == total else checkpoint)
     checkpoint.unlink(missing_ok=True)
     return {
         "target": target.eval(),
@@ -385,10 +396,7 @@ def distill_on_policy(
         loss = _kl(draft(input_ids=sequences).logits[:, span], teacher[:, span])
         for group in optimizer.param_groups:
             group["lr"] = _lr(step, total, peak=settings.onpolicy_lr, warmup=10)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        optimizer.step()
+        _optimizer_step(optimizer, draft, loss)
         step += 1
         if step % 10 == 0 or step == total:
             rate = (time.monotonic() - started) / step
@@ -397,16 +405,14 @@ def distill_on_policy(
                 f"({rate:.2f} s/step, ~{rate * (total - step) / 60:.0f} min left)"
             )
         if step % settings.checkpoint_every == 0 or step == total:
-            scratch = work / "onpolicy.pt.partial"
-            torch.save(
+            _save_atomically(
                 {
                     "draft": draft.state_dict(),
                     "draft_opt": optimizer.state_dict(),
                     "step": step,
                     "elapsed_s": time.monotonic() - started,
                 },
-                scratch,
+                final if step == total else checkpoint,
             )
-            scratch.replace(final if step == total else checkpoint)
     checkpoint.unlink(missing_ok=True)
     return {"target": target, "draft": draft.eval(), "seconds": time.monotonic() - started}
