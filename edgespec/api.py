@@ -15,8 +15,8 @@ import numpy as np
 
 from edgespec.builtin import builtin_pair
 from edgespec.config import BudgetConfig, SamplingConfig
-from edgespec.errors import ConfigError, EdgespecError, RemoteUnavailableError
-from edgespec.hybrid import RemoteRun, check_fallback, remote_profile, remote_run
+from edgespec.errors import ConfigError, EdgespecError, RemoteError
+from edgespec.hybrid import Remote, RemoteRun, check_fallback, remote_profile, remote_run
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.pairing import check_pair
 from edgespec.runtime.decoder import FixedK, KPolicy, decode
@@ -30,6 +30,7 @@ from edgespec.runtime.session import ModelSession, SessionOptions
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.engine import EngineTarget, TokenPieces
 from edgespec.runtime.verifiers.local import LocalVerifier
 from edgespec.runtime.verifiers.remote import RemoteTarget
 from edgespec.telemetry.estimate import admit, estimate_pair
@@ -103,7 +104,7 @@ class Engine:
         bos_token: str | None,
         eos_token: str | None,
         telemetry: Telemetry | None = None,
-        remote: RemoteTarget | None = None,
+        remote: Remote | None = None,
         fallback: str = "fail",
     ) -> None:
         self.target = target
@@ -117,11 +118,13 @@ class Engine:
         self.fallback = fallback
         self._special = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
         self._profile: CostProfile | None = None
+        self._pieces_table: TokenPieces | None = None
         limits = [s.max_length for s in (target, draft) if s is not None]
         if remote is not None:
             check_fallback(fallback, target=target, draft=draft)
             limits.append(remote.info().max_length)
-            self.vocab_size = remote.info().vocab_size
+            # An engine reports no vocabulary: the draft's names the tokens it may be sent.
+            self.vocab_size = remote.info().vocab_size or (draft.vocab_size if draft else 0)
         elif target is not None:
             self.vocab_size = target.vocab_size
         else:
@@ -144,7 +147,7 @@ class Engine:
         budget: BudgetConfig | None = None,
         telemetry_root: str | Path = "/",
         measure_energy: bool = True,
-        remote: str | RemoteTarget | None = None,
+        remote: str | Remote | None = None,
         api_key: str | None = None,
         fallback: str = "fail",
     ) -> Engine:
@@ -160,11 +163,13 @@ class Engine:
         as fast or faster on CPU (see ``edgespec.runtime.session``). With no ``target`` the
         built-in pair is loaded (its draft too, unless ``draft`` names another).
 
-        ``remote`` (a URL of ``edgespec serve``, or a configured :class:`RemoteTarget`)
-        verifies on that server; then a local target is loaded only when ``target`` is given
-        or ``fallback`` is "local". ``fallback``: "fail" (stop, return the verified text and
-        the error), "local" (continue with the local target: lossless) or "draft" (continue
-        with the draft alone: marked lossy in the stats).
+        ``remote`` (a URL of ``edgespec serve``, a configured :class:`RemoteTarget`, or an
+        :class:`~edgespec.runtime.verifiers.engine.EngineTarget` for an OpenAI-compatible
+        engine such as vLLM or llama-cpp-python's server: greedy only) verifies there; then a
+        local target is loaded only when ``target`` is given or ``fallback`` is "local".
+        ``fallback``: "fail" (stop, return the verified text and the error), "local" (continue
+        with the local target: lossless) or "draft" (continue with the draft alone: marked
+        lossy in the stats).
         """
         from tokenizers import Tokenizer
 
@@ -280,6 +285,11 @@ class Engine:
         environment.globals["raise_exception"] = raise_exception
         template = environment.from_string(self.chat_template)
         return template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+
+    @property
+    def greedy_only(self) -> bool:
+        """Whether only greedy decoding can be verified (an OpenAI-compatible engine)."""
+        return isinstance(self.remote, EngineTarget)
 
     @property
     def build_record(self) -> dict[str, Any]:
@@ -409,7 +419,11 @@ class Engine:
         remote = None
         if self.remote is not None:
             run = remote_run(
-                self.remote, fallback=self.fallback, target=self.target, draft=self.draft
+                self.remote,
+                fallback=self.fallback,
+                target=self.target,
+                draft=self.draft,
+                pieces=self._token_pieces() if isinstance(self.remote, EngineTarget) else None,
             )
             if k == "auto" and drafter != "none":
                 # The server's suggested k (it shrinks as its queue grows) caps auto k.
@@ -420,6 +434,18 @@ class Engine:
             generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher, remote
         )
         return generation
+
+    def _token_pieces(self) -> TokenPieces:
+        """The draft tokenizer's table of token texts for an engine verifier (built once)."""
+        if self._pieces_table is None:
+            bos = self._special["bos_token"]
+            bos_id = self.tokenizer.token_to_id(bos) if bos else None
+            self._pieces_table = TokenPieces(
+                self.tokenizer,
+                bos_ids=() if bos_id is None else (bos_id,),
+                eos_ids=sorted(self.eos_ids),
+            )
+        return self._pieces_table
 
     def _drafter(self, name: str, stop_probability: float) -> Drafter:
         if name == "model":
@@ -495,8 +521,9 @@ class Engine:
                     rounds.close()
                     stats.on_finish("stop_string")
                     break
-        except RemoteUnavailableError as failure:
-            # fallback "fail": what was verified so far, and the error.
+        except RemoteError as failure:
+            # fallback "fail", or an engine that cannot verify on: what was verified so far,
+            # and the error.
             error = str(failure)
             stats.on_finish("error")
         if not stopped:

@@ -154,7 +154,8 @@ def _traffic(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[
         found[f"{name}_bytes_per_token"] = (
             sum(t["bytes_sent"] + t["bytes_received"] for t in remote) / tokens
         )
-        found[f"{name}_rtt_share"] = sum(t["rtt_share"] or 0 for t in remote) / len(remote)
+        shares = [t["rtt_share"] for t in remote if t["rtt_share"] is not None]
+        found[f"{name}_rtt_share"] = sum(shares) / len(shares) if shares else None
     return found
 
 
@@ -175,8 +176,13 @@ def run_bench(
     engine.generate(prompts[0], drafter=settings.drafter, k=1, max_new_tokens=8)
     profile = engine.cost_profile()
     greedy = _compare(engine, prompts, settings, {}, progress)
-    sampled = _compare(
-        engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
+    # An OpenAI-compatible engine verifies greedy drafts only: no sampled comparison there.
+    sampled = (
+        None
+        if engine.greedy_only
+        else _compare(
+            engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
+        )
     )
     verify_cost = list(profile.verify_cost)
     # Remote runs compare against remote per-token decoding: the local build ratio does not apply.

@@ -114,7 +114,22 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="URL",
         help="verify on this 'edgespec serve' (the draft runs here; --target is then only "
-        "loaded for --fallback local)",
+        "loaded for --fallback local), or on an OpenAI-compatible engine with --remote-api "
+        "openai",
+    )
+    parser.add_argument(
+        "--remote-api",
+        default="edgespec",
+        choices=("edgespec", "openai"),
+        help="what --remote speaks: edgespec (verification protocol v1, default) or openai "
+        "(an OpenAI-compatible engine such as vLLM or llama-cpp-python's server: greedy "
+        "drafts verified from prompt log-probabilities)",
+    )
+    parser.add_argument(
+        "--remote-model",
+        default=None,
+        metavar="NAME",
+        help="the engine's model name for --remote-api openai (default: the first it lists)",
     )
     parser.add_argument(
         "--api-key",
@@ -195,15 +210,23 @@ def _k(value: str | None) -> int | str | None:
 
 def _load_engine(args: argparse.Namespace) -> Any:
     from edgespec.api import Engine
+    from edgespec.runtime.verifiers.engine import EngineTarget
     from edgespec.runtime.verifiers.remote import RemoteTarget
 
     if args.rtt_ms and not args.remote:
         raise ConfigError("--rtt-ms needs --remote", fix="pass --remote URL")
-    remote = (
-        RemoteTarget(args.remote, api_key=args.api_key, simulated_rtt_s=args.rtt_ms / 1e3)
-        if args.remote
-        else None
-    )
+    if args.remote_model and args.remote_api != "openai":
+        raise ConfigError("--remote-model needs --remote-api openai", fix="add it")
+    remote: RemoteTarget | EngineTarget | None = None
+    if args.remote and args.remote_api == "openai":
+        remote = EngineTarget(
+            args.remote,
+            model=args.remote_model,
+            api_key=args.api_key,
+            simulated_rtt_s=args.rtt_ms / 1e3,
+        )
+    elif args.remote:
+        remote = RemoteTarget(args.remote, api_key=args.api_key, simulated_rtt_s=args.rtt_ms / 1e3)
     engine = Engine.load(
         target=args.target,
         draft=args.draft,
@@ -291,11 +314,14 @@ def run_bench(args: argparse.Namespace) -> int:
         f"alpha {greedy['alpha'] or 0:.2f}, mean_accepted {greedy['mean_accepted'] or 0:.2f}, "
         f"identical output {greedy['identical_output']}"
     )
-    print(
-        f"sampling target {sampled['target_tokens_per_s']:.1f} tok/s, speculative "
-        f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup {sampled['speedup']:.2f}x, "
-        f"alpha {sampled['alpha'] or 0:.2f}"
-    )
+    if sampled is None:
+        print("sampling not measured: an OpenAI-compatible engine verifies greedy drafts only")
+    else:
+        print(
+            f"sampling target {sampled['target_tokens_per_s']:.1f} tok/s, speculative "
+            f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup "
+            f"{sampled['speedup']:.2f}x, alpha {sampled['alpha'] or 0:.2f}"
+        )
     energy = results["energy"]
     per_token = "energy_j" if energy["measured_by"] == "energy_j" else "cpu_s"
     unit = "J" if per_token == "energy_j" else "CPU-s"
@@ -315,8 +341,12 @@ def run_bench(args: argparse.Namespace) -> int:
             f"remote   round trips/token: per-token {greedy['target_round_trips_per_token']:.2f}, "
             f"hybrid {greedy['speculative_round_trips_per_token']:.2f}; bytes/token: per-token "
             f"{greedy['target_bytes_per_token']:.0f}, hybrid "
-            f"{greedy['speculative_bytes_per_token']:.0f}; RTT share of hybrid rounds "
-            f"{greedy['speculative_rtt_share']:.0%}"
+            f"{greedy['speculative_bytes_per_token']:.0f}"
+            + (
+                f"; RTT share of hybrid rounds {greedy['speculative_rtt_share']:.0%}"
+                if greedy["speculative_rtt_share"] is not None
+                else ""
+            )
         )
     curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
     print(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")

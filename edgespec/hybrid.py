@@ -6,16 +6,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from edgespec.errors import ConfigError
 from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.session import ModelSession
 from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.engine import EngineTarget, EngineVerifier, TokenPieces
 from edgespec.runtime.verifiers.fallback import FallbackVerifier
+from edgespec.runtime.verifiers.http import Traffic
 from edgespec.runtime.verifiers.local import LocalVerifier
-from edgespec.runtime.verifiers.remote import RemoteTarget, RemoteVerifier, Traffic
+from edgespec.runtime.verifiers.remote import RemoteTarget, RemoteVerifier
 from edgespec.runtime.verifiers.wire import ServerInfo
+
+#: A remote target: an ``edgespec serve`` server, or an OpenAI-compatible serving engine.
+Remote = RemoteTarget | EngineTarget
+
+
+class MeteredVerifier(Verifier, Protocol):
+    """A remote verifier: its traffic, and the draft length its server suggests."""
+
+    suggested_k: int
+
+    def traffic(self) -> Traffic: ...
+
 
 #: What a generation does when the verification server stays unreachable.
 FALLBACKS = ("fail", "local", "draft")
@@ -38,7 +52,7 @@ class RemoteRun:
     the fallback wrapper around it (None under "fail")."""
 
     verifier: Verifier
-    remote: RemoteVerifier
+    remote: MeteredVerifier
     fallback: FallbackVerifier | None
     fallback_kind: str
 
@@ -53,15 +67,23 @@ class RemoteRun:
 
 
 def remote_run(
-    remote: RemoteTarget,
+    remote: Remote,
     *,
     fallback: str,
     target: ModelSession | None,
     draft: ModelSession | None,
+    pieces: TokenPieces | None = None,
 ) -> RemoteRun:
     """The verifier of a remote generation: ``fallback`` "local" or "draft" wraps it so that
-    it continues with the local target or the draft model when the server stays away."""
-    verifier = RemoteVerifier(remote)
+    it continues with the local target or the draft model when the server stays away. An
+    engine's verifier names tokens with ``pieces`` (the draft's tokenizer)."""
+    verifier: MeteredVerifier
+    if isinstance(remote, EngineTarget):
+        if pieces is None:
+            raise ConfigError("an engine target needs the draft's tokenizer", fix="pass pieces")
+        verifier = EngineVerifier(remote, pieces)
+    else:
+        verifier = RemoteVerifier(remote)
     if fallback == "fail":
         return RemoteRun(verifier=verifier, remote=verifier, fallback=None, fallback_kind=fallback)
     session = target if fallback == "local" else draft
@@ -93,7 +115,12 @@ def traffic_stats(traffic: Traffic, new_tokens: int) -> dict[str, Any]:
         "bytes_received": traffic.bytes_received,
         "bytes_sent_per_token": traffic.bytes_sent / per_token,
         "bytes_received_per_token": traffic.bytes_received / per_token,
-        "rtt_share": traffic.network_s / traffic.rounds_s if traffic.rounds_s else None,
+        # None when the peer reports no compute time (an OpenAI-compatible engine).
+        "rtt_share": (
+            traffic.network_s / traffic.rounds_s
+            if traffic.rounds_s and traffic.rtt_share_by_round
+            else None
+        ),
         "rtt_share_by_round": [round(share, 4) for share in traffic.rtt_share_by_round],
         "reopens": traffic.reopens,
         "retries": traffic.retries,

@@ -58,18 +58,17 @@ class ThreadServer:
         self.sock.close()
 
 
-class ProcessServer:
-    """``edgespec serve`` as a subprocess on ``port``; ``kill`` and ``start`` it again."""
-
-    def __init__(self, *, target: Path, draft: Path, port: int) -> None:
-        self.args = [
-            sys.executable, "-m", "edgespec", "serve", "--target", str(target),
-            "--draft", str(draft), "--port", str(port), "--max-k", "8",
-        ]  # fmt: skip
-        self.url = f"http://127.0.0.1:{port}"
-        self.process: subprocess.Popen[bytes] | None = None
+class ServerProcess:
+    """A server started as a subprocess from ``args``, ready when ``GET url + health_path``
+    answers 200; ``kill`` and ``start`` it again. A context manager that stops it."""
 
     start_timeout_s = 120.0
+
+    def __init__(self, args: list[str], *, port: int, health_path: str = "/health") -> None:
+        self.args = args
+        self.url = f"http://127.0.0.1:{port}"
+        self.health_path = health_path
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -81,10 +80,10 @@ class ProcessServer:
         )
         deadline = time.monotonic() + self.start_timeout_s
         while True:
-            assert self.process.poll() is None, "edgespec serve exited"
-            assert time.monotonic() < deadline, "edgespec serve did not start"
+            assert self.process.poll() is None, f"{self.args[:4]} exited"
+            assert time.monotonic() < deadline, f"{self.args[:4]} did not start"
             try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                if httpx.get(self.url + self.health_path, timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -94,10 +93,61 @@ class ProcessServer:
         self.process.kill()
         self.process.wait(timeout=30)
 
-    def __enter__(self) -> ProcessServer:
+    def __enter__(self) -> ServerProcess:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.kill()
+
+
+class ProcessServer(ServerProcess):
+    """``edgespec serve`` as a subprocess on ``port``."""
+
+    def __init__(self, *, target: Path, draft: Path, port: int) -> None:
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "edgespec",
+                "serve",
+                "--target",
+                str(target),
+                "--draft",
+                str(draft),
+                "--port",
+                str(port),
+                "--max-k",
+                "8",
+            ],
+            port=port,
+        )
+
+
+class LlamaCppServer(ServerProcess):
+    """llama-cpp-python's OpenAI-compatible server on a GGUF ``model``: one thread, and
+    ``--logits_all`` so that completions can echo prompt log-probabilities."""
+
+    def __init__(self, *, model: Path, port: int) -> None:
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model),
+                "--port",
+                str(port),
+                "--logits_all",
+                "true",
+                "--n_ctx",
+                "256",
+                "--n_threads",
+                "1",
+                "--n_threads_batch",
+                "1",
+            ],
+            port=port,
+            health_path="/v1/models",
+        )

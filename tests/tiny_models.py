@@ -52,6 +52,53 @@ def train_tokenizer(texts: list[str], *, vocab_size: int = VOCAB_SIZE) -> Any:
     return fast
 
 
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest are
+    shifted past 255 so that every byte is a visible character."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    shifted = 0
+    table = {}
+    for byte in range(256):
+        if byte in kept:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + shifted)
+            shifted += 1
+    return table
+
+
+#: The characters of :func:`char_tokenizer`: tab, newline and printable ASCII.
+ASCII_CHARACTERS = "\t\n" + "".join(chr(c) for c in range(32, 127))
+
+
+def char_tokenizer() -> Any:
+    """A byte-level BPE with no merges over :data:`ASCII_CHARACTERS` (<s>=0, </s>=1, <pad>=2).
+
+    Every sequence of its tokens is its own tokenization of their text, which an engine that
+    takes text prompts and re-tokenizes them needs for exact verification."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = _bytes_to_unicode()
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
+    for character in ASCII_CHARACTERS:
+        vocab[alphabet[ord(character)]] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 0)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+
+
+def ascii_only(text: str) -> str:
+    return "".join(c for c in text if c in ASCII_CHARACTERS)
+
+
 def _common(**extra: Any) -> dict[str, Any]:
     return dict(
         vocab_size=VOCAB_SIZE,
@@ -160,13 +207,18 @@ def build_model(
     *,
     steps: int = 60,
     seed: int = 0,
+    vocab_size: int | None = None,
 ) -> Path:
-    """Saves a tiny ``architecture`` model (weights, config, tokenizer) to ``out_dir``."""
+    """Saves a tiny ``architecture`` model (weights, config, tokenizer) to ``out_dir``;
+    ``vocab_size`` replaces the configs' :data:`VOCAB_SIZE` (for another tokenizer)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(ARCHITECTURES[architecture]())
+    config = ARCHITECTURES[architecture]()
+    if vocab_size is not None:
+        config.vocab_size = vocab_size
+    model = AutoModelForCausalLM.from_config(config)
     if steps:
         train_briefly(model, token_ids, steps=steps, seed=seed)
     model.save_pretrained(out_dir)

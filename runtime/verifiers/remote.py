@@ -1,7 +1,7 @@
 """Verification by a remote target (``edgespec serve``) over protocol v1 (see ``wire``).
 
-:class:`RemoteTarget` is the connection: one ``httpx.Client`` (keep-alive), timeouts, retries
-with exponential backoff, byte counts. :class:`RemoteVerifier` is one generation's session on
+:class:`RemoteTarget` is the connection (a :class:`~edgespec.runtime.verifiers.http.Connection`:
+keep-alive, timeouts, retries with backoff). :class:`RemoteVerifier` is one generation's session on
 it. The client owns the token history: when the server lost the session (restart, idle TTL,
 eviction) it re-opens it from its own tokens and resends the round, and because a round names
 the absolute position of its last token, a resent round is idempotent. Nothing is lost or
@@ -12,19 +12,23 @@ before anything of the failed round is committed.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import RemoteError, RemoteUnavailableError
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
+from edgespec.runtime.verifiers.http import (
+    Connection,
+    Exchange,
+    Traffic,
+    TrafficMeter,
+    raise_for_status,
+)
 from edgespec.runtime.verifiers.wire import (
     OpenRequest,
     OpenResponse,
@@ -35,135 +39,29 @@ from edgespec.runtime.verifiers.wire import (
     uniforms_used,
 )
 
-#: Statuses worth retrying: the server is restarting, overloaded or behind a failing proxy.
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Statuses that mean "this session is gone or out of step": re-open it from the history.
 REOPEN_STATUSES = frozenset({404, 409})
 #: Re-opens tried for one round (a busy server may evict a session again at once).
 MAX_REOPENS = 3
 
 
-@dataclass(frozen=True, kw_only=True)
-class Exchange:
-    """One answered HTTP request: status, JSON body, and the body bytes each way."""
+class RemoteTarget(Connection):
+    """A verification server (``edgespec serve``): base ``url``, bearer ``api_key``, retry
+    and timeout policy (see :class:`Connection`)."""
 
-    status: int
-    data: Any
-    sent: int
-    received: int
-    attempts: int
+    peer = "the verification server"
+    fix = "check that 'edgespec serve' runs there, or use --fallback local/draft"
+    health_path = "/health"
 
-
-@dataclass(frozen=True, kw_only=True)
-class Traffic:
-    """What one generation sent and received. ``network_s`` = round time minus server time."""
-
-    round_trips: int
-    bytes_sent: int
-    bytes_received: int
-    rounds_s: float
-    network_s: float
-    reopens: int
-    retries: int
-    rtt_share_by_round: tuple[float, ...]
-
-
-class RemoteTarget:
-    """A verification server: base ``url``, bearer ``api_key``, retry and timeout policy.
-
-    ``simulated_rtt_s`` adds that delay to every exchange (half before sending, half after
-    answering): the bench and the tests use it as a latency proxy on loopback.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 10.0,
-        retries: int = 5,
-        backoff_s: float = 0.2,
-        simulated_rtt_s: float = 0.0,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.simulated_rtt_s = simulated_rtt_s
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = client or httpx.Client(timeout=timeout_s)
-        self.client.headers.update(headers)
-        self._info: ServerInfo | None = None
-
-    def request(self, method: str, path: str, body: Any = None, *, retry: bool = True) -> Exchange:
-        """Sends one request, retrying transport failures and 429/5xx with backoff."""
-        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        attempts = 1 + (self.retries if retry else 0)
-        problem = ""
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                if self.simulated_rtt_s:
-                    time.sleep(self.simulated_rtt_s / 2)
-                response = self.client.request(
-                    method,
-                    self.url + path,
-                    content=content,
-                    headers={"Content-Type": "application/json"} if content else None,
-                )
-                if self.simulated_rtt_s:
-                    time.sleep(self.simulated_rtt_s / 2)
-            except httpx.TransportError as error:
-                problem = f"{type(error).__name__}: {error}"
-                continue
-            if response.status_code in RETRY_STATUSES or response.status_code >= 500:
-                problem = f"HTTP {response.status_code}"
-                continue
-            try:
-                data = response.json()
-            except ValueError:
-                data = {"detail": response.text}
-            return Exchange(
-                status=response.status_code,
-                data=data,
-                sent=len(content or b""),
-                received=len(response.content),
-                attempts=attempt + 1,
-            )
-        raise RemoteUnavailableError(
-            f"the verification server {self.url} did not answer {method} {path} after "
-            f"{attempts} attempt(s) ({problem})",
-            fix="check that 'edgespec serve' runs there, or use --fallback local/draft",
-        )
+    _info: ServerInfo | None = None
 
     def info(self) -> ServerInfo:
         """The server's target description (fetched once)."""
         if self._info is None:
             exchange = self.request("GET", "/v1/verify/info")
-            _raise_for_status(exchange, "GET /v1/verify/info")
+            raise_for_status(exchange, "GET /v1/verify/info")
             self._info = ServerInfo.from_json(exchange.data)
         return self._info
-
-    def measure_rtt(self, *, repeats: int = 3) -> float:
-        """The fastest of ``repeats`` ``GET /health`` exchanges, in seconds."""
-        best = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            self.request("GET", "/health")
-            best = min(best, time.perf_counter() - started)
-        return best
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _raise_for_status(exchange: Exchange, what: str) -> None:
-    if exchange.status >= 400:
-        detail = exchange.data.get("detail") if isinstance(exchange.data, dict) else exchange.data
-        raise RemoteError(
-            f"the verification server refused {what}: HTTP {exchange.status} {detail}"
-        )
 
 
 class RemoteVerifier:
@@ -183,9 +81,7 @@ class RemoteVerifier:
         self._session_id: str | None = None
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
-        self._round_trips = self._sent = self._received = self._reopens = self._retries = 0
-        self._rounds_s = self._network_s = 0.0
-        self._shares: list[float] = []
+        self.meter = TrafficMeter()
 
     def begin(
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
@@ -195,17 +91,12 @@ class RemoteVerifier:
         self._open()
 
     def _exchange(self, method: str, path: str, body: Any = None) -> Exchange:
-        exchange = self.target.request(method, path, body)
-        self._round_trips += 1
-        self._sent += exchange.sent
-        self._received += exchange.received
-        self._retries += exchange.attempts - 1
-        return exchange
+        return self.meter.record(self.target.request(method, path, body))
 
     def _open(self) -> None:
         request = OpenRequest(prompt=tuple(self._history), sampling=self._sampling)
         exchange = self._exchange("POST", "/v1/verify/sessions", request.to_json())
-        _raise_for_status(exchange, "opening a session")
+        raise_for_status(exchange, "opening a session")
         opened = OpenResponse.from_json(exchange.data)
         self._session_id = opened.session_id
         self.suggested_k = opened.suggested_k
@@ -233,11 +124,11 @@ class RemoteVerifier:
         for _ in range(MAX_REOPENS):
             if exchange.status not in REOPEN_STATUSES:
                 break
-            self._reopens += 1
+            self.meter.reopens += 1
             self._open()
             path = f"/v1/verify/sessions/{self._session_id}/rounds"
             exchange = self._exchange("POST", path, body)
-        _raise_for_status(exchange, "a verification round")
+        raise_for_status(exchange, "a verification round")
         try:
             answer = VerifyResponse.from_json(exchange.data, k=k)
         except WireError as error:
@@ -247,24 +138,11 @@ class RemoteVerifier:
                 self._rng.random()
         self._history.extend(answer.tokens)
         self.suggested_k = answer.suggested_k
-        elapsed = time.perf_counter() - started
-        network = max(elapsed - answer.verify_s, 0.0)
-        self._rounds_s += elapsed
-        self._network_s += network
-        self._shares.append(network / elapsed if elapsed > 0 else 0.0)
+        elapsed = self.meter.round(started, server_s=answer.verify_s)
         return Verdict(tokens=answer.tokens, n_accepted=answer.n_accepted, elapsed_s=elapsed)
 
     def traffic(self) -> Traffic:
-        return Traffic(
-            round_trips=self._round_trips,
-            bytes_sent=self._sent,
-            bytes_received=self._received,
-            rounds_s=self._rounds_s,
-            network_s=self._network_s,
-            reopens=self._reopens,
-            retries=self._retries,
-            rtt_share_by_round=tuple(self._shares),
-        )
+        return self.meter.traffic()
 
     def close(self) -> None:
         """Closes the server's session (best effort: it expires by itself otherwise)."""

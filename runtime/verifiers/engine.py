@@ -1,0 +1,413 @@
+"""Verification by an OpenAI-compatible serving engine (vLLM, llama-cpp-python's server).
+
+When one verification server is not enough, the target runs on an engine built for serving.
+Such an engine has no verification endpoint, but its legacy ``/v1/completions`` can echo the
+prompt with log-probabilities: sending ``history + draft`` with ``echo``, ``logprobs=1``,
+``max_tokens=1`` and temperature 0 returns, for every prompt position, the target's top token
+there and the log-probability of the token we sent, plus the engine's own greedy next token.
+A drafted token is accepted while it is the target's top token; the first one that is not is
+replaced by the top token, and when all are accepted the engine's next token is the bonus.
+That is greedy verification, so the output equals the engine's own greedy output. Engines
+cache prefixes (vLLM's prefix caching, llama.cpp's longest-prefix reuse of its KV cache), so
+resending the history each round costs little compute; its bytes grow with the history.
+
+Two kinds of engines:
+- token-id prompts (vLLM): the prompt travels as token ids and ``return_tokens_as_token_ids``
+  names every token as ``token_id:N``. Nothing is re-tokenized, nothing is ambiguous.
+- text prompts (llama-cpp-python's server): the engine re-tokenizes the text it is sent and
+  names tokens by their text. That is exact only while our tokens are the engine's own
+  tokenization of their text. Every round checks the echoed tokens against ours, and a top
+  token whose text several tokens share is settled by echoing each candidate (the one with
+  the top log-probability is the engine's); where neither works the round raises
+  :class:`EngineMismatchError` before anything unverified is committed.
+
+Greedy only: log-probabilities of the top tokens are not the whole distribution that lossless
+rejection sampling needs (``edgespec serve`` verifies sampled drafts).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgespec.config import SamplingConfig
+from edgespec.errors import ConfigError, RemoteError, RemoteUnavailableError
+from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.verifiers.base import Verdict
+from edgespec.runtime.verifiers.http import Connection, Traffic, TrafficMeter, raise_for_status
+from edgespec.runtime.verifiers.wire import ServerInfo
+
+#: How engines that return token ids name a token in log-probabilities (vLLM).
+TOKEN_ID_KEY = re.compile(r"token_id:(\d+)")
+#: What a byte-level decoder yields for bytes that are not a whole UTF-8 character.
+REPLACEMENT_CHARACTER = "\ufffd"
+#: How far a recomputed log-probability may drift (a different batch shape on the engine).
+LOGPROB_TOLERANCE = 1e-3
+PROMPT_FORMATS = ("auto", "ids", "text")
+#: Candidates echoed at most to settle which token a shared text names.
+MAX_CANDIDATES = 4
+
+
+class EngineMismatchError(RemoteError):
+    """The engine's tokens or log-probabilities cannot be matched to ours: verifying on would
+    not be exact."""
+
+
+class TokenPieces:
+    """Each token's text the way engines name tokens in log-probabilities: its bytes decoded
+    as UTF-8 with the invalid bytes left out (llama-cpp-python's ``errors="ignore"``).
+
+    ``tokenizer`` is a ``tokenizers.Tokenizer`` (the draft's, which must be the engine's)."""
+
+    def __init__(
+        self, tokenizer: Any, *, bos_ids: Sequence[int] = (), eos_ids: Sequence[int] = ()
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.bos_ids = frozenset(bos_ids)
+        self.eos_ids = tuple(eos_ids)
+        size = tokenizer.get_vocab_size(with_added_tokens=True)
+        decoded = tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
+        self.pieces = [text.replace(REPLACEMENT_CHARACTER, "") for text in decoded]
+        self._by_piece: dict[str, list[int]] = {}
+        # Tokens of whole characters first: a token holding part of a character has the
+        # text of its whole-character prefix, so it is only the second guess for that text.
+        for index in sorted(range(size), key=lambda i: REPLACEMENT_CHARACTER in decoded[i]):
+            self._by_piece.setdefault(self.pieces[index], []).append(index)
+
+    def text(self, token_ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))
+
+    def matches(self, key: str, token: int) -> bool:
+        """Whether the engine's name ``key`` for a token is ``token``."""
+        named = TOKEN_ID_KEY.fullmatch(key)
+        return int(named.group(1)) == token if named else self.pieces[token] == key
+
+    def candidates(self, key: str) -> list[int]:
+        """The tokens the engine may mean by ``key``: one for a token id or a text only one
+        token has; several, whole characters first, for a text that several tokens share."""
+        named = TOKEN_ID_KEY.fullmatch(key)
+        return [int(named.group(1))] if named else list(self._by_piece.get(key, ()))
+
+
+class EngineTarget(Connection):
+    """An OpenAI-compatible engine at ``url`` (with or without its ``/v1``) serving ``model``
+    (default: the first of ``GET /v1/models``). ``prompt_format`` "ids" sends token ids,
+    "text" sends text, "auto" tries ids once and falls back to text when they are refused.
+    ``max_length`` bounds a generation (the engine's context); ``max_k`` the draft length.
+    """
+
+    peer = "the serving engine"
+    fix = (
+        "check that the engine (vLLM, llama-cpp-python's server) runs there, or use "
+        "--fallback local/draft"
+    )
+    health_path = "/v1/models"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        prompt_format: str = "auto",
+        max_length: int = 2048,
+        max_k: int = 8,
+        **connection: Any,
+    ) -> None:
+        if prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(
+                f"unknown prompt format {prompt_format!r}", fix=f"use one of {PROMPT_FORMATS}"
+            )
+        base = url.rstrip("/")
+        super().__init__(base[: -len("/v1")] if base.endswith("/v1") else base, **connection)
+        self._model = model
+        self.prompt_format = prompt_format
+        self.max_length = max_length
+        self.max_k = max_k
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            exchange = self.request("GET", "/v1/models")
+            raise_for_status(exchange, "GET /v1/models", peer=self.peer)
+            models = exchange.data.get("data") if isinstance(exchange.data, dict) else None
+            if not models:
+                raise RemoteError(
+                    f"{self.peer} {self.url} lists no models",
+                    fix="start the engine with a model, or pass the model name",
+                )
+            self._model = str(models[0]["id"])
+        return self._model
+
+    def info(self) -> ServerInfo:
+        """What the engine's cost model and limits need. An engine reports no step times, so
+        a round costs one round trip whatever k is; ``AutoK`` then learns from the rounds."""
+        return ServerInfo(
+            vocab_size=0,
+            max_length=self.max_length,
+            eos_token_ids=(),
+            tokenizer_sha256="",
+            max_k=self.max_k,
+            target_step_s=0.0,
+            verify_cost=(1.0,) * (self.max_k + 1),
+        )
+
+    def echo(self, token_ids: Sequence[int], pieces: TokenPieces, meter: TrafficMeter) -> Echo:
+        """One ``/v1/completions`` request that echoes ``token_ids`` with log-probabilities
+        and adds the engine's greedy next token.
+
+        Under "auto" the first request offers token ids once, without retries: engines that
+        do not take them answer with an error (llama-cpp-python: HTTP 500 for a validation
+        error), and from then on this target sends text."""
+        if self.prompt_format == "auto":
+            try:
+                exchange = meter.record(
+                    self.request(
+                        "POST", "/v1/completions", self._body(token_ids, pieces, "ids"), retry=False
+                    )
+                )
+            except RemoteUnavailableError:
+                exchange = None
+            if exchange is not None and exchange.status < 400:
+                self.prompt_format = "ids"
+                return Echo.from_json(exchange.data)
+            self.prompt_format = "text"
+        body = self._body(token_ids, pieces, self.prompt_format)
+        exchange = meter.record(self.request("POST", "/v1/completions", body))
+        raise_for_status(exchange, "a verification request", peer=self.peer)
+        return Echo.from_json(exchange.data)
+
+    def _body(
+        self, token_ids: Sequence[int], pieces: TokenPieces, prompt_format: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "echo": True,
+            "logprobs": 1,
+            # llama-cpp-python penalises repeats unless told not to; greedy is argmax.
+            "repeat_penalty": 1.0,
+        }
+        if prompt_format == "ids":
+            body["prompt"] = list(token_ids)
+            body["return_tokens_as_token_ids"] = True
+        else:
+            body["prompt"] = pieces.text(token_ids)
+        return body
+
+
+@dataclass(frozen=True, kw_only=True)
+class Echo:
+    """An echoed completion: per entry, the engine's token name, its log-probability and the
+    top tokens there (None where the engine gives none, the first entry)."""
+
+    tokens: tuple[str, ...]
+    token_logprobs: tuple[float | None, ...]
+    top_logprobs: tuple[dict[str, float] | None, ...]
+    finish_reason: str | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> Echo:
+        try:
+            choice = data["choices"][0]
+            logprobs = choice["logprobs"]
+            tokens = tuple(str(t) for t in logprobs["tokens"])
+            token_logprobs = tuple(
+                None if v is None else float(v) for v in logprobs["token_logprobs"]
+            )
+            top_logprobs = tuple(
+                None if top is None else {str(k): float(v) for k, v in top.items()}
+                for top in logprobs["top_logprobs"]
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+            raise RemoteError(
+                f"the engine's completion has no usable prompt log-probabilities ({error!r})",
+                fix="the engine must support echo with logprobs on /v1/completions "
+                "(llama-cpp-python: start it with --logits_all true)",
+            ) from error
+        if not len(tokens) == len(token_logprobs) == len(top_logprobs):
+            raise RemoteError("the engine's log-probability lists differ in length")
+        return cls(
+            tokens=tokens,
+            token_logprobs=token_logprobs,
+            top_logprobs=top_logprobs,
+            finish_reason=choice.get("finish_reason"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alignment:
+    """Where our tokens sit in an echo. ``matched``: how many leading positions the engine
+    echoed as our tokens. ``entries``: the echo entry of each of those positions and of the
+    first differing one, whose top tokens still depend on our tokens alone (causality)."""
+
+    matched: int
+    entries: dict[int, int]
+
+
+def align(sequence: Sequence[int], echo: Echo, pieces: TokenPieces) -> Alignment:
+    """Lines ``sequence`` up with ``echo``: engines list every prompt token (vLLM) or every
+    one but BOS (llama-cpp-python), then the next token."""
+    best = Alignment(matched=-1, entries={})
+    for hidden in (frozenset(), pieces.bos_ids):
+        shown = [i for i, token in enumerate(sequence) if token not in hidden]
+        count = 0
+        while count < min(len(shown), len(echo.tokens)) and pieces.matches(
+            echo.tokens[count], sequence[shown[count]]
+        ):
+            count += 1
+        matched = shown[count] if count < len(shown) else len(sequence)
+        if matched > best.matched:
+            last = min(count + 1, len(shown), len(echo.tokens))
+            best = Alignment(matched=matched, entries={shown[e]: e for e in range(last)})
+    return best
+
+
+def history_mismatch(
+    position: int, sequence: Sequence[int], pieces: TokenPieces
+) -> EngineMismatchError:
+    return EngineMismatchError(
+        f"the engine tokenized the committed text differently from us at position {position} "
+        f"(our token {pieces.pieces[sequence[position]]!r}): a text-prompt engine re-tokenizes "
+        "what it is sent, and the target's own tokens here are not that tokenization",
+        fix="serve the target on an engine that takes token-id prompts (vLLM), or on "
+        "'edgespec serve'",
+    )
+
+
+def _top(entry: dict[str, float]) -> tuple[str, float]:
+    return max(entry.items(), key=lambda item: item[1])
+
+
+class EngineVerifier:
+    """One greedy generation verified by an :class:`EngineTarget` (see the module text).
+
+    ``pieces`` holds the draft's tokenizer, which must be the engine model's."""
+
+    def __init__(self, target: EngineTarget, pieces: TokenPieces) -> None:
+        self.target = target
+        self.pieces = pieces
+        self.max_length = target.max_length
+        self.suggested_k = target.max_k
+        self.meter = TrafficMeter()
+        self._history: list[int] = []
+
+    def begin(
+        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> None:
+        if not sampling.greedy:
+            raise ConfigError(
+                "an OpenAI-compatible engine verifies greedy drafts only: its top "
+                "log-probabilities are not the whole distribution that lossless sampling needs",
+                fix="use temperature 0, or verify on 'edgespec serve'",
+            )
+        self._history = list(prompt)
+
+    def _sendable(self, draft: Sequence[int]) -> tuple[int, ...]:
+        """The longest prefix of ``draft`` that can travel: no BOS (engines hide it in the
+        echo), and as text only up to a whole character."""
+        tokens = list(draft)
+        for index, token in enumerate(tokens):
+            if token in self.pieces.bos_ids:
+                del tokens[index:]
+                break
+        if self.target.prompt_format != "ids":
+            while tokens and self.pieces.text(self._history + tokens).endswith(
+                REPLACEMENT_CHARACTER
+            ):
+                tokens.pop()
+        if all(token in self.pieces.bos_ids for token in self._history):
+            tokens = []  # the first entry carries no log-probabilities: nothing to judge
+        return tuple(tokens)
+
+    def verify(self, last_token: int, draft: Draft) -> Verdict:
+        if last_token != self._history[-1]:
+            raise ValueError(f"last token {last_token} is not the history's {self._history[-1]}")
+        started = time.perf_counter()
+        drafted = self._sendable(draft.tokens)
+        sequence = self._history + list(drafted)
+        echo = self.target.echo(sequence, self.pieces, self.meter)
+        alignment = align(sequence, echo, self.pieces)
+        if alignment.matched < len(self._history) and drafted:
+            # The draft's first tokens merged with the history's last ones in the engine's
+            # tokenization: send the history alone and take the engine's next token.
+            drafted, sequence = (), list(self._history)
+            echo = self.target.echo(sequence, self.pieces, self.meter)
+            alignment = align(sequence, echo, self.pieces)
+        if alignment.matched < len(self._history):
+            raise history_mismatch(alignment.matched, sequence, self.pieces)
+        tokens: list[int] = []
+        for offset, token in enumerate(drafted):
+            position = len(self._history) + offset
+            entry = alignment.entries.get(position)
+            top = None if entry is None else echo.top_logprobs[entry]
+            own = None if entry is None else echo.token_logprobs[entry]
+            if top is None:
+                raise EngineMismatchError(f"the engine gave no log-probabilities at {position}")
+            key, best = _top(top)
+            if position < alignment.matched and own is not None and own >= best:
+                tokens.append(token)
+                continue
+            # Rejected, or the engine's text parted from ours here: either way the target's
+            # own token at this position ends the round.
+            tokens.append(self._name(key, sequence[:position], best))
+            break
+        else:
+            tokens.append(self._next_token(echo, alignment, sequence))
+        self._history.extend(tokens)
+        elapsed = self.meter.round(started, server_s=None)
+        return Verdict(tokens=tuple(tokens), n_accepted=len(tokens) - 1, elapsed_s=elapsed)
+
+    def _next_token(self, echo: Echo, alignment: Alignment, sequence: list[int]) -> int:
+        """The engine's greedy token after the whole sequence (the bonus token)."""
+        last_entry = max(alignment.entries.values(), default=-1)
+        if len(echo.tokens) == last_entry + 2:
+            key = echo.tokens[-1]
+            own, top = echo.token_logprobs[-1], echo.top_logprobs[-1]
+            if own is not None and top is not None and own < _top(top)[1]:
+                raise EngineMismatchError(
+                    f"the engine's next token {key!r} is not its own top token: it did not "
+                    "decode greedily, or its log-probabilities are shifted by one position "
+                    "(llama-cpp-python does that when no BOS token starts the prompt)",
+                    fix="start prompts with the model's BOS token, or use another engine",
+                )
+            return self._name(key, sequence, own)
+        if echo.finish_reason == "stop" and self.pieces.eos_ids:
+            return self.pieces.eos_ids[0]  # the engine stopped at EOS without listing it
+        raise RemoteError(
+            f"the engine returned no next token (finish reason {echo.finish_reason!r})"
+        )
+
+    def _name(self, key: str, prefix: list[int], best: float | None) -> int:
+        """The token the engine named ``key`` after ``prefix``, where its log-probability
+        was ``best``. A text several tokens share is settled by echoing each candidate after
+        the prefix: the one whose log-probability there is ``best`` is the engine's token."""
+        candidates = self.pieces.candidates(key)
+        if len(candidates) == 1:
+            return candidates[0]
+        for token in candidates[:MAX_CANDIDATES] if best is not None else ():
+            probe = [*prefix, token]
+            echo = self.target.echo(probe, self.pieces, self.meter)
+            alignment = align(probe, echo, self.pieces)
+            if alignment.matched < len(probe):
+                continue  # this candidate does not survive the trip as text
+            own = echo.token_logprobs[alignment.entries[len(prefix)]]
+            if own is not None and abs(own - best) <= LOGPROB_TOLERANCE * max(1.0, abs(best)):
+                return token
+        raise EngineMismatchError(
+            f"the engine's token {key!r} cannot be named exactly: "
+            f"{len(candidates)} tokens of the draft's vocabulary have that text",
+            fix="serve the target on an engine that returns token ids (vLLM with "
+            "return_tokens_as_token_ids), or on 'edgespec serve'",
+        )
+
+    def traffic(self) -> Traffic:
+        return self.meter.traffic()
+
+    def close(self) -> None:
+        """Nothing to release: an engine keeps no session for us."""

@@ -1,0 +1,183 @@
+"""The HTTP connection under every remote verifier: one ``httpx.Client`` (keep-alive),
+timeouts, retries with exponential backoff, and the bytes each exchange sent and received.
+
+Retrying is safe because every verification request names absolute positions: a resent
+request gives the answer the first one would have.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from edgespec.errors import RemoteError, RemoteUnavailableError
+
+#: Statuses worth retrying: the server is restarting, overloaded or behind a failing proxy.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exchange:
+    """One answered HTTP request: status, JSON body, and the body bytes each way."""
+
+    status: int
+    data: Any
+    sent: int
+    received: int
+    attempts: int
+
+
+class Connection:
+    """A verifying peer at base ``url`` with bearer ``api_key``, a per-request timeout and a
+    retry policy. ``simulated_rtt_s`` adds that delay to every exchange (half before sending,
+    half after answering), a latency proxy on loopback for the bench.
+
+    Subclasses name the peer and the fix for :class:`RemoteUnavailableError`, and the cheap
+    ``health_path`` that :meth:`measure_rtt` times.
+    """
+
+    peer = "the remote target"
+    fix = "check that the server runs there, or use --fallback local/draft"
+    health_path = "/health"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 5,
+        backoff_s: float = 0.2,
+        simulated_rtt_s: float = 0.0,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.simulated_rtt_s = simulated_rtt_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = client or httpx.Client(timeout=timeout_s)
+        self.client.headers.update(headers)
+
+    def request(self, method: str, path: str, body: Any = None, *, retry: bool = True) -> Exchange:
+        """Sends one request, retrying transport failures and 429/5xx with backoff."""
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        attempts = 1 + (self.retries if retry else 0)
+        problem = ""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                if self.simulated_rtt_s:
+                    time.sleep(self.simulated_rtt_s / 2)
+                response = self.client.request(
+                    method,
+                    self.url + path,
+                    content=content,
+                    headers={"Content-Type": "application/json"} if content else None,
+                )
+                if self.simulated_rtt_s:
+                    time.sleep(self.simulated_rtt_s / 2)
+            except httpx.TransportError as error:
+                problem = f"{type(error).__name__}: {error}"
+                continue
+            if response.status_code in RETRY_STATUSES or response.status_code >= 500:
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                continue
+            try:
+                data = response.json()
+            except ValueError:
+                data = {"detail": response.text}
+            return Exchange(
+                status=response.status_code,
+                data=data,
+                sent=len(content or b""),
+                received=len(response.content),
+                attempts=attempt + 1,
+            )
+        raise RemoteUnavailableError(
+            f"{self.peer} {self.url} did not answer {method} {path} after "
+            f"{attempts} attempt(s) ({problem})",
+            fix=self.fix,
+        )
+
+    def measure_rtt(self, *, repeats: int = 3) -> float:
+        """The fastest of ``repeats`` ``GET health_path`` exchanges, in seconds."""
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            self.request("GET", self.health_path)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def raise_for_status(
+    exchange: Exchange, what: str, *, peer: str = "the verification server"
+) -> None:
+    """Raises :class:`RemoteError` naming ``what`` was refused, for a 4xx answer."""
+    if exchange.status >= 400:
+        detail = exchange.data.get("detail") if isinstance(exchange.data, dict) else exchange.data
+        if isinstance(exchange.data, dict) and detail is None:
+            detail = exchange.data.get("error") or exchange.data
+        raise RemoteError(f"{peer} refused {what}: HTTP {exchange.status} {detail}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """What one generation sent and received. ``network_s`` = round time minus server time."""
+
+    round_trips: int
+    bytes_sent: int
+    bytes_received: int
+    rounds_s: float
+    network_s: float
+    reopens: int
+    retries: int
+    #: Empty when the peer does not report its compute time (an OpenAI-compatible engine).
+    rtt_share_by_round: tuple[float, ...]
+
+
+class TrafficMeter:
+    """Counts one generation's exchanges and times its rounds into a :class:`Traffic`."""
+
+    def __init__(self) -> None:
+        self.round_trips = self.sent = self.received = self.retries = self.reopens = 0
+        self.rounds_s = self.network_s = 0.0
+        self.shares: list[float] = []
+
+    def record(self, exchange: Exchange) -> Exchange:
+        self.round_trips += 1
+        self.sent += exchange.sent
+        self.received += exchange.received
+        self.retries += exchange.attempts - 1
+        return exchange
+
+    def round(self, started: float, *, server_s: float | None) -> float:
+        """Closes a round begun at ``perf_counter()`` = ``started`` of which the peer spent
+        ``server_s`` computing (None: not reported); returns the round's seconds."""
+        elapsed = time.perf_counter() - started
+        self.rounds_s += elapsed
+        if server_s is not None:
+            network = max(elapsed - server_s, 0.0)
+            self.network_s += network
+            self.shares.append(network / elapsed if elapsed > 0 else 0.0)
+        return elapsed
+
+    def traffic(self) -> Traffic:
+        return Traffic(
+            round_trips=self.round_trips,
+            bytes_sent=self.sent,
+            bytes_received=self.received,
+            rounds_s=self.rounds_s,
+            network_s=self.network_s,
+            reopens=self.reopens,
+            retries=self.retries,
+            rtt_share_by_round=tuple(self.shares),
+        )

@@ -1,0 +1,105 @@
+"""Writes a saved Hugging Face Llama (weights, config, byte-level BPE tokenizer.json) as an
+F32 GGUF file that llama.cpp loads, with the ``gguf`` package. Test support for the
+OpenAI-compatible engine verifier: no converter script or download is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def _unrotate(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Hugging Face stores Q/K rows per head as [first halves | second halves] for its
+    rotate-half RoPE; llama.cpp's Llama expects the pairs interleaved.
+    weight: (heads * head_dim, hidden) -> same shape, rows reordered within each head."""
+    rows, columns = weight.shape
+    return (
+        weight.reshape(heads, 2, rows // heads // 2, columns).swapaxes(1, 2).reshape(rows, columns)
+    )
+
+
+def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) -> Path:
+    import gguf
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = model.config
+    if config.model_type != "llama":
+        raise ValueError(f"only Llama checkpoints are written, not {config.model_type}")
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab: dict[str, int] = dict(tokenizer["model"]["vocab"])
+    specials = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
+    vocab.update(specials)
+    tokens = [""] * len(vocab)
+    for piece, index in vocab.items():
+        tokens[index] = piece
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+    if not merges:
+        # llama.cpp refuses a BPE vocabulary without merges; a merge of two characters that
+        # are not in the vocabulary never applies.
+        merges = ["\u0100 \u0101"]
+    head_dim = config.hidden_size // config.num_attention_heads
+
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_name("edgespec-test-llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(getattr(config, "rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(
+        [
+            gguf.TokenType.CONTROL if i in specials.values() else gguf.TokenType.NORMAL
+            for i in range(len(tokens))
+        ]
+    )
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(config.bos_token_id)
+    writer.add_eos_token_id(config.eos_token_id)
+    if config.pad_token_id is not None:
+        writer.add_pad_token_id(config.pad_token_id)
+    writer.add_add_bos_token(add_bos)
+    writer.add_add_eos_token(False)
+
+    state = {name: t.detach().numpy().astype(np.float32) for name, t in model.state_dict().items()}
+    layer_names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    writer.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
+    for layer in range(config.num_hidden_layers):
+        for hf_name, gguf_name in layer_names.items():
+            weight = state[f"model.layers.{layer}.{hf_name}.weight"]
+            if hf_name == "self_attn.q_proj":
+                weight = _unrotate(weight, config.num_attention_heads)
+            elif hf_name == "self_attn.k_proj":
+                weight = _unrotate(weight, config.num_key_value_heads)
+            writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", np.ascontiguousarray(weight))
+    writer.add_tensor("output_norm.weight", state["model.norm.weight"])
+    lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
+    writer.add_tensor("output.weight", lm_head)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path
