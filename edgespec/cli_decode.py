@@ -148,8 +148,8 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="MS",
-        help="add this round-trip time to every --remote exchange (a latency proxy for "
-        "benchmarks on loopback)",
+        help="add this round-trip time to every --remote exchange: a TCP proxy in this "
+        "process delays each direction by half (for benchmarks on loopback)",
     )
 
 
@@ -210,6 +210,7 @@ def _k(value: str | None) -> int | str | None:
 
 def _load_engine(args: argparse.Namespace) -> Any:
     from edgespec.api import Engine
+    from edgespec.delay_proxy import DelayProxy
     from edgespec.runtime.verifiers.engine import EngineTarget
     from edgespec.runtime.verifiers.remote import RemoteTarget
 
@@ -218,15 +219,14 @@ def _load_engine(args: argparse.Namespace) -> Any:
     if args.remote_model and args.remote_api != "openai":
         raise ConfigError("--remote-model needs --remote-api openai", fix="add it")
     remote: RemoteTarget | EngineTarget | None = None
-    if args.remote and args.remote_api == "openai":
-        remote = EngineTarget(
-            args.remote,
-            model=args.remote_model,
-            api_key=args.api_key,
-            simulated_rtt_s=args.rtt_ms / 1e3,
-        )
-    elif args.remote:
-        remote = RemoteTarget(args.remote, api_key=args.api_key, simulated_rtt_s=args.rtt_ms / 1e3)
+    url = args.remote
+    if url and args.rtt_ms:
+        # The latency goes on the wire: a TCP proxy in this process delays both directions.
+        url = DelayProxy(url, rtt_s=args.rtt_ms / 1e3).start().url
+    if url and args.remote_api == "openai":
+        remote = EngineTarget(url, model=args.remote_model, api_key=args.api_key)
+    elif url:
+        remote = RemoteTarget(url, api_key=args.api_key)
     engine = Engine.load(
         target=args.target,
         draft=args.draft,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
+from edgespec.delay_proxy import DelayProxy
 from edgespec.hybrid import remote_profile
 from edgespec.runtime.policy import AutoK
 from edgespec.runtime.verifiers.remote import RemoteTarget
@@ -81,11 +82,12 @@ def test_injected_latency_keeps_results_identical(
     expected = local.generate(prompt, max_new_tokens=32)
     measured = []
     for rtt in (0.02, 0.08):
-        remote = RemoteTarget(server.url, api_key="sk-test", simulated_rtt_s=rtt)
-        engine = Engine.load(draft=pair[1], remote=remote)
-        measured.append(remote.measure_rtt())
-        for k in ("auto", 4):
-            assert engine.generate(prompt, k=k, max_new_tokens=32).tokens == expected.tokens
+        with DelayProxy(server.url, rtt_s=rtt) as proxy:
+            remote = RemoteTarget(proxy.url, api_key="sk-test")
+            engine = Engine.load(draft=pair[1], remote=remote)
+            measured.append(remote.measure_rtt())
+            for k in ("auto", 4):
+                assert engine.generate(prompt, k=k, max_new_tokens=32).tokens == expected.tokens
     # Auto k's first choice from the cost model with each measured round trip (the draft
     # step held fixed: measuring it on a busy machine is noisier than the 60 ms between the
     # two round trips); later choices also learn this pair's (low) alpha.
@@ -93,5 +95,7 @@ def test_injected_latency_keeps_results_identical(
     chosen = [
         AutoK(remote_profile(info, rtt_s=rtt, draft_step_s=0.0004)).next_k() for rtt in measured
     ]
+    # The proxy delays each direction by half the round trip: at least that much is measured.
+    assert measured[0] >= 0.02 and measured[1] >= 0.08
     assert measured[1] > measured[0]
     assert chosen[1] >= chosen[0] >= 1, (measured, chosen)

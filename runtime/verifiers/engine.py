@@ -390,7 +390,9 @@ class EngineVerifier:
         candidates = self.pieces.candidates(key)
         if len(candidates) == 1:
             return candidates[0]
-        for token in candidates[:MAX_CANDIDATES] if best is not None else ():
+        for token in candidates[:MAX_CANDIDATES]:
+            if best is None:
+                break
             probe = [*prefix, token]
             echo = self.target.echo(probe, self.pieces, self.meter)
             alignment = align(probe, echo, self.pieces)

@@ -33,8 +33,7 @@ class Exchange:
 
 class Connection:
     """A verifying peer at base ``url`` with bearer ``api_key``, a per-request timeout and a
-    retry policy. ``simulated_rtt_s`` adds that delay to every exchange (half before sending,
-    half after answering), a latency proxy on loopback for the bench.
+    retry policy.
 
     Subclasses name the peer and the fix for :class:`RemoteUnavailableError`, and the cheap
     ``health_path`` that :meth:`measure_rtt` times.
@@ -52,13 +51,11 @@ class Connection:
         timeout_s: float = 10.0,
         retries: int = 5,
         backoff_s: float = 0.2,
-        simulated_rtt_s: float = 0.0,
         client: httpx.Client | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
-        self.simulated_rtt_s = simulated_rtt_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.Client(timeout=timeout_s)
         self.client.headers.update(headers)
@@ -72,16 +69,12 @@ class Connection:
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                if self.simulated_rtt_s:
-                    time.sleep(self.simulated_rtt_s / 2)
                 response = self.client.request(
                     method,
                     self.url + path,
                     content=content,
                     headers={"Content-Type": "application/json"} if content else None,
                 )
-                if self.simulated_rtt_s:
-                    time.sleep(self.simulated_rtt_s / 2)
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}: {error}"
                 continue
