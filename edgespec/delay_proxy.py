@@ -64,6 +64,7 @@ class DelayProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         ready.set()
         self._loop.run_forever()
+        self._loop.close()
 
     async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -119,8 +120,10 @@ class DelayProxy:
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=5)

@@ -99,3 +99,56 @@ def test_injected_latency_keeps_results_identical(
     assert measured[0] >= 0.02 and measured[1] >= 0.08
     assert measured[1] > measured[0]
     assert chosen[1] >= chosen[0] >= 1, (measured, chosen)
+
+
+def test_completions_score_the_prompt_and_completion(server: ThreadServer, local: Engine) -> None:
+    """Legacy ``logprobs`` with ``echo``: every prompt position's top token and the sent
+    token's log-probability (None for the first), then the completion's."""
+    import httpx
+
+    prompt = local.encode("def add(a, b):\n    return")
+    body = {
+        "prompt": prompt,
+        "max_tokens": 3,
+        "echo": True,
+        "logprobs": 2,
+        "return_tokens_as_token_ids": True,
+    }
+    headers = {"Authorization": "Bearer sk-test"}
+    answer = httpx.post(f"{server.url}/v1/completions", json=body, headers=headers).json()
+    choice = answer["choices"][0]
+    expected = local.generate(prompt, max_new_tokens=3)
+    logprobs = choice["logprobs"]
+    tokens = [*prompt, *expected.tokens]
+    assert logprobs["tokens"] == [f"token_id:{t}" for t in tokens]
+    assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
+    for position in range(1, len(tokens)):
+        top = logprobs["top_logprobs"][position]
+        own = logprobs["token_logprobs"][position]
+        assert own <= 0.0 and top[f"token_id:{tokens[position]}"] == own
+        if position >= len(prompt):  # greedy completion: each token is the top one
+            assert own == max(top.values())
+    assert choice["text"] == local.tokenizer.decode(prompt) + expected.text
+
+    refused = httpx.post(
+        f"{server.url}/v1/completions",
+        json={"prompt": [0, local.vocab_size], "max_tokens": 1},
+        headers=headers,
+    )
+    assert refused.status_code == 422 and "token ids" in refused.text
+
+
+def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
+    pair: tuple[Path, Path], local: Engine, server: ThreadServer
+) -> None:
+    """The engine verifier's token-id path (vLLM's shape) against a real server: edgespec
+    serve's completions answer echo + logprobs + return_tokens_as_token_ids."""
+    from edgespec.runtime.verifiers.engine import EngineTarget
+
+    target = EngineTarget(server.url + "/v1", api_key="sk-test")
+    hybrid = Engine.load(draft=pair[1], remote=target)
+    for prompt in ("def fibonacci(n):\n    if n", "import os\n\nclass "):
+        expected = local.generate(prompt, max_new_tokens=24, k=3)
+        result = hybrid.generate(prompt, max_new_tokens=24, k=3)
+        assert result.error is None and result.tokens == expected.tokens
+    assert target.prompt_format == "ids"

@@ -4,6 +4,11 @@ They run speculative decoding on the server with its own engine (local draft and
 Each round runs as one exclusive model turn of the session store, so verification clients and
 completion requests share the model fairly. Only the fields below are honoured; others are
 accepted and ignored, as the OpenAI clients send many.
+
+``/v1/completions`` also takes a prompt of token ids and the legacy ``logprobs`` (top tokens
+per position) with ``echo`` (the prompt's positions too) and vLLM's
+``return_tokens_as_token_ids``: one extra target pass scores the prompt and the completion.
+That is what an engine verifier reads (``edgespec.runtime.verifiers.engine``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
+import numpy as np
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +47,10 @@ class _Common(BaseModel):
 
 
 class CompletionBody(_Common):
-    prompt: str = Field(min_length=1)
+    prompt: str | list[int] = Field(min_length=1)
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    return_tokens_as_token_ids: bool = False
 
 
 class ChatMessage(BaseModel):
@@ -113,9 +122,45 @@ def add_openai_routes(
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         return {**head, "object": "text_completion", "choices": [choice], "usage": usage}
 
+    def prompt_ids(body: CompletionBody) -> list[int]:
+        if isinstance(body.prompt, str):
+            return engine.encode(body.prompt)
+        bad = [t for t in body.prompt if not 0 <= t < engine.vocab_size]
+        if bad or len(body.prompt) >= engine.max_length:
+            problem = (
+                f"token ids must lie in [0, {engine.vocab_size}): {bad[:5]}"
+                if bad
+                else f"{len(body.prompt)} prompt tokens leave no room in {engine.max_length}"
+            )
+            raise HTTPException(422, detail=problem)
+        return list(body.prompt)
+
     @app.post("/v1/completions", dependencies=list(guarded))
     def completions(body: CompletionBody) -> Any:
-        return answer(start(engine.encode(body.prompt), body), body, chat=False)
+        prompt = prompt_ids(body)
+        if body.logprobs is None:
+            return answer(start(prompt, body), body, chat=False)
+        if body.stream:
+            raise HTTPException(422, detail="logprobs with stream is not supported")
+        generation = start(prompt, body)
+        reply = answer(generation, body, chat=False)
+        assert generation.result is not None
+        tokens = prompt + list(generation.result.tokens)
+        logits = store.run_exclusive(lambda: target_logits(engine, tokens))
+        first = 0 if body.echo else len(prompt)
+        reply["choices"][0]["logprobs"] = scored(
+            engine,
+            tokens,
+            logits,
+            first=first,
+            top=body.logprobs,
+            by_id=body.return_tokens_as_token_ids,
+        )
+        if body.echo:
+            reply["choices"][0]["text"] = (
+                engine.tokenizer.decode(prompt) + reply["choices"][0]["text"]
+            )
+        return reply
 
     @app.post("/v1/chat/completions", dependencies=list(guarded))
     def chat_completions(body: ChatBody) -> Any:
@@ -152,3 +197,52 @@ def _events(
     finish = _FINISH.get(result.finish_reason, "stop") if result is not None else "stop"
     yield event(None, finish)
     yield "data: [DONE]\n\n"
+
+
+def target_logits(engine: Engine, tokens: Sequence[int]) -> np.ndarray:
+    """The target's logits [len(tokens), vocab] in one pass over a fresh cache (row i is its
+    prediction of token i + 1)."""
+    session = engine.target
+    assert session is not None, "edgespec serve always holds a target"
+    return np.array(session.forward(tokens, session.new_cache()), dtype=np.float64)
+
+
+def scored(
+    engine: Engine,
+    tokens: Sequence[int],
+    logits: np.ndarray,
+    *,
+    first: int,
+    top: int,
+    by_id: bool,
+) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object for ``tokens[first:]``: each token's name,
+    its log-probability and the ``top`` most likely tokens at its position (None for token 0,
+    which nothing predicts)."""
+
+    def name(token: int) -> str:
+        return f"token_id:{token}" if by_id else str(engine.tokenizer.decode([token]))
+
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    logprobs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    names: list[str] = []
+    own: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    offset = 0
+    for position in range(first, len(tokens)):
+        token = int(tokens[position])
+        names.append(name(token))
+        offsets.append(offset)
+        offset += len(names[-1])
+        if position == 0:
+            own.append(None)
+            tops.append(None)
+            continue
+        row = logprobs[position - 1]
+        best = np.argsort(-row, kind="stable")[:top].tolist()
+        entry = {name(t): float(row[t]) for t in best}
+        entry[name(token)] = float(row[token])
+        own.append(float(row[token]))
+        tops.append(entry)
+    return {"tokens": names, "token_logprobs": own, "top_logprobs": tops, "text_offset": offsets}
