@@ -29,7 +29,10 @@ def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
         top = np.argmax(scores, axis=-1)[..., np.newaxis]  # [..., 1]
         np.put_along_axis(one_hot, top, 1.0, axis=-1)
         return one_hot
-    scores = scores / sampling.temperature
+    # Shift the row maximum to 0 before dividing: a tiny temperature then sends the other
+    # scores to -inf (probability 0) instead of overflowing both sides into inf - inf = NaN.
+    with np.errstate(over="ignore"):
+        scores = (scores - np.max(scores, axis=-1, keepdims=True)) / sampling.temperature
     vocab = scores.shape[-1]
     if 0 < sampling.top_k < vocab:
         kth = np.partition(scores, vocab - sampling.top_k, axis=-1)[..., -sampling.top_k]  # [...]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -212,3 +213,12 @@ def test_residual_of_equal_rows_is_the_target() -> None:
     rows = np.array([[0.5, 0.2, 0.3], [0.25, 0.25, 0.5]])
     draft = np.array([[0.2, 0.5, 0.3], [0.25, 0.25, 0.5]])
     np.testing.assert_allclose(residual(rows, draft), [[1.0, 0.0, 0.0], [0.25, 0.25, 0.5]])
+
+
+def test_a_vanishing_temperature_gives_the_argmax_not_nan() -> None:
+    """Found by the server's fuzzing: logits / 1e-300 overflowed to inf - inf = NaN."""
+    logits = np.array([[1.0, 3.0, -2.0, 2.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probs = probabilities(logits, SamplingConfig(temperature=1e-300))
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]
