@@ -106,6 +106,7 @@ class Engine:
         telemetry: Telemetry | None = None,
         remote: Remote | None = None,
         fallback: str = "fail",
+        remote_when: str = "always",
     ) -> None:
         self.target = target
         #: Energy, memory and budgets (edgespec.telemetry): consulted around each generation.
@@ -116,12 +117,13 @@ class Engine:
         self.chat_template = chat_template
         self.remote = remote
         self.fallback = fallback
+        self.remote_when = remote_when
         self._special = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
         self._profile: CostProfile | None = None
         self._pieces_table: TokenPieces | None = None
         limits = [s.max_length for s in (target, draft) if s is not None]
         if remote is not None:
-            check_fallback(fallback, target=target, draft=draft)
+            check_fallback(fallback, target=target, draft=draft, remote_when=remote_when)
             limits.append(remote.info().max_length)
             # An engine reports no vocabulary: the draft's names the tokens it may be sent.
             self.vocab_size = remote.info().vocab_size or (draft.vocab_size if draft else 0)
@@ -150,6 +152,7 @@ class Engine:
         remote: str | Remote | None = None,
         api_key: str | None = None,
         fallback: str = "fail",
+        remote_when: str = "always",
     ) -> Engine:
         """Loads and validates the bundles, checks the pair, and creates both sessions.
 
@@ -169,16 +172,20 @@ class Engine:
         local target is loaded only when ``target`` is given or ``fallback`` is "local".
         ``fallback``: "fail" (stop, return the verified text and the error), "local" (continue
         with the local target: lossless) or "draft" (continue with the draft alone: marked
-        lossy in the stats).
+        lossy in the stats). ``remote_when`` "budget" loads the local target too and verifies
+        locally until the budget policy's mode is "remote" (battery under
+        ``budget.min_battery_pct``), then on the remote target; "always" (default) verifies
+        every round remotely.
         """
         from tokenizers import Tokenizer
 
         if isinstance(remote, str):
             remote = RemoteTarget(remote, api_key=api_key)
-        if target is None and (draft is None or remote is None or fallback == "local"):
+        wants_local = remote is None or fallback == "local" or remote_when == "budget"
+        if target is None and (draft is None or wants_local):
             pair = builtin_pair()
             draft = draft or pair.draft
-            if remote is None or fallback == "local":
+            if wants_local:
                 target = pair.target
 
         target_bundle = load_bundle(target, verify_checksums=verify_checksums) if target else None
@@ -230,10 +237,15 @@ class Engine:
             bos_token=bos,
             eos_token=eos,
             telemetry=Telemetry(
-                tree=tree, budget=budget, admission=admission, measure_energy=measure_energy
+                tree=tree,
+                budget=budget,
+                admission=admission,
+                measure_energy=measure_energy,
+                remote_available=remote is not None and remote_when == "budget",
             ),
             remote=remote,
             fallback=fallback,
+            remote_when=remote_when,
         )
 
     @property
@@ -306,7 +318,7 @@ class Engine:
 
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
-        if self._profile is None and self.remote is not None:
+        if self._profile is None and self.remote is not None and self.remote_when == "always":
             draft_step = measure_costs(self.draft, None, max_width=1) if self.draft else None
             self._profile = remote_profile(
                 self.remote.info(),
@@ -424,6 +436,7 @@ class Engine:
                 target=self.target,
                 draft=self.draft,
                 pieces=self._token_pieces() if isinstance(self.remote, EngineTarget) else None,
+                remote_when=self.remote_when,
             )
             if k == "auto" and drafter != "none":
                 # The server's suggested k (it shrinks as its queue grows) caps auto k.
@@ -477,6 +490,8 @@ class Engine:
             assert self.target is not None
             verifier = LocalVerifier(self.target)
         watch = self.telemetry.watch(policy)
+        if remote is not None and remote.switching is not None:
+            remote.switching.use_remote = lambda: watch.mode == "remote"
         watch.start()
         rounds = decode(
             prompt_ids,

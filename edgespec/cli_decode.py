@@ -144,6 +144,14 @@ def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "text), local (continue with --target: lossless), draft (continue unverified: lossy)",
     )
     parser.add_argument(
+        "--remote-when",
+        default="always",
+        choices=("always", "budget"),
+        help="always (default): every round is verified on --remote; budget: verify with the "
+        "local target and move rounds to --remote while the budget policy says so (battery "
+        "under --min-battery-pct)",
+    )
+    parser.add_argument(
         "--rtt-ms",
         type=float,
         default=0.0,
@@ -214,8 +222,8 @@ def _load_engine(args: argparse.Namespace) -> Any:
     from edgespec.runtime.verifiers.engine import EngineTarget
     from edgespec.runtime.verifiers.remote import RemoteTarget
 
-    if args.rtt_ms and not args.remote:
-        raise ConfigError("--rtt-ms needs --remote", fix="pass --remote URL")
+    if (args.rtt_ms or args.remote_when != "always") and not args.remote:
+        raise ConfigError("--rtt-ms and --remote-when need --remote", fix="pass --remote URL")
     if args.remote_model and args.remote_api != "openai":
         raise ConfigError("--remote-model needs --remote-api openai", fix="add it")
     remote: RemoteTarget | EngineTarget | None = None
@@ -236,6 +244,7 @@ def _load_engine(args: argparse.Namespace) -> Any:
         **budget_options(args),
         remote=remote,
         fallback=args.fallback,
+        remote_when=args.remote_when,
     )
     for line in engine.warnings:
         print(f"edgespec: warning: {line}", file=sys.stderr)

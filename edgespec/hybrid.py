@@ -13,7 +13,7 @@ from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.session import ModelSession
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.engine import EngineTarget, EngineVerifier, TokenPieces
-from edgespec.runtime.verifiers.fallback import FallbackVerifier
+from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.http import Traffic
 from edgespec.runtime.verifiers.local import LocalVerifier
 from edgespec.runtime.verifiers.remote import RemoteTarget, RemoteVerifier
@@ -33,11 +33,25 @@ class MeteredVerifier(Verifier, Protocol):
 
 #: What a generation does when the verification server stays unreachable.
 FALLBACKS = ("fail", "local", "draft")
+#: When rounds go to the remote target: every round, or while the budget policy says so.
+REMOTE_WHEN = ("always", "budget")
 
 
 def check_fallback(
-    fallback: str, *, target: ModelSession | None, draft: ModelSession | None
+    fallback: str,
+    *,
+    target: ModelSession | None,
+    draft: ModelSession | None,
+    remote_when: str = "always",
 ) -> None:
+    if remote_when not in REMOTE_WHEN:
+        raise ConfigError(f"unknown remote_when {remote_when!r}", fix=f"use one of {REMOTE_WHEN}")
+    if remote_when == "budget" and target is None:
+        raise ConfigError(
+            "remote_when='budget' verifies locally until the budget says remote: it needs a "
+            "local target",
+            fix="pass --target DIR (or leave it out for the built-in pair)",
+        )
     if fallback not in FALLBACKS:
         raise ConfigError(f"unknown fallback {fallback!r}", fix=f"use one of {FALLBACKS}")
     if fallback == "local" and target is None:
@@ -55,15 +69,21 @@ class RemoteRun:
     remote: MeteredVerifier
     fallback: FallbackVerifier | None
     fallback_kind: str
+    switching: SwitchingVerifier | None = None
 
     def stats(self, new_tokens: int) -> dict[str, Any]:
-        """``remote`` traffic; ``fell_back`` (the reason) and ``lossy`` when it fell back."""
+        """``remote`` traffic; ``fell_back`` (the reason) and ``lossy`` when it fell back;
+        under a budget, how many rounds ran remotely and why the remote was given up."""
         fell_back = self.fallback is not None and self.fallback.fell_back
-        return {
+        found: dict[str, Any] = {
             "remote": traffic_stats(self.remote.traffic(), new_tokens),
             "fell_back": self.fallback.reason if self.fallback and fell_back else None,
             "lossy": fell_back and self.fallback_kind == "draft",
         }
+        if self.switching is not None:
+            found["remote_rounds"] = self.switching.remote_rounds
+            found["remote_down"] = self.switching.remote_down or None
+        return found
 
 
 def remote_run(
@@ -73,10 +93,13 @@ def remote_run(
     target: ModelSession | None,
     draft: ModelSession | None,
     pieces: TokenPieces | None = None,
+    remote_when: str = "always",
 ) -> RemoteRun:
     """The verifier of a remote generation: ``fallback`` "local" or "draft" wraps it so that
     it continues with the local target or the draft model when the server stays away. An
-    engine's verifier names tokens with ``pieces`` (the draft's tokenizer)."""
+    engine's verifier names tokens with ``pieces`` (the draft's tokenizer). ``remote_when``
+    "budget" verifies locally and moves rounds to the remote target while the budget policy's
+    mode is "remote" (an unreachable server then keeps the generation local)."""
     verifier: MeteredVerifier
     if isinstance(remote, EngineTarget):
         if pieces is None:
@@ -84,6 +107,18 @@ def remote_run(
         verifier = EngineVerifier(remote, pieces)
     else:
         verifier = RemoteVerifier(remote)
+    if remote_when == "budget":
+        assert target is not None
+        # Local rounds until the budget policy (whose mode ``use_remote`` is set to read once
+        # the generation's telemetry exists) says remote.
+        switching = SwitchingVerifier(LocalVerifier(target), verifier, use_remote=lambda: False)
+        return RemoteRun(
+            verifier=switching,
+            remote=verifier,
+            fallback=None,
+            fallback_kind="fail",
+            switching=switching,
+        )
     if fallback == "fail":
         return RemoteRun(verifier=verifier, remote=verifier, fallback=None, fallback_kind=fallback)
     session = target if fallback == "local" else draft

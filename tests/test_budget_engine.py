@@ -169,3 +169,61 @@ def test_bench_reports_energy_per_token_for_both_modes(
     common = ["--target", str(target), "--draft", str(draft), "--prompts", str(prompts)]
     assert main(["bench", *common, "--max-new-tokens", "8"]) == 0
     assert "per token target" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("percent", "remote_rounds"), [(90, False), (10, True)])
+def test_low_battery_moves_verification_to_the_remote_target(
+    pair: tuple[Path, Path], local: Engine, tmp_path: Path, percent: int, remote_rounds: bool
+) -> None:
+    """remote_when="budget": local rounds on battery above min_battery_pct; below it the budget
+    mode is "remote" and rounds go to the server. The output is the same either way."""
+    from edgespec.server.app import ServerOptions, create_app
+
+    from servers import FAKE_PROFILE, ThreadServer
+
+    target, draft = pair
+    root = fake_process(battery(tmp_path, power_uw=9_000_000, capacity=percent))
+    app = create_app(local, options=ServerOptions(), profile=FAKE_PROFILE)
+    with ThreadServer(app) as server:
+        engine = Engine.load(
+            target=target,
+            draft=draft,
+            telemetry_root=root,
+            budget=BudgetConfig(min_battery_pct=20),
+            remote=server.url,
+            remote_when="budget",
+        )
+        expected = local.generate(PROMPT, k=4, max_new_tokens=32)
+        result = engine.generate(PROMPT, k=4, max_new_tokens=32)
+    assert result.tokens == expected.tokens and result.error is None
+    assert result.stats["budget"]["mode"] == ("remote" if remote_rounds else "shrink")
+    assert (result.stats["remote_rounds"] == result.stats["rounds"]) is remote_rounds
+    assert (result.stats["remote"]["round_trips"] > 0) is remote_rounds
+    assert result.stats["remote_down"] is None
+
+
+def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
+    pair: tuple[Path, Path], local: Engine, tmp_path: Path
+) -> None:
+    from edgespec.runtime.verifiers.remote import RemoteTarget
+    from edgespec.server.app import ServerOptions, create_app
+
+    from servers import FAKE_PROFILE, ThreadServer
+
+    target, draft = pair
+    root = fake_process(battery(tmp_path, power_uw=9_000_000, capacity=10))
+    with ThreadServer(create_app(local, options=ServerOptions(), profile=FAKE_PROFILE)) as server:
+        remote = RemoteTarget(server.url, retries=1, backoff_s=0.01)
+        engine = Engine.load(
+            target=target,
+            draft=draft,
+            telemetry_root=root,
+            budget=BudgetConfig(min_battery_pct=20),
+            remote=remote,
+            remote_when="budget",
+        )
+    # The server has stopped: every remote attempt fails, and the rounds stay local.
+    result = engine.generate(PROMPT, k=4, max_new_tokens=32)
+    assert result.error is None
+    assert result.tokens == local.generate(PROMPT, k=4, max_new_tokens=32).tokens
+    assert result.stats["remote_rounds"] == 0 and "did not answer" in result.stats["remote_down"]

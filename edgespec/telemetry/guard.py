@@ -96,6 +96,11 @@ class Watch:
         self.k_policy: InnerKPolicy = self.budgeted or k_policy
         self._stopped = False
 
+    @property
+    def mode(self) -> str:
+        """The budget policy's mode now ("full" without a budget)."""
+        return self.budgeted.policy.mode if self.budgeted is not None else "full"
+
     def conditions(self, tokens: int) -> Conditions:
         telemetry = self.telemetry
         snapshot = telemetry.memory.snapshot()
