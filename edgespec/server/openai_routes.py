@@ -223,6 +223,7 @@ def scored(
     def name(token: int) -> str:
         return f"token_id:{token}" if by_id else str(engine.tokenizer.decode([token]))
 
+    top = min(top, logits.shape[-1])
     shifted = logits - logits.max(axis=-1, keepdims=True)
     logprobs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     names: list[str] = []
@@ -240,8 +241,10 @@ def scored(
             tops.append(None)
             continue
         row = logprobs[position - 1]
-        best = np.argsort(-row, kind="stable")[:top].tolist()
-        entry = {name(t): float(row[t]) for t in best}
+        # The ``top`` largest without sorting the whole vocabulary (this runs per position).
+        best = np.argpartition(-row, top - 1)[:top] if top else np.zeros(0, dtype=np.int64)
+        best = best[np.lexsort((best, -row[best]))]  # most likely first, ties by lower id
+        entry = {name(int(t)): float(row[t]) for t in best}
         entry[name(token)] = float(row[token])
         own.append(float(row[token]))
         tops.append(entry)

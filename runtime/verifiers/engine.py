@@ -317,9 +317,10 @@ class EngineVerifier:
                 del tokens[index:]
                 break
         if self.target.prompt_format != "ids":
-            while tokens and self.pieces.text(self._history + tokens).endswith(
-                REPLACEMENT_CHARACTER
-            ):
+            # Whether the text ends inside a character depends on its last character only
+            # (at most 4 bytes, so at most the last 4 tokens): decode a tail, not the history.
+            tail = self._history[-4:]
+            while tokens and self.pieces.text(tail + tokens).endswith(REPLACEMENT_CHARACTER):
                 tokens.pop()
         if all(token in self.pieces.bos_ids for token in self._history):
             tokens = []  # the first entry carries no log-probabilities: nothing to judge

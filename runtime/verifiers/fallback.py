@@ -100,7 +100,6 @@ class SwitchingVerifier(_Handover):
         self.use_remote = use_remote
         self.active: Verifier | None = None
         self.remote_rounds = 0
-        self.switches = 0
         self.remote_down = ""
 
     def begin(
@@ -115,7 +114,6 @@ class SwitchingVerifier(_Handover):
             try:
                 if self.active is not self.remote:
                     self.active = self._take_over(self.remote)
-                    self.switches += 1
                 verdict = self.remote.verify(last_token, draft)
             except RemoteUnavailableError as error:
                 self.remote_down = str(error)  # nothing of the round was committed
@@ -123,7 +121,6 @@ class SwitchingVerifier(_Handover):
                 self.remote_rounds += 1
                 return self._committed(verdict)
         if self.active is not self.local:
-            self.switches += self.active is not None
             self.active = self._take_over(self.local)
         return self._committed(self.local.verify(last_token, draft))
 
