@@ -3,8 +3,8 @@
     python benchmarks/session_paths.py BUNDLE [BUNDLE ...] [--context 64] [--tokens 128]
 
 For each bundle: prefill ``--context`` tokens, then decode ``--tokens`` single tokens with
-(a) ``ModelSession.forward_bound`` (IO binding into preallocated ping-pong KV buffers) and
-(b) ``ModelSession.forward_reference`` (``session.run``; presents fed back as pasts), five
+(a) ``OnnxModel.forward_bound`` (IO binding into preallocated ping-pong KV buffers) and
+(b) ``OnnxModel.forward_reference`` (``session.run``; presents fed back as pasts), five
 alternating rounds each; prints the median ms per token of both and their ratio.
 """
 
@@ -15,10 +15,10 @@ import statistics
 import time
 
 from edgespec.manifest import load_bundle
-from edgespec.runtime.session import ModelSession
+from edgespec.runtime.model import OnnxModel
 
 
-def _decode(session: ModelSession, *, fast: bool, context: int, tokens: int) -> float:
+def _decode(session: OnnxModel, *, fast: bool, context: int, tokens: int) -> float:
     cache = session.new_bound_cache() if fast else session.new_reference_cache()
     forward = session.forward_bound if fast else session.forward_reference
     forward(list(range(1, context + 1)), cache)  # type: ignore[arg-type]
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     for path in args.bundles:
-        session = ModelSession(load_bundle(path))
+        session = OnnxModel(load_bundle(path))
         _decode(session, fast=True, context=args.context, tokens=8)  # warm-up
         fast, plain = [], []
         for _ in range(args.rounds):

@@ -9,6 +9,7 @@ imported from ``edgespec.api`` on first use).
 from typing import Any
 
 from edgespec._version import __version__
+from edgespec.engine.pairing import PairReport, check_pair
 from edgespec.errors import (
     BundleError,
     ChecksumError,
@@ -20,7 +21,6 @@ from edgespec.errors import (
     VerificationError,
 )
 from edgespec.manifest import Bundle, Manifest, load_bundle
-from edgespec.pairing import PairReport, check_pair
 
 __all__ = [
     "Bundle",

@@ -1,136 +1,62 @@
-"""The public engine: load a target (and a draft) bundle, generate or stream text.
+"""The public engine: load a pair (or a draft and a remote target), then generate or stream.
 
-This is the only place that picks concrete drafters, verifiers and policies.
+A thin façade, split by lifetime as onnxruntime-genai's API is: :func:`load_pair` makes what
+outlives a generation (``engine.loading``), :class:`GenerationOptions` holds one generation's
+options (``engine.options``), ``engine.assembly`` picks the concrete drafter, verifier and k
+policy, and :class:`Generation` runs it (``engine.generation``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from edgespec.builtin import builtin_pair
-from edgespec.config import BudgetConfig, SamplingConfig
-from edgespec.errors import ConfigError, EdgespecError, RemoteError
-from edgespec.hybrid import Remote, RemoteRun, check_fallback, remote_profile, remote_run
-from edgespec.manifest import Bundle, load_bundle
-from edgespec.pairing import check_pair
-from edgespec.runtime.decoder import FixedK, KPolicy, decode
-from edgespec.runtime.drafters.base import Drafter
-from edgespec.runtime.drafters.model import ModelDrafter
-from edgespec.runtime.drafters.ngram import PromptLookupDrafter
-from edgespec.runtime.drafters.none import NoDrafter
-from edgespec.runtime.policy import AutoK, CappedK, CostProfile
+from edgespec.engine import assembly
+from edgespec.engine.generation import Delta, Generation, GenerationStats, Plan, Result
+from edgespec.engine.loading import LoadedPair, LoadRequest, load_pair
+from edgespec.engine.options import DEFAULT_K, GenerationOptions, RemoteOptions
+from edgespec.engine.remote import RemoteTarget, remote_profile
+from edgespec.errors import ConfigError, ContextLimitError
+from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.profile import measure_costs
-from edgespec.runtime.session import ModelSession, SessionOptions
-from edgespec.runtime.stats import StatsCollector
-from edgespec.runtime.text import StopMatcher, TextStream
-from edgespec.runtime.verifiers.base import Verifier
-from edgespec.runtime.verifiers.engine import EngineTarget, TokenPieces
-from edgespec.runtime.verifiers.local import LocalVerifier
-from edgespec.runtime.verifiers.remote import RemoteTarget
-from edgespec.telemetry.estimate import admit, estimate_pair
+from edgespec.runtime.verifiers.openai_compat import TokenPieces
 from edgespec.telemetry.guard import Telemetry
-from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
-from edgespec.telemetry.sysfs import Tree
 
-DRAFTERS = ("model", "ngram", "none")
-DEFAULT_K = 4
-
-
-class IncompatiblePairError(EdgespecError):
-    """The draft's tokenizer cannot serve the target's."""
-
-
-class ContextLimitError(ConfigError):
-    """The prompt plus the requested tokens do not fit the context."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Delta:
-    """A piece of streamed text; ``drafted`` when it came from accepted draft tokens."""
-
-    text: str
-    drafted: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class Result:
-    """A finished generation: the new ``text`` and ``tokens`` (prompt excluded) and ``stats``.
-
-    ``error`` is set (and ``finish_reason`` is "error") when the verification server became
-    unreachable under ``fallback="fail"``: ``text`` is then what was verified before that.
-    """
-
-    text: str
-    tokens: tuple[int, ...]
-    finish_reason: str
-    stats: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    def to_json(self) -> str:
-        data = {"text": self.text, "tokens": list(self.tokens), "stats": self.stats}
-        return json.dumps(data if self.error is None else {**data, "error": self.error})
-
-
-class Generation:
-    """Iterates over :class:`Delta` pieces as tokens are committed; ``result`` once done."""
-
-    def __init__(self, pieces: Iterator[Delta]) -> None:
-        self._pieces = pieces
-        self.result: Result | None = None
-
-    def __iter__(self) -> Iterator[Delta]:
-        return self._pieces
+__all__ = ["Delta", "Engine", "Generation", "GenerationOptions", "GenerationStats", "Result"]
 
 
 class Engine:
-    """A target bundle (or a remote target), an optional draft bundle, their sessions and the
-    tokenizer. With ``remote``, rounds are verified by the server and a local ``target`` (if
-    any) serves ``fallback="local"``."""
+    """A loaded pair (target and/or draft models, tokenizer), an optional remote target and
+    the telemetry around each generation. Build it with :meth:`load`."""
 
     def __init__(
         self,
+        pair: LoadedPair,
         *,
-        target: ModelSession | None,
-        draft: ModelSession | None,
-        tokenizer: Any,
-        eos_ids: frozenset[int],
-        chat_template: str | None,
-        bos_token: str | None,
-        eos_token: str | None,
         telemetry: Telemetry | None = None,
-        remote: Remote | None = None,
-        fallback: str = "fail",
-        remote_when: str = "always",
+        remote: RemoteTarget | None = None,
+        remote_options: RemoteOptions | None = None,
     ) -> None:
-        self.target = target
+        self.pair = pair
         #: Energy, memory and budgets (edgespec.telemetry): consulted around each generation.
         self.telemetry = telemetry or Telemetry()
-        self.draft = draft
-        self.tokenizer = tokenizer
-        self.eos_ids = eos_ids
-        self.chat_template = chat_template
         self.remote = remote
-        self.fallback = fallback
-        self.remote_when = remote_when
-        self._special = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+        self.remote_options = remote_options or RemoteOptions()
         self._profile: CostProfile | None = None
-        self._pieces_table: TokenPieces | None = None
-        limits = [s.max_length for s in (target, draft) if s is not None]
+        self._pieces: TokenPieces | None = None
+        limits = [model.max_length for model in (pair.target, pair.draft) if model is not None]
         if remote is not None:
-            check_fallback(fallback, target=target, draft=draft, remote_when=remote_when)
+            _check_remote_models(pair, self.remote_options)
             limits.append(remote.info().max_length)
             # An engine reports no vocabulary: the draft's names the tokens it may be sent.
-            self.vocab_size = remote.info().vocab_size or (draft.vocab_size if draft else 0)
-        elif target is not None:
-            self.vocab_size = target.vocab_size
+            self.vocab_size = remote.info().vocab_size or (
+                pair.draft.vocab_size if pair.draft else 0
+            )
+        elif pair.target is not None:
+            self.vocab_size = pair.target.vocab_size
         else:
-            raise ConfigError("an engine needs a target", fix="pass target=DIR or remote=URL")
+            raise ConfigError("an engine needs a target", fix="pass --target DIR or --remote URL")
         self.max_length = min(limits)
 
     @classmethod
@@ -139,124 +65,68 @@ class Engine:
         *,
         target: str | Path | None = None,
         draft: str | Path | None = None,
-        target_providers: Sequence[str] | None = None,
-        draft_providers: Sequence[str] | None = None,
-        threads: int = 0,
-        io_binding: bool | None = None,
-        verify_checksums: bool = True,
-        memory_budget_mb: float | None = None,
-        shrink_context: bool = False,
-        budget: BudgetConfig | None = None,
-        telemetry_root: str | Path = "/",
-        measure_energy: bool = True,
-        remote: str | Remote | None = None,
+        remote: str | RemoteTarget | None = None,
+        remote_api: str = "edgespec",
+        remote_model: str | None = None,
         api_key: str | None = None,
         fallback: str = "fail",
         remote_when: str = "always",
+        measure_energy: bool = True,
+        **load_options: Any,
     ) -> Engine:
-        """Loads and validates the bundles, checks the pair, and creates both sessions.
+        """Loads and validates the bundles (the built-in pair when no target is given), checks
+        the pair, admits it against the memory budget and creates the sessions.
 
-        ``memory_budget_mb`` (or ``budget.memory_mb``) is checked against the pair's estimate
-        from its manifests before any session exists: over it, loading fails with a
-        :class:`~edgespec.errors.BudgetError` that says what would fit, unless
-        ``shrink_context`` allows a shorter max context. ``budget`` also turns on the budget
-        policy between rounds; ``telemetry_root`` is where the probes read /proc and /sys.
-
-        ``io_binding`` True uses the IO-binding path; the default is the plain path, measured
-        as fast or faster on CPU (see ``edgespec.runtime.session``). With no ``target`` the
-        built-in pair is loaded (its draft too, unless ``draft`` names another).
-
-        ``remote`` (a URL of ``edgespec serve``, a configured :class:`RemoteTarget`, or an
-        :class:`~edgespec.runtime.verifiers.engine.EngineTarget` for an OpenAI-compatible
-        engine such as vLLM or llama-cpp-python's server: greedy only) verifies there; then a
-        local target is loaded only when ``target`` is given or ``fallback`` is "local".
-        ``fallback``: "fail" (stop, return the verified text and the error), "local" (continue
-        with the local target: lossless) or "draft" (continue with the draft alone: marked
-        lossy in the stats). ``remote_when`` "budget" loads the local target too and verifies
-        locally until the budget policy's mode is "remote" (battery under
-        ``budget.min_battery_pct``), then on the remote target; "always" (default) verifies
-        every round remotely.
+        ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
+        threads, io_binding, verify_checksums, memory_budget_mb, shrink_context, budget,
+        telemetry_root. ``remote`` (a URL, or a configured target) verifies there: a URL of
+        ``edgespec serve`` (``remote_api`` "edgespec") or of an OpenAI-compatible engine such
+        as vLLM or llama-cpp-python's server ("openai": greedy only). A local target is then
+        loaded only when ``target`` is given or the remote options need one (``fallback``
+        "local", ``remote_when`` "budget"; see :class:`RemoteOptions`).
         """
-        from tokenizers import Tokenizer
+        request = LoadRequest(target=target, draft=draft, **load_options)
+        remote_options = RemoteOptions(fallback=fallback, remote_when=remote_when)
+        remote_target = assembly.remote_target(
+            remote, api=remote_api, model=remote_model, api_key=api_key
+        )
+        wants_target = remote_target is None or remote_options.needs_local_target
+        pair = load_pair(request, wants_target=wants_target)
+        telemetry = Telemetry(
+            tree=pair.tree,
+            budget=request.budget,
+            admission=pair.admission,
+            measure_energy=measure_energy,
+            remote_available=remote_target is not None and remote_when == "budget",
+        )
+        return cls(pair, telemetry=telemetry, remote=remote_target, remote_options=remote_options)
 
-        if isinstance(remote, str):
-            remote = RemoteTarget(remote, api_key=api_key)
-        wants_local = remote is None or fallback == "local" or remote_when == "budget"
-        if target is None and (draft is None or wants_local):
-            pair = builtin_pair()
-            draft = draft or pair.draft
-            if wants_local:
-                target = pair.target
+    @property
+    def target(self) -> Any:
+        """The local target model (None when only a remote target verifies)."""
+        return self.pair.target
 
-        target_bundle = load_bundle(target, verify_checksums=verify_checksums) if target else None
-        draft_bundle = load_bundle(draft, verify_checksums=verify_checksums) if draft else None
-        if draft_bundle is not None and target_bundle is not None:
-            report = check_pair(draft_bundle, target_bundle)
-            if not report.compatible:
-                raise IncompatiblePairError(
-                    f"draft {draft} cannot serve target {target}: {report.reason}",
-                    fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
-                )
-        tree = Tree(telemetry_root)
-        if memory_budget_mb is None and budget is not None:
-            memory_budget_mb = budget.memory_mb
-        admission = admit(
-            estimate_pair(
-                target_bundle, draft_bundle, base_bytes=base_rss_bytes(MemoryProbe(tree))
-            ),
-            budget_mb=memory_budget_mb,
-            shrink_context=shrink_context,
-        )
-        options = SessionOptions(
-            intra_op_threads=threads,
-            spinning=False,
-            io_binding=io_binding,
-            max_length=admission.estimate.context,
-        )
-        target_session = (
-            ModelSession(target_bundle, providers=target_providers, options=options)
-            if target_bundle is not None
-            else None
-        )
-        draft_session = (
-            ModelSession(draft_bundle, providers=draft_providers, options=options)
-            if draft_bundle is not None
-            else None
-        )
-        text_bundle = target_bundle or draft_bundle
-        if text_bundle is None:
-            raise ConfigError("a remote target needs a local draft", fix="pass draft=DIR")
-        spec = text_bundle.manifest.tokenizer
-        template, bos, eos = _chat_settings(text_bundle)
-        return cls(
-            target=target_session,
-            draft=draft_session,
-            tokenizer=Tokenizer.from_file(str(text_bundle.tokenizer_path)),
-            eos_ids=frozenset(spec.eos_token_ids),
-            chat_template=template,
-            bos_token=bos,
-            eos_token=eos,
-            telemetry=Telemetry(
-                tree=tree,
-                budget=budget,
-                admission=admission,
-                measure_energy=measure_energy,
-                remote_available=remote is not None and remote_when == "budget",
-            ),
-            remote=remote,
-            fallback=fallback,
-            remote_when=remote_when,
-        )
+    @property
+    def draft(self) -> Any:
+        return self.pair.draft
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.pair.tokenizer
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self.pair.eos_ids
 
     @property
     def warnings(self) -> list[str]:
         """Provider fallbacks, and a target whose export did not show batch invariance."""
-        sessions = [("target", self.target), ("draft", self.draft)]
+        models = [("target", self.target), ("draft", self.draft)]
         lines = [
-            f"{name} asked for {session.requested_providers[0]} but runs on "
-            f"{', '.join(session.providers)}"
-            for name, session in sessions
-            if session is not None and session.fell_back
+            f"{name} asked for {model.requested_providers[0]} but runs on "
+            f"{', '.join(model.providers)}"
+            for name, model in models
+            if model is not None and model.fell_back
         ]
         if self.target is None:
             return lines
@@ -279,46 +149,48 @@ class Engine:
 
     def encode(self, prompt: str, *, chat: bool = False) -> list[int]:
         if chat:
-            prompt = self.apply_chat_template([{"role": "user", "content": prompt}])
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False).ids)
+            text = self.apply_chat_template([{"role": "user", "content": prompt}])
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer.encode(prompt).ids)
 
+    @property
+    def chat_template(self) -> str | None:
+        template = self.pair.chat_template
+        return template.source if template is not None else None
+
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
-        if not self.chat_template:
+        if self.pair.chat_template is None:
             raise ConfigError(
                 "this bundle's tokenizer has no chat template", fix="pass the prompt as plain text"
             )
-        import jinja2
-
-        def raise_exception(message: str) -> None:  # used by many hub chat templates
-            raise ConfigError(f"the chat template refused the messages: {message}")
-
-        environment = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
-        environment.globals["raise_exception"] = raise_exception
-        template = environment.from_string(self.chat_template)
-        return template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+        return self.pair.chat_template.render(messages)
 
     @property
     def greedy_only(self) -> bool:
         """Whether only greedy decoding can be verified (an OpenAI-compatible engine)."""
-        return isinstance(self.remote, EngineTarget)
+        return self.remote is not None and self.remote.greedy_only
 
     @property
     def build_record(self) -> dict[str, Any]:
         """How the built-in pair was trained and selected (empty for other bundles)."""
-        session = self.target if self.target is not None else self.draft
-        if session is None:
-            return {}
-        return dict(session.bundle.manifest.extra.get("builtin_pair", {}))
+        model = self.target if self.target is not None else self.draft
+        return {} if model is None else dict(model.bundle.manifest.extra.get("builtin_pair", {}))
 
     @property
     def default_k(self) -> int:
         """The draft length used when none is given: the pair's measured best, else 4."""
         return int(self.build_record.get("selection", {}).get("recommended_k", DEFAULT_K))
 
+    @property
+    def default_k_source(self) -> str:
+        """Where :attr:`default_k` comes from, in words."""
+        if "recommended_k" in self.build_record.get("selection", {}):
+            return "the pair's build record (measured when the pair was built)"
+        return f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
+
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
-        if self._profile is None and self.remote is not None and self.remote_when == "always":
+        if self._profile is None and self.remote is not None and not self._verifies_locally:
             draft_step = measure_costs(self.draft, None, max_width=1) if self.draft else None
             self._profile = remote_profile(
                 self.remote.info(),
@@ -330,8 +202,12 @@ class Engine:
             self._profile = measure_costs(self.target, self.draft)
         return self._profile
 
+    @property
+    def _verifies_locally(self) -> bool:
+        return self.remote is None or self.remote_options.remote_when == "budget"
+
     def generate(self, prompt: str | Sequence[int], **options: Any) -> Result:
-        """Generates to completion; keyword options as in :meth:`stream`."""
+        """Generates to completion; keyword options are :class:`GenerationOptions`' fields."""
         generation = self.stream_deltas(prompt, **options)
         for _ in generation:
             pass
@@ -339,244 +215,111 @@ class Engine:
         return generation.result
 
     def stream(self, prompt: str | Sequence[int], **options: Any) -> Iterator[str]:
-        """Yields text as it is committed; same options as :meth:`stream_deltas`."""
+        """Yields text as it is committed; same options as :meth:`generate`."""
         for delta in self.stream_deltas(prompt, **options):
             yield delta.text
 
-    def stream_deltas(
-        self,
-        prompt: str | Sequence[int],
-        *,
-        max_new_tokens: int = 128,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        k: int | str | None = None,
-        drafter: str | None = None,
-        sampling_mode: str | None = None,
-        stop: Sequence[str] = (),
-        chat: bool = False,
-        draft_min_probability: float = 0.0,
-    ) -> Generation:
-        """Validates everything first (nothing is generated on bad input), then streams.
+    def stream_deltas(self, prompt: str | Sequence[int], **options: Any) -> Generation:
+        """Validates everything first (nothing is generated on bad input), then streams
+        :class:`Delta` pieces; ``generation.result`` is set once the iteration ends."""
+        chosen = GenerationOptions(**options)
+        return Generation(self._plan(prompt, chosen), self.tokenizer)
 
-        ``drafter`` is model (the default with a draft bundle), ngram (the default without)
-        or none (k = 0: plain target decoding). ``sampling_mode``
-        is rejection (default with the model drafter) or match (default with ngram/none, and
-        reproducible: the same seed gives the same text with or without speculation).
-        ``draft_min_probability`` ends a proposal early when the draft's own probability of
-        its next token falls below it (0, the default, drafts the full k: on the measured pair
-        0.03 and 0.1 lowered the speedup).
-        """
-        if drafter is None:
-            drafter = "model" if self.draft is not None else "ngram"
-        if drafter not in DRAFTERS:
-            raise ConfigError(f"unknown drafter {drafter!r}", fix=f"use one of {DRAFTERS}")
-        if drafter == "model" and self.draft is None:
-            raise ConfigError(
-                "the model drafter needs a draft bundle", fix="pass draft=... or drafter='ngram'"
-            )
-        if k is None:
-            k = self.default_k
-        if isinstance(k, str) and k != "auto":
-            raise ConfigError(f"k must be a number or 'auto', not {k!r}", fix="e.g. k=4")
-        if isinstance(k, int) and k < 0:
-            raise ConfigError(f"k must be >= 0, not {k}", fix="use 0 for no drafting, or 1-8")
-        if max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens is {max_new_tokens}", fix="ask for at least 1")
-        mode = sampling_mode or ("rejection" if drafter == "model" else "match")
-        sampling = SamplingConfig(
-            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, mode=mode
+    def _prompt_ids(self, prompt: str | Sequence[int], options: GenerationOptions) -> list[int]:
+        ids = (
+            list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=options.chat)
         )
-        if not sampling.greedy and mode == "rejection" and drafter == "ngram":
-            raise ConfigError(
-                "the ngram drafter has no draft probabilities, so it cannot use rejection sampling",
-                fix="use sampling_mode='match' (the default for ngram)",
-            )
-        prompt_ids = list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=chat)
-        if not prompt_ids or (isinstance(prompt, str) and not prompt):
+        if not ids or (isinstance(prompt, str) and not prompt):
             raise ConfigError("the prompt is empty", fix="pass at least one character of text")
-        if any(not 0 <= t < self.vocab_size for t in prompt_ids):
+        if any(not 0 <= t < self.vocab_size for t in ids):
             raise ConfigError(
                 f"prompt token ids must lie in [0, {self.vocab_size})",
                 fix="encode the prompt with the bundle's tokenizer",
             )
-        if len(prompt_ids) + max_new_tokens > self.max_length:
+        if len(ids) + options.max_new_tokens > self.max_length:
             raise ContextLimitError(
-                f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) "
+                f"the prompt ({len(ids)} tokens) plus max_new_tokens ({options.max_new_tokens}) "
                 f"exceeds the context limit of {self.max_length} tokens",
                 fix="shorten the prompt, lower max_new_tokens, or re-export with a larger "
                 "--max-length",
             )
-        if self.remote is not None and isinstance(k, int) and k > self.remote.info().max_k:
-            raise ConfigError(
-                f"k = {k} is more than the server's limit of {self.remote.info().max_k}",
-                fix="use a smaller k or k='auto'",
-            )
-        stop_matcher = StopMatcher(stop) if stop else None
-        if not 0.0 <= draft_min_probability < 1.0:
-            raise ConfigError(
-                f"draft_min_probability {draft_min_probability} is outside [0, 1)",
-                fix="use 0 (off) or a small probability such as 0.05",
-            )
-        chosen = self._drafter(drafter, draft_min_probability)
-        policy: KPolicy = (
-            FixedK(0)
-            if drafter == "none"
-            else AutoK(self.cost_profile())
-            if k == "auto"
-            else FixedK(int(k))
+        return ids
+
+    def _plan(self, prompt: str | Sequence[int], options: GenerationOptions) -> Plan:
+        drafter_name = options.drafter_for(has_draft=self.draft is not None)
+        sampling = options.sampling(drafter_name)
+        prompt_ids = self._prompt_ids(prompt, options)
+        if self.remote is not None and isinstance(options.k, int):
+            limit = self.remote.info().max_k
+            if options.k > limit:
+                raise ConfigError(
+                    f"k {options.k} is more than the server's limit of {limit}",
+                    fix="use a smaller k, or k 'auto'",
+                )
+        drafter = assembly.drafter(
+            drafter_name,
+            assembly.DraftSource(
+                draft=self.draft,
+                vocab_size=self.vocab_size,
+                stop_probability=options.draft_min_probability,
+            ),
         )
         remote = None
         if self.remote is not None:
-            run = remote_run(
+            remote = assembly.remote_verifier(
                 self.remote,
-                fallback=self.fallback,
+                self.remote_options,
                 target=self.target,
                 draft=self.draft,
-                pieces=self._token_pieces() if isinstance(self.remote, EngineTarget) else None,
-                remote_when=self.remote_when,
+                pieces=self._token_pieces,
             )
-            if k == "auto" and drafter != "none":
-                # The server's suggested k (it shrinks as its queue grows) caps auto k.
-                policy = CappedK(policy, cap=lambda: run.remote.suggested_k)
-            remote = run
-        generation = Generation(iter(()))
-        generation._pieces = self._pieces(
-            generation, prompt_ids, chosen, policy, sampling, max_new_tokens, stop_matcher, remote
+        verifier = remote.verifier if remote is not None else assembly.local_verifier(self.target)
+        k_policy = assembly.k_policy(
+            options,
+            drafter_name=drafter_name,
+            default_k=self.default_k,
+            profile=self.cost_profile,
+            cap=(lambda: remote.remote.suggested_k) if remote is not None else None,
         )
-        return generation
+        watch = self.telemetry.watch(k_policy)
+        if remote is not None and remote.switching is not None:
+            remote.switching.use_remote = lambda: watch.mode == "remote"
+        return Plan(
+            prompt_ids=prompt_ids,
+            drafter=drafter,
+            verifier=verifier,
+            k_policy=k_policy,
+            sampling=sampling,
+            max_new_tokens=options.max_new_tokens,
+            eos_ids=self.eos_ids,
+            stop=options.stop,
+            watch=watch,
+            remote=remote,
+            providers=self.providers,
+        )
 
     def _token_pieces(self) -> TokenPieces:
-        """The draft tokenizer's table of token texts for an engine verifier (built once)."""
-        if self._pieces_table is None:
-            bos = self._special["bos_token"]
+        """The draft tokenizer's table of token texts for an OpenAI verifier (built once)."""
+        if self._pieces is None:
+            bos = self.pair.bos_token
             bos_id = self.tokenizer.token_to_id(bos) if bos else None
-            self._pieces_table = TokenPieces(
+            self._pieces = TokenPieces(
                 self.tokenizer,
                 bos_ids=() if bos_id is None else (bos_id,),
                 eos_ids=sorted(self.eos_ids),
             )
-        return self._pieces_table
+        return self._pieces
 
-    def _drafter(self, name: str, stop_probability: float) -> Drafter:
-        if name == "model":
-            assert self.draft is not None
-            return ModelDrafter(
-                self.draft, vocab_size=self.vocab_size, stop_probability=stop_probability
-            )
-        if name == "ngram":
-            return PromptLookupDrafter()
-        return NoDrafter()
 
-    def _pieces(
-        self,
-        generation: Generation,
-        prompt_ids: list[int],
-        drafter: Drafter,
-        policy: KPolicy,
-        sampling: SamplingConfig,
-        max_new_tokens: int,
-        stop_matcher: StopMatcher | None,
-        remote: RemoteRun | None,
-    ) -> Iterator[Delta]:
-        stats = StatsCollector()
-        text = TextStream(self.tokenizer)
-        verifier: Verifier
-        if remote is not None:
-            verifier = remote.verifier
-        else:
-            assert self.target is not None
-            verifier = LocalVerifier(self.target)
-        watch = self.telemetry.watch(policy)
-        if remote is not None and remote.switching is not None:
-            remote.switching.use_remote = lambda: watch.mode == "remote"
-        watch.start()
-        rounds = decode(
-            prompt_ids,
-            drafter=drafter,
-            verifier=verifier,
-            k_policy=watch.k_policy,
-            sampling=sampling,
-            rng=np.random.default_rng(sampling.seed),
-            max_new_tokens=max_new_tokens,
-            eos_ids=self.eos_ids,
-            observers=(stats,),
+def _check_remote_models(pair: LoadedPair, options: RemoteOptions) -> None:
+    """The local models the remote options rely on are loaded."""
+    if options.remote_when == "budget" and pair.target is None:
+        raise ConfigError(
+            "remote_when 'budget' verifies locally until the budget says remote: it needs a "
+            "local target",
+            fix="pass --target DIR (or leave it out for the built-in pair)",
         )
-        tokens: list[int] = []
-        shown: list[str] = []
-        stopped = False
-        error: str | None = None
-        try:
-            for committed in rounds:
-                n_accepted = stats.records[-1].n_accepted
-                for drafted, part in (
-                    (True, committed[:n_accepted]),
-                    (False, committed[n_accepted:]),
-                ):
-                    pieces: list[str] = []
-                    # Token by token, so that a stop string ends the result at the token that
-                    # completed it: no token after it is kept.
-                    for token in part:
-                        tokens.append(token)
-                        piece = text.push([token])
-                        if stop_matcher is not None and piece:
-                            outcome = stop_matcher.feed(piece)
-                            piece, stopped = outcome.emit, outcome.stopped
-                        pieces.append(piece)
-                        if stopped:
-                            break
-                    if "".join(pieces):
-                        shown.append("".join(pieces))
-                        yield Delta(text=shown[-1], drafted=drafted)
-                    if stopped:
-                        break
-                if stopped:
-                    rounds.close()
-                    stats.on_finish("stop_string")
-                    break
-        except RemoteError as failure:
-            # fallback "fail", or an engine that cannot verify on: what was verified so far,
-            # and the error.
-            error = str(failure)
-            stats.on_finish("error")
-        if not stopped:
-            tail = text.finish()
-            if stop_matcher is not None:
-                outcome = stop_matcher.feed(tail)
-                tail = outcome.emit if outcome.stopped else outcome.emit + stop_matcher.flush()
-                if outcome.stopped:
-                    stats.on_finish("stop_string")
-            if tail:
-                shown.append(tail)
-                yield Delta(text=tail, drafted=False)
-        verifier.close()
-        result_stats = stats.as_dict()
-        result_stats["providers"] = self.providers
-        result_stats.update(watch.stats(result_stats["new_tokens"]))
-        if remote is not None:
-            result_stats.update(remote.stats(len(tokens)))
-        generation.result = Result(
-            text="".join(shown),
-            tokens=tuple(tokens),
-            finish_reason=stats.finish_reason,
-            stats=result_stats,
-            error=error,
-        )
-
-
-def _chat_settings(bundle: Bundle) -> tuple[str | None, str | None, str | None]:
-    """The chat template and bos/eos strings from the bundle's tokenizer_config.json."""
-    config_path = bundle.root / "tokenizer_config.json"
-    template = None
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        template = config.get("chat_template")
-        if isinstance(template, list):  # named templates: take the default one
-            template = next((t["template"] for t in template if t.get("name") == "default"), None)
-    jinja_path = bundle.root / "chat_template.jinja"
-    if template is None and jinja_path.is_file():
-        template = jinja_path.read_text(encoding="utf-8")
-    special = bundle.manifest.tokenizer.special_tokens
-    return template, special.get("bos_token"), special.get("eos_token")
+    if options.fallback == "local" and pair.target is None:
+        raise ConfigError("fallback 'local' needs a local target", fix="pass --target DIR")
+    if options.fallback == "draft" and pair.draft is None:
+        raise ConfigError("fallback 'draft' needs a draft bundle", fix="pass --draft DIR")

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edgespec.errors import BundleError, ChecksumError, MissingFileError, SchemaVersionError
+from edgespec.errors import (
+    UPGRADE_FIX,
+    BundleError,
+    ChecksumError,
+    MissingFileError,
+    SchemaVersionError,
+)
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -302,7 +308,7 @@ def _check_schema_version(version: object, manifest_path: Path) -> None:
         raise SchemaVersionError(
             f"{manifest_path} has schema version {version}, newer than the {SCHEMA_VERSION} "
             "this edgespec reads",
-            fix="upgrade edgespec (pip install -U edgespec)",
+            fix=UPGRADE_FIX,
         )
     raise SchemaVersionError(
         f"{manifest_path} has unknown schema version {version!r} (this edgespec reads "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgespec.errors import BundleError, ConfigError, MissingDependencyError
+from edgespec.errors import BundleError, ConfigError, MissingDependencyError, install_fix
 from edgespec.manifest import Bundle, FileRecord, file_record, load_bundle, write_manifest
 
 ORT_FILE = "model.ort"
@@ -68,7 +68,7 @@ def _ort() -> Any:
     except ImportError as error:
         raise MissingDependencyError(
             f"edgespec mobile needs onnx and onnxruntime ({error.name} is missing)",
-            fix="pip install 'edgespec[export]'",
+            fix=install_fix("export"),
         ) from error
     return onnxruntime
 

@@ -7,37 +7,13 @@ through :class:`DecodeObserver`; it prints nothing, times nothing and knows no b
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Protocol
 
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.events import DecodeObserver, StepRecord
+from edgespec.events import DecodeObserver, KPolicy, StepRecord
 from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.verifiers.base import Verifier
-
-
-class KPolicy(Protocol):
-    """Chooses the draft length of each round and learns from what happened."""
-
-    def next_k(self) -> int: ...
-
-    def observe(self, record: StepRecord) -> None: ...
-
-
-class FixedK:
-    """The same k every round (k = 0 is plain target decoding)."""
-
-    def __init__(self, k: int) -> None:
-        if k < 0:
-            raise ValueError(f"k must be >= 0, not {k}")
-        self.k = k
-
-    def next_k(self) -> int:
-        return self.k
-
-    def observe(self, record: StepRecord) -> None:
-        """A fixed k learns nothing."""
 
 
 def decode(

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from edgespec.events import StepRecord
+from edgespec.events import KPolicy, StepRecord
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -105,17 +104,11 @@ class AutoK:
             self.round_s[record.drafted] = self._blend(self.round_s[record.drafted], spent)
 
 
-class _Policy(Protocol):
-    def next_k(self) -> int: ...
-
-    def observe(self, record: StepRecord) -> None: ...
-
-
 class CappedK:
     """Another policy's k, never above ``cap()`` (a remote server's suggested k, which shrinks
     as its queue grows)."""
 
-    def __init__(self, inner: _Policy, *, cap: Callable[[], int]) -> None:
+    def __init__(self, inner: KPolicy, *, cap: Callable[[], int]) -> None:
         self.inner = inner
         self.cap = cap
 
@@ -124,3 +117,18 @@ class CappedK:
 
     def observe(self, record: StepRecord) -> None:
         self.inner.observe(record)
+
+
+class FixedK:
+    """The same k every round (k = 0 is plain target decoding)."""
+
+    def __init__(self, k: int) -> None:
+        if k < 0:
+            raise ValueError(f"k must be >= 0, not {k}")
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, record: StepRecord) -> None:
+        """A fixed k learns nothing."""

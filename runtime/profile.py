@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.policy import CostProfile
-from edgespec.runtime.session import ModelSession
 
 
-def _best_time(session: ModelSession, context: Sequence[int], width: int, repeats: int) -> float:
+def _best_time(session: OnnxModel, context: Sequence[int], width: int, repeats: int) -> float:
     """The fastest of ``repeats`` passes over ``width`` new tokens after ``context``."""
     cache = session.new_cache()
     session.forward(context, cache)
@@ -24,8 +24,8 @@ def _best_time(session: ModelSession, context: Sequence[int], width: int, repeat
 
 
 def measure_costs(
-    target: ModelSession,
-    draft: ModelSession | None,
+    target: OnnxModel,
+    draft: OnnxModel | None,
     *,
     max_width: int = 9,
     context_tokens: int = 64,

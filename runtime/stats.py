@@ -10,7 +10,8 @@ from edgespec.events import StepRecord
 
 
 class StatsCollector:
-    """A :class:`~edgespec.events.DecodeObserver` that turns step records into ``Result.stats``.
+    """A :class:`~edgespec.events.DecodeObserver` that turns step records into the decode part of
+    ``Result.stats``.
 
     Times are wall-clock (``time.perf_counter``). ``decode_ms`` sums the rounds (from the start
     of a round to its step record), so time the caller spends between rounds is excluded;
@@ -72,7 +73,6 @@ class StatsCollector:
             "drafted": drafted,
             "accepted": accepted,
             "tested": tested,
-            "acceptance_rate": accepted / drafted if drafted else None,
             "alpha": accepted / tested if tested else None,
             "mean_accepted": new_tokens / len(records) if records else 0.0,
             "acceptance_by_position": by_position,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from edgespec.api import Engine
-from edgespec.runtime.verifiers.remote import RemoteTarget
+from edgespec.runtime.verifiers.remote import ServerTarget
 
 from servers import ProcessServer, free_port
 
@@ -116,7 +116,7 @@ def test_jvm_greedy_equals_python_client_and_target_greedy(
     bridge: bridge_build.Built, pair: tuple[Path, Path], local: Engine, server: ProcessServer
 ) -> None:
     ensure_running(server)
-    remote = Engine.load(draft=pair[1], remote=RemoteTarget(server.url))
+    remote = Engine.load(draft=pair[1], remote=ServerTarget(server.url))
     for text in PROMPTS:
         prompt = local.encode(text)
         expected = local.generate(prompt, drafter="none", max_new_tokens=NEW_TOKENS).tokens
@@ -127,7 +127,7 @@ def test_jvm_greedy_equals_python_client_and_target_greedy(
             assert tuple(jvm["tokens"]) == expected, k
             assert jvm["reopens"] == 0 and jvm["retries"] == 0
             if k == 3:  # the same drafter, round for round
-                assert jvm["rounds"] == python.stats["rounds"]
+                assert jvm["rounds"] == python.stats.rounds
         auto = run_jvm(bridge, server.url, prompt, k="auto")
         assert tuple(auto["tokens"]) == expected
 

@@ -14,7 +14,7 @@ from edgespec.cli import main
 from edgespec.config import BudgetConfig
 from edgespec.errors import BudgetError
 from edgespec.manifest import load_bundle
-from edgespec.soak import run_soak
+from edgespec.measure.soak import run_soak
 from edgespec.telemetry.estimate import MIB, estimate_pair
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_admission_refuses_shrinks_or_loads(pair: tuple[Path, Path], tmp_path: P
     )
     assert shrunk.max_length == longest < estimate.context
     assert shrunk.target.max_length == longest and shrunk.draft is not None
-    assert shrunk.generate(PROMPT, max_new_tokens=8).stats["memory"]["shrunk_from"] == (
+    assert shrunk.generate(PROMPT, max_new_tokens=8).stats.memory["shrunk_from"] == (
         estimate.context
     )
     roomy = Engine.load(
@@ -70,13 +70,13 @@ def test_stats_carry_energy_from_a_power_sensor(pair: tuple[Path, Path], tmp_pat
     root = fake_process(orin_nx(tmp_path))
     engine = Engine.load(target=target, draft=draft, telemetry_root=root)
     stats = engine.generate(PROMPT, max_new_tokens=24, k=3).stats
-    source = stats["energy_source"]
+    source = stats.energy_source
     assert source["name"] == "ina3221-hwmon" and source["scope"] == "board input (VDD_IN)"
-    assert stats["energy_j"] == pytest.approx(6.0 * source["window_s"])
-    assert stats["energy_j_per_token"] == pytest.approx(stats["energy_j"] / stats["new_tokens"])
-    assert stats["cpu_s_per_token"] > 0
-    assert stats["memory"]["rss_mb"] == FAKE_RSS_MB
-    assert stats["budget"] is None
+    assert stats.energy_j == pytest.approx(6.0 * source["window_s"])
+    assert stats.energy_j_per_token == pytest.approx(stats.energy_j / stats.new_tokens)
+    assert stats.cpu_s_per_token > 0
+    assert stats.memory["rss_mb"] == FAKE_RSS_MB
+    assert stats.budget is None
 
 
 def test_stats_without_a_source_are_null_with_the_reason(
@@ -85,9 +85,9 @@ def test_stats_without_a_source_are_null_with_the_reason(
     target, draft = pair
     engine = Engine.load(target=target, draft=draft, telemetry_root=fake_process(tmp_path))
     stats = engine.generate(PROMPT, max_new_tokens=8).stats
-    assert stats["energy_j"] is None and stats["energy_j_per_token"] is None
-    assert stats["energy_source"]["name"] is None
-    assert "rapl: unavailable: not present" in stats["energy_source"]["reason"]
+    assert stats.energy_j is None and stats.energy_j_per_token is None
+    assert stats.energy_source["name"] is None
+    assert "rapl: unavailable: not present" in stats.energy_source["reason"]
     assert json.loads(json.dumps(stats))["cpu_s_per_token"] > 0
 
 
@@ -107,11 +107,11 @@ def test_budget_policy_caps_k_between_rounds_and_stays_lossless(
     result = engine.generate(PROMPT, k=4, max_new_tokens=32)
     assert result.tokens == expected.tokens
     # (the decoder itself drafts fewer near the token budget)
-    assert max(result.stats["k_values"]) == k_max
-    budget = result.stats["budget"]
+    assert max(result.stats.k_values) == k_max
+    budget = result.stats.budget
     assert budget["mode"] == mode and budget["decisions"][0]["round"] == 0
     assert budget["decisions"][-1]["reason"] in ("on battery", "battery at 10% < 20%")
-    assert result.stats["energy_source"]["name"] == "battery"
+    assert result.stats.energy_source["name"] == "battery"
 
 
 def test_soak_stays_under_budget_without_growth(pair: tuple[Path, Path]) -> None:
@@ -149,7 +149,7 @@ def test_cli_budget_refusal_json_stats_and_doctor(
 def test_bench_reports_energy_per_token_for_both_modes(
     pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from edgespec.bench import BenchSettings, run_bench
+    from edgespec.measure.bench import BenchSettings, run_bench
 
     target, draft = pair
     root = fake_process(orin_nx(tmp_path))
@@ -196,16 +196,16 @@ def test_low_battery_moves_verification_to_the_remote_target(
         expected = local.generate(PROMPT, k=4, max_new_tokens=32)
         result = engine.generate(PROMPT, k=4, max_new_tokens=32)
     assert result.tokens == expected.tokens and result.error is None
-    assert result.stats["budget"]["mode"] == ("remote" if remote_rounds else "shrink")
-    assert (result.stats["remote_rounds"] == result.stats["rounds"]) is remote_rounds
-    assert (result.stats["remote"]["round_trips"] > 0) is remote_rounds
-    assert result.stats["remote_down"] is None
+    assert result.stats.budget["mode"] == ("remote" if remote_rounds else "shrink")
+    assert (result.stats.remote_rounds == result.stats.rounds) is remote_rounds
+    assert (result.stats.remote["round_trips"] > 0) is remote_rounds
+    assert result.stats.remote_down is None
 
 
 def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
     pair: tuple[Path, Path], local: Engine, tmp_path: Path
 ) -> None:
-    from edgespec.runtime.verifiers.remote import RemoteTarget
+    from edgespec.runtime.verifiers.remote import ServerTarget
     from edgespec.server.app import ServerOptions, create_app
 
     from servers import FAKE_PROFILE, ThreadServer
@@ -213,7 +213,7 @@ def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
     target, draft = pair
     root = fake_process(battery(tmp_path, power_uw=9_000_000, capacity=10))
     with ThreadServer(create_app(local, options=ServerOptions(), profile=FAKE_PROFILE)) as server:
-        remote = RemoteTarget(server.url, retries=1, backoff_s=0.01)
+        remote = ServerTarget(server.url, retries=1, backoff_s=0.01)
         engine = Engine.load(
             target=target,
             draft=draft,
@@ -226,4 +226,4 @@ def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
     result = engine.generate(PROMPT, k=4, max_new_tokens=32)
     assert result.error is None
     assert result.tokens == local.generate(PROMPT, k=4, max_new_tokens=32).tokens
-    assert result.stats["remote_rounds"] == 0 and "did not answer" in result.stats["remote_down"]
+    assert result.stats.remote_rounds == 0 and "did not answer" in result.stats.remote_down

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.bench import PROMPT_SETS_DIR, load_prompts
-from edgespec.builtin import BUILTIN_PAIR_DIR, builtin_pair
+from edgespec.engine.builtin import BUILTIN_PAIR_DIR, builtin_pair
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import load_bundle
+from edgespec.measure.bench import PROMPT_SETS_DIR, load_prompts
 
 
 def test_missing_builtin_pair_names_the_fix(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_export_help_states_the_default_quantization(tmp_path: Path) -> None:
 
 def test_importing_edgespec_stays_light(tmp_path: Path) -> None:
     code = (
-        "import sys, edgespec, edgespec.manifest, edgespec.pairing, edgespec.runtime; "
+        "import sys, edgespec, edgespec.manifest, edgespec.engine.pairing, edgespec.runtime; "
         "print(sorted(m for m in ('torch', 'transformers', 'optimum', 'onnx', "
         "'onnxruntime') if m in sys.modules))"
     )

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from edgespec.delay_proxy import DelayProxy
 from edgespec.errors import ConfigError
+from edgespec.measure.delay_proxy import DelayProxy
 
 
 class Echo(BaseHTTPRequestHandler):

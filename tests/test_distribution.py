@@ -20,8 +20,8 @@ import pytest
 from edgespec.config import SamplingConfig
 from edgespec.manifest import load_bundle
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import probabilities, sample
-from edgespec.runtime.session import ModelSession
 from edgespec.runtime.verifiers.local import LocalVerifier
 
 pytestmark = pytest.mark.integration
@@ -60,8 +60,8 @@ def chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, int]:
 def test_first_token_follows_the_target_distribution(
     exported: Callable[..., Path], sampling: SamplingConfig
 ) -> None:
-    target = ModelSession(load_bundle(exported("llama", "fp32")))
-    draft = ModelSession(load_bundle(exported("mistral", "fp32")))
+    target = OnnxModel(load_bundle(exported("llama", "fp32")))
+    draft = OnnxModel(load_bundle(exported("mistral", "fp32")))
     prompt = [0, 72, 105, 110, 116, 32]
     p = probabilities(target.forward(prompt, target.new_cache())[-1], sampling)
     q = probabilities(draft.forward(prompt, draft.new_cache())[-1], sampling)

@@ -18,12 +18,11 @@ import numpy as np
 import pytest
 
 from edgespec.config import SamplingConfig
-from edgespec.errors import ConfigError, RemoteError
-from edgespec.runtime.verifiers.engine import (
+from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError
+from edgespec.runtime.verifiers.openai_compat import (
     Echo,
-    EngineMismatchError,
-    EngineTarget,
-    EngineVerifier,
+    OpenAITarget,
+    OpenAIVerifier,
     TokenPieces,
     align,
 )
@@ -102,7 +101,7 @@ def test_an_echo_without_log_probabilities_names_the_fix() -> None:
 
 
 def test_engine_verification_is_greedy_only(char_pieces: TokenPieces) -> None:
-    verifier = EngineVerifier(EngineTarget("http://127.0.0.1:9", model="m"), char_pieces)
+    verifier = OpenAIVerifier(OpenAITarget("http://127.0.0.1:9", model="m"), char_pieces)
     with pytest.raises(ConfigError, match="greedy"):
         verifier.begin(
             [0, 5], sampling=SamplingConfig(temperature=0.7), rng=np.random.default_rng(0)
@@ -111,7 +110,7 @@ def test_engine_verification_is_greedy_only(char_pieces: TokenPieces) -> None:
 
 def test_unknown_prompt_format_is_refused() -> None:
     with pytest.raises(ConfigError, match="prompt format"):
-        EngineTarget("http://127.0.0.1:9", prompt_format="tokens")
+        OpenAITarget("http://127.0.0.1:9", prompt_format="tokens")
 
 
 # --- against llama-cpp-python's server ------------------------------------------------------
@@ -182,7 +181,7 @@ def test_engine_verified_output_is_the_engines_own_greedy_output(
 ) -> None:
     from edgespec.api import Engine
 
-    hybrid = Engine.load(draft=char_pair[draft_name], remote=EngineTarget(llama_server.url + "/v1"))
+    hybrid = Engine.load(draft=char_pair[draft_name], remote=OpenAITarget(llama_server.url + "/v1"))
     local = Engine.load(target=char_pair["target"], draft=char_pair[draft_name])
     tested = accepted = rounds = 0
     for prompt in PROMPTS:
@@ -190,10 +189,10 @@ def test_engine_verified_output_is_the_engines_own_greedy_output(
         assert result.error is None, result.error
         assert result.text == engine_greedy(llama_server.url, prompt, NEW_TOKENS)
         assert result.tokens == local.generate(prompt, max_new_tokens=NEW_TOKENS, k=4).tokens
-        assert result.stats["remote"]["round_trips"] == result.stats["rounds"]
-        tested += result.stats["tested"]
-        accepted += result.stats["accepted"]
-        rounds += result.stats["rounds"]
+        assert result.stats.remote["round_trips"] == result.stats.rounds
+        tested += result.stats.tested
+        accepted += result.stats.accepted
+        rounds += result.stats.rounds
     # Both ways out of a round happened: whole drafts accepted, and drafts cut short.
     assert accepted / rounds > 1.0
     if draft_name == "draft":
@@ -245,7 +244,7 @@ def test_a_text_engine_stops_where_it_cannot_verify_exactly(
 
     gguf_path = write_llama_gguf(tiny_model("llama"), tmp_path / "bpe.gguf")
     with LlamaCppServer(model=gguf_path, port=free_port()) as server:
-        hybrid = Engine.load(draft=exported("llama", "fp32"), remote=EngineTarget(server.url))
+        hybrid = Engine.load(draft=exported("llama", "fp32"), remote=OpenAITarget(server.url))
         for prompt in PROMPTS:
             result = hybrid.generate(prompt, max_new_tokens=NEW_TOKENS, k=4)
             reference = engine_greedy(server.url, prompt, NEW_TOKENS)
@@ -270,7 +269,7 @@ def test_an_engine_that_dies_mid_generation_loses_nothing(
     local = Engine.load(target=char_pair["target"], draft=char_pair["draft"])
     expected = local.generate(prompt, max_new_tokens=NEW_TOKENS, k=2)
     with LlamaCppServer(model=char_pair["gguf"], port=free_port()) as server:
-        remote = EngineTarget(server.url, retries=1, backoff_s=0.01)
+        remote = OpenAITarget(server.url, retries=1, backoff_s=0.01)
         hybrid = Engine.load(
             target=char_pair["target"] if fallback == "local" else None,
             draft=char_pair["draft"],
@@ -285,7 +284,7 @@ def test_an_engine_that_dies_mid_generation_loses_nothing(
     assert result is not None and result.text == text
     if fallback == "local":
         assert result.error is None and result.tokens == expected.tokens
-        assert result.stats["fell_back"]
+        assert result.stats.fell_back
     else:
         assert result.error is not None and "did not answer" in result.error
         assert 0 < len(result.tokens) < len(expected.tokens)
@@ -294,6 +293,6 @@ def test_an_engine_that_dies_mid_generation_loses_nothing(
 
 def test_an_ambiguous_text_is_not_guessed(char_pieces: TokenPieces) -> None:
     """A text no token has cannot name the engine's token."""
-    verifier = EngineVerifier(EngineTarget("http://127.0.0.1:9", model="m"), char_pieces)
-    with pytest.raises(EngineMismatchError, match="cannot be named"):
+    verifier = OpenAIVerifier(OpenAITarget("http://127.0.0.1:9", model="m"), char_pieces)
+    with pytest.raises(OpenAIMismatchError, match="cannot be named"):
         verifier._name("no such token", [0], None)

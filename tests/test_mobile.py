@@ -71,5 +71,5 @@ def test_ort_draft_generates_like_the_onnx_draft(
             expected = with_onnx.generate(prompt, drafter="model", k=k, max_new_tokens=40)
             got = with_ort.generate(prompt, drafter="model", k=k, max_new_tokens=40)
             assert got.tokens == expected.tokens
-            assert got.stats["rounds"] == expected.stats["rounds"]
-            assert got.stats["alpha"] == expected.stats["alpha"]
+            assert got.stats.rounds == expected.stats.rounds
+            assert got.stats.alpha == expected.stats.alpha

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
-from edgespec.delay_proxy import DelayProxy
-from edgespec.hybrid import remote_profile
+from edgespec.engine.remote import remote_profile
+from edgespec.measure.delay_proxy import DelayProxy
+from edgespec.protocol import ServerInfo
 from edgespec.runtime.policy import AutoK
-from edgespec.runtime.verifiers.remote import RemoteTarget
-from edgespec.runtime.verifiers.wire import ServerInfo
+from edgespec.runtime.verifiers.remote import ServerTarget
 from edgespec.server.app import ServerOptions, create_app
 
 from servers import FAKE_PROFILE, ThreadServer
@@ -83,7 +83,7 @@ def test_injected_latency_keeps_results_identical(
     measured = []
     for rtt in (0.02, 0.08):
         with DelayProxy(server.url, rtt_s=rtt) as proxy:
-            remote = RemoteTarget(proxy.url, api_key="sk-test")
+            remote = ServerTarget(proxy.url, api_key="sk-test")
             engine = Engine.load(draft=pair[1], remote=remote)
             measured.append(remote.measure_rtt())
             for k in ("auto", 4):
@@ -143,9 +143,9 @@ def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
 ) -> None:
     """The engine verifier's token-id path (vLLM's shape) against a real server: edgespec
     serve's completions answer echo + logprobs + return_tokens_as_token_ids."""
-    from edgespec.runtime.verifiers.engine import EngineTarget
+    from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 
-    target = EngineTarget(server.url + "/v1", api_key="sk-test")
+    target = OpenAITarget(server.url + "/v1", api_key="sk-test")
     hybrid = Engine.load(draft=pair[1], remote=target)
     for prompt in ("def fibonacci(n):\n    if n", "import os\n\nclass "):
         expected = local.generate(prompt, max_new_tokens=24, k=3)

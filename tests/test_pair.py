@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.cli import main
-from edgespec.pairing import check_pair
+from edgespec.engine.pairing import check_pair
 
 from fake_bundle import make_bundle
 

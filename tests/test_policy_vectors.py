@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from edgespec.engine.remote import remote_profile
 from edgespec.events import StepRecord
-from edgespec.hybrid import remote_profile
+from edgespec.protocol import ServerInfo
 from edgespec.runtime.policy import AutoK, CostProfile, expected_tokens
-from edgespec.runtime.verifiers.wire import ServerInfo
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "policy_v1.json").read_text())
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
-from edgespec.runtime.verifiers.remote import RemoteTarget
+from edgespec.runtime.verifiers.remote import ServerTarget
 from edgespec.server.app import ServerOptions, create_app
 from edgespec.server.sessions import StoreLimits
 
@@ -27,7 +27,7 @@ def server(local: Engine) -> Iterator[ThreadServer]:
 
 
 def remote_engine(pair: tuple[Path, Path], url: str, **options: object) -> Engine:
-    return Engine.load(draft=pair[1], remote=RemoteTarget(url, **options))  # type: ignore[arg-type]
+    return Engine.load(draft=pair[1], remote=ServerTarget(url, **options))  # type: ignore[arg-type]
 
 
 def test_remote_greedy_equals_local_greedy(
@@ -41,8 +41,8 @@ def test_remote_greedy_equals_local_greedy(
             result = remote.generate(prompt, drafter=drafter, k=k, max_new_tokens=48)
             assert result.tokens == expected.tokens, (drafter, k)
             assert result.text == expected.text
-            traffic = result.stats["remote"]
-            assert traffic["round_trips"] == result.stats["rounds"] + 1  # + the open
+            traffic = result.stats.remote
+            assert traffic["round_trips"] == result.stats.rounds + 1  # + the open
             assert traffic["bytes_sent_per_token"] > 0
             assert 0.0 <= traffic["rtt_share"] <= 1.0
 
@@ -116,5 +116,5 @@ def test_evicted_sessions_are_reopened_from_the_client_history(
             assert generation.result is not None
             expected = local.generate(prompt, k=3, max_new_tokens=40)
             assert generation.result.tokens == expected.tokens
-            assert generation.result.stats["remote"]["reopens"] > 0
+            assert generation.result.stats.remote["reopens"] > 0
         assert app.state.store.counters["sessions_evicted"] > 0

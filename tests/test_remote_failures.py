@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
-from edgespec.runtime.verifiers.remote import RemoteTarget
+from edgespec.runtime.verifiers.remote import ServerTarget
 
 from servers import ProcessServer, free_port
 
@@ -39,13 +39,13 @@ def test_server_restarted_mid_generation_loses_nothing(
     pair: tuple[Path, Path], expected: tuple[int, ...]
 ) -> None:
     with ProcessServer(target=pair[0], draft=pair[1], port=free_port()) as server:
-        remote = RemoteTarget(server.url, retries=10, backoff_s=0.1, timeout_s=30)
+        remote = ServerTarget(server.url, retries=10, backoff_s=0.1, timeout_s=30)
         engine = Engine.load(draft=pair[1], remote=remote)
         _, result = run_with_kill(engine, server, restart=True)
         assert result.error is None  # type: ignore[attr-defined]
         assert result.tokens == expected  # type: ignore[attr-defined]
-        stats = result.stats["remote"]  # type: ignore[attr-defined]
-        assert stats["reopens"] >= 1  # the restarted server had lost the session
+        stats = result.stats.remote  # type: ignore[attr-defined]
+        assert stats.reopens >= 1  # the restarted server had lost the session
 
 
 def test_fallbacks_when_the_server_stays_down(
@@ -53,7 +53,7 @@ def test_fallbacks_when_the_server_stays_down(
 ) -> None:
     port = free_port()
     with ProcessServer(target=pair[0], draft=pair[1], port=port) as server:
-        quick = RemoteTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
+        quick = ServerTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
         failing = Engine.load(draft=pair[1], remote=quick)
         _, result = run_with_kill(failing, server, restart=False)
         assert result.finish_reason == "error"  # type: ignore[attr-defined]
@@ -62,15 +62,15 @@ def test_fallbacks_when_the_server_stays_down(
         assert 0 < len(partial) < NEW_TOKENS and partial == expected[: len(partial)]
 
         server.start()
-        quick = RemoteTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
+        quick = ServerTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
         local = Engine.load(target=pair[0], draft=pair[1], remote=quick, fallback="local")
         _, result = run_with_kill(local, server, restart=False)
         assert result.tokens == expected  # type: ignore[attr-defined]
-        assert result.stats["fell_back"] and not result.stats["lossy"]  # type: ignore[attr-defined]
+        assert result.stats.fell_back and not result.stats.lossy  # type: ignore[attr-defined]
 
         server.start()
-        quick = RemoteTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
+        quick = ServerTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
         drafting = Engine.load(draft=pair[1], remote=quick, fallback="draft")
         _, result = run_with_kill(drafting, server, restart=False)
         assert len(result.tokens) == NEW_TOKENS or result.finish_reason == "eos"  # type: ignore[attr-defined]
-        assert result.stats["fell_back"] and result.stats["lossy"]  # type: ignore[attr-defined]
+        assert result.stats.fell_back and result.stats.lossy  # type: ignore[attr-defined]

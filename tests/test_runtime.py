@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec.api import ContextLimitError, Engine, IncompatiblePairError
+from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.config import SamplingConfig
-from edgespec.errors import BundleError, ConfigError
+from edgespec.errors import BundleError, ConfigError, ContextLimitError, IncompatiblePairError
 from edgespec.manifest import load_bundle
-from edgespec.runtime.decoder import FixedK, decode
+from edgespec.runtime.decoder import decode
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.session import ModelSession
+from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.policy import FixedK
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.verifiers.local import LocalVerifier
 
@@ -66,8 +67,8 @@ def test_self_draft_accepts_everything(exported: Callable[..., Path]) -> None:
     for k in (1, 4, 8):
         result = engine.generate(PROMPTS[0], k=k, max_new_tokens=41)
         assert result.tokens == expected.tokens
-        assert result.stats["acceptance_rate"] == 1.0
-        assert result.stats["acceptance_by_position"] == [1.0] * k
+        assert result.stats.accepted == result.stats.drafted > 0
+        assert result.stats.acceptance_by_position == [1.0] * k
 
 
 def test_io_bound_engine_equals_default_engine(exported: Callable[..., Path]) -> None:
@@ -96,7 +97,7 @@ def test_match_mode_draft_shares_the_targets_draws(exported: Callable[..., Path]
     expected = engine.generate(PROMPTS[0], drafter="none", **options)
     result = engine.generate(PROMPTS[0], k=4, sampling_mode="match", **options)
     assert result.tokens == expected.tokens
-    assert result.stats["acceptance_rate"] == 1.0
+    assert result.stats.accepted == result.stats.drafted > 0
 
 
 def test_draft_with_a_larger_model_vocabulary(
@@ -120,7 +121,7 @@ def test_early_stopped_drafts_stay_exact(engines: Callable[[str, str], Engine]) 
     expected = engine.generate(PROMPTS[0], drafter="none", max_new_tokens=40)
     result = engine.generate(PROMPTS[0], k=8, max_new_tokens=40, draft_min_probability=0.6)
     assert result.tokens == expected.tokens
-    assert result.stats["drafted"] < 8 * result.stats["rounds"]
+    assert result.stats.drafted < 8 * result.stats.rounds
     sampled = engine.generate(
         PROMPTS[0],
         k=8,
@@ -143,7 +144,7 @@ def test_auto_k_stays_exact(engines: Callable[[str, str], Engine]) -> None:
     expected = engine.generate(PROMPTS[1], drafter="none", max_new_tokens=48)
     result = engine.generate(PROMPTS[1], k="auto", max_new_tokens=48)
     assert result.tokens == expected.tokens
-    assert all(0 <= k <= 8 for k in result.stats["k_values"])
+    assert all(0 <= k <= 8 for k in result.stats.k_values)
 
 
 class ScriptedDrafter:
@@ -176,7 +177,7 @@ class ScriptedDrafter:
 def test_scripted_drafter_right_for_exactly_j_tokens(
     exported: Callable[..., Path], right: int
 ) -> None:
-    target = ModelSession(load_bundle(exported("qwen2", "fp32")))
+    target = OnnxModel(load_bundle(exported("qwen2", "fp32")))
     engine = Engine.load(target=exported("qwen2", "fp32"))
     prompt = engine.encode(PROMPTS[0])
     expected = engine.generate(prompt, drafter="none", max_new_tokens=30).tokens
@@ -201,7 +202,7 @@ def test_scripted_drafter_right_for_exactly_j_tokens(
 
 
 def test_bound_path_equals_reference_path_with_rollbacks(exported: Callable[..., Path]) -> None:
-    session = ModelSession(load_bundle(exported("llama", "int4")))
+    session = OnnxModel(load_bundle(exported("llama", "int4")))
     fast, reference = session.new_bound_cache(), session.new_reference_cache()
     rng = np.random.default_rng(7)
     for _ in range(40):
@@ -257,7 +258,7 @@ def test_rejection_sampling_is_reproducible_and_seeded(
     other = engine.generate(PROMPTS[1], temperature=0.8, seed=6, max_new_tokens=30)
     assert first.tokens == again.tokens
     assert first.tokens != other.tokens
-    assert first.stats["drafted"] > 0
+    assert first.stats.drafted > 0
 
 
 def test_stop_string_across_token_boundaries(engines: Callable[[str, str], Engine]) -> None:
@@ -295,7 +296,7 @@ def test_stats_keys(engines: Callable[[str, str], Engine]) -> None:
     for key in (
         "new_tokens",
         "rounds",
-        "acceptance_rate",
+        "alpha",
         "mean_accepted",
         "acceptance_by_position",
         "draft_ms",
@@ -306,10 +307,10 @@ def test_stats_keys(engines: Callable[[str, str], Engine]) -> None:
         "tokens_per_s",
         "k_values",
     ):
-        assert key in stats
+        assert key in stats.to_dict()
     # k shrinks in the last rounds so that no round drafts past max_new_tokens.
-    assert stats["new_tokens"] == 20 and max(stats["k_values"]) == 4
-    assert stats["providers"]["target"] == ["CPUExecutionProvider"]
+    assert stats.new_tokens == 20 and max(stats.k_values) == 4
+    assert stats.providers["target"] == ["CPUExecutionProvider"]
 
 
 def test_engine_warns_about_unverified_targets(

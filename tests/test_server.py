@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.api import Engine
-from edgespec.errors import ConfigError
+from edgespec.errors import ConfigError, UnknownSessionError
 from edgespec.server.app import ServerOptions, create_app
 from edgespec.server.run import check_binding
 from edgespec.server.sessions import StoreLimits
@@ -177,8 +177,8 @@ class FakeClock:
 
 
 def test_idle_sessions_expire_and_the_least_recently_used_is_evicted(engine: Engine) -> None:
-    from edgespec.runtime.verifiers.wire import OpenRequest
-    from edgespec.server.sessions import SessionStore, UnknownSessionError
+    from edgespec.protocol import OpenRequest
+    from edgespec.server.sessions import SessionStore
 
     clock = FakeClock()
     store = SessionStore(

@@ -282,7 +282,7 @@ def test_nvml_counter_through_an_injected_module(tmp_path: Path) -> None:
 
 
 def test_doctor_on_a_fake_jetson_without_loading_models(tmp_path: Path) -> None:
-    from edgespec.doctor import diagnose, format_report
+    from edgespec.measure.doctor import diagnose, format_report
 
     from fake_bundle import make_bundle
 

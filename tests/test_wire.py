@@ -12,21 +12,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edgespec import protocol as wire
 from edgespec.config import SamplingConfig
-from edgespec.runtime.acceptance import accept_sampled
-from edgespec.runtime.sampling import probabilities
-from edgespec.runtime.verifiers import wire
-from edgespec.runtime.verifiers.wire import (
+from edgespec.errors import ProtocolError
+from edgespec.protocol import (
     OpenRequest,
     OpenResponse,
     ServerInfo,
     VerifyRequest,
     VerifyResponse,
-    WireError,
     decode_q_draft,
     encode_q_draft,
     uniforms_used,
 )
+from edgespec.runtime.acceptance import accept_sampled
+from edgespec.runtime.sampling import probabilities
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "protocol_v1.json").read_text())
 LIMITS = {"vocab_size": VECTORS["vocab_size"], "max_length": VECTORS["max_length"]}
@@ -53,7 +53,7 @@ def test_valid_vectors_decode_and_encode_back(vector: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("vector", VECTORS["invalid"], ids=lambda v: v["name"])
 def test_invalid_vectors_are_refused_with_a_message(vector: dict[str, Any]) -> None:
-    with pytest.raises(WireError) as caught:
+    with pytest.raises(ProtocolError) as caught:
         parse(vector["kind"], vector["json"], k=1)
     assert vector["error"] in str(caught.value)
 
@@ -120,7 +120,7 @@ def test_uniforms_used_counts_what_the_rejection_test_draws(seed: int, k: int) -
 @settings(max_examples=80, deadline=None)
 def test_arbitrary_json_is_refused_cleanly(data: Any) -> None:
     for kind in ("OpenRequest", "VerifyRequest", "VerifyResponse", "OpenResponse", "ServerInfo"):
-        with contextlib.suppress(WireError):
+        with contextlib.suppress(ProtocolError):
             parse(kind, data, k=2)
 
 

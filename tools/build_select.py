@@ -110,7 +110,7 @@ def _measure(
 ) -> dict[str, Any]:
     """Greedy target-only and speculative runs (each k) on the code prompts, alternating."""
     from edgespec.api import Engine
-    from edgespec.bench import load_prompts
+    from edgespec.measure.bench import load_prompts
 
     prompts = load_prompts("code")[: settings.prompts or None]
     new_tokens = settings.new_tokens
@@ -136,10 +136,10 @@ def _measure(
                 runs[f"k={k}"] = engine.generate(prompt, k=k, max_new_tokens=new_tokens)
                 identical[name] &= runs[f"k={k}"].tokens == baseline.tokens
             for key, result in runs.items():
-                totals[name][key][0] += result.stats["new_tokens"]
-                totals[name][key][1] += result.stats["decode_ms"] / 1e3
-            tested[name][0] += runs["k=4"].stats["accepted"]
-            tested[name][1] += runs["k=4"].stats["tested"]
+                totals[name][key][0] += result.stats.new_tokens
+                totals[name][key][1] += result.stats.decode_ms / 1e3
+            tested[name][0] += runs["k=4"].stats.accepted
+            tested[name][1] += runs["k=4"].stats.tested
         log(f"measure: prompt {index + 1}/{len(prompts)}")
     rows = {}
     for name in engines:

@@ -1,7 +1,7 @@
 """The HTTP face of ``edgespec serve``: protocol v1, health, metrics, OpenAI-compatible routes.
 
 Request bodies are declared as pydantic models (so the OpenAPI schema describes them for
-fuzzing) and then validated by the protocol module (``edgespec.runtime.verifiers.wire``), whose
+fuzzing) and then validated by the protocol module (``edgespec.protocol``), whose
 errors become 4xx answers with a message. With an API key every route but ``/health`` needs
 ``Authorization: Bearer KEY`` (compared in constant time).
 """
@@ -19,23 +19,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 
 from edgespec.api import Engine
-from edgespec.errors import ConfigError, EdgespecError
-from edgespec.runtime.policy import CostProfile
-from edgespec.runtime.verifiers.wire import (
+from edgespec.errors import ConfigError, EdgespecError, PositionConflictError, UnknownSessionError
+from edgespec.protocol import (
     MAX_K,
     PROTOCOL_VERSION,
     OpenRequest,
     ServerInfo,
     VerifyRequest,
 )
+from edgespec.runtime.policy import CostProfile
 from edgespec.server.metrics import prometheus_text
 from edgespec.server.openai_routes import add_openai_routes
-from edgespec.server.sessions import (
-    PositionConflictError,
-    SessionStore,
-    StoreLimits,
-    UnknownSessionError,
-)
+from edgespec.server.sessions import SessionStore, StoreLimits
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ accepted and ignored, as the OpenAI clients send many.
 ``/v1/completions`` also takes a prompt of token ids and the legacy ``logprobs`` (top tokens
 per position) with ``echo`` (the prompt's positions too) and vLLM's
 ``return_tokens_as_token_ids``: one extra target pass scores the prompt and the completion.
-That is what an engine verifier reads (``edgespec.runtime.verifiers.engine``).
+That is what an engine verifier reads (``edgespec.runtime.verifiers.openai_compat``).
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def add_openai_routes(
         assert result is not None
         finish = _FINISH.get(result.finish_reason, "stop")
         usage = {
-            "prompt_tokens": result.stats.get("prompt_tokens", 0),
+            "prompt_tokens": result.stats.prompt_tokens,
             "completion_tokens": len(result.tokens),
-            "total_tokens": result.stats.get("prompt_tokens", 0) + len(result.tokens),
+            "total_tokens": result.stats.prompt_tokens + len(result.tokens),
         }
         if chat:
             choice: dict[str, Any] = {

@@ -20,28 +20,14 @@ from typing import TypeVar, cast
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.errors import ConfigError
+from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
+from edgespec.protocol import OpenRequest, OpenResponse, VerifyRequest, VerifyResponse
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
-from edgespec.runtime.session import ModelSession
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.local import accept
-from edgespec.runtime.verifiers.wire import (
-    OpenRequest,
-    OpenResponse,
-    VerifyRequest,
-    VerifyResponse,
-    WireError,
-)
 
 T = TypeVar("T")
-
-
-class UnknownSessionError(WireError):
-    """No such session: never opened, closed, expired or evicted (HTTP 404)."""
-
-
-class PositionConflictError(WireError):
-    """The round's position lies beyond what the session holds (HTTP 409: re-open it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,16 +63,16 @@ class _Uniforms:
 
     def random(self) -> float:
         if not self._values:
-            raise WireError("the round needs more 'uniforms' (send k + 1)")
+            raise ProtocolError("the round needs more 'uniforms' (send k + 1)")
         return self._values.pop(0)
 
 
 class SessionStore:
-    """Sessions on one target :class:`ModelSession`; thread-safe."""
+    """Sessions on one target :class:`OnnxModel`; thread-safe."""
 
     def __init__(
         self,
-        target: ModelSession,
+        target: OnnxModel,
         *,
         limits: StoreLimits = StoreLimits(),
         clock: Callable[[], float] = time.monotonic,
@@ -181,7 +167,7 @@ class SessionStore:
         sampling = session.sampling
         rejection = not sampling.greedy and sampling.mode == "rejection"
         if request.draft and rejection and request.q_draft is None:
-            raise WireError("rejection sampling rounds need 'q_draft'")
+            raise ProtocolError("rejection sampling rounds need 'q_draft'")
         return self.run_exclusive(lambda: self._verify(session, request))
 
     def _verify(self, session: _Session, request: VerifyRequest) -> VerifyResponse:

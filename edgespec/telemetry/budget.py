@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.events import StepRecord
+from edgespec.events import KPolicy, StepRecord
 
 MODES = ("full", "shrink", "off")
 #: Below this much ``MemAvailable`` the device is short of memory whatever the budget.
@@ -165,19 +165,13 @@ class BudgetPolicy:
         return {"mode": self.mode, "decisions": [asdict(d) for d in self.decisions]}
 
 
-class InnerKPolicy(Protocol):
-    def next_k(self) -> int: ...
-
-    def observe(self, record: StepRecord) -> None: ...
-
-
 class BudgetedK:
     """A k policy that asks ``inner`` for k and the budget policy for the cap; it reads the
     conditions at most every ``check_every_s`` of ``clock``."""
 
     def __init__(
         self,
-        inner: InnerKPolicy,
+        inner: KPolicy,
         policy: BudgetPolicy,
         *,
         conditions: Callable[[int], Conditions],

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.telemetry.budget import BudgetedK, BudgetPolicy, Conditions, InnerKPolicy
+from edgespec.events import KPolicy
+from edgespec.telemetry.budget import BudgetedK, BudgetPolicy, Conditions
 from edgespec.telemetry.discover import Discovery, discover
 from edgespec.telemetry.energy import EnergyMeter, measure_idle_power
 from edgespec.telemetry.estimate import MIB, Admission
@@ -62,7 +63,7 @@ class Telemetry:
             self.baseline_w = measure_idle_power(source, seconds=seconds)
         return self.baseline_w
 
-    def watch(self, k_policy: InnerKPolicy) -> Watch:
+    def watch(self, k_policy: KPolicy) -> Watch:
         source = self.discovery.best if self.measure_energy else None
         meter = EnergyMeter(
             source,
@@ -79,7 +80,7 @@ class Telemetry:
 class Watch:
     """One generation: start, (the decoder runs with ``k_policy``), stop, stats."""
 
-    def __init__(self, telemetry: Telemetry, meter: EnergyMeter, k_policy: InnerKPolicy) -> None:
+    def __init__(self, telemetry: Telemetry, meter: EnergyMeter, k_policy: KPolicy) -> None:
         self.telemetry = telemetry
         self.meter = meter
         budget = telemetry.budget
@@ -93,7 +94,7 @@ class Watch:
             if budget is not None and budget.watches_anything
             else None
         )
-        self.k_policy: InnerKPolicy = self.budgeted or k_policy
+        self.k_policy: KPolicy = self.budgeted or k_policy
         self._stopped = False
 
     @property

@@ -9,12 +9,12 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import keyed_uniform, probabilities, sample, sample_at
-from edgespec.runtime.session import ModelSession
 
 
 class ModelDrafter:
-    """Drafts with a :class:`ModelSession`.
+    """Drafts with a :class:`OnnxModel`.
 
     The cache holds every committed token the draft has seen; ``_pending`` holds the committed
     tokens it has not seen yet (one normally, two after a fully accepted draft: its own last
@@ -23,7 +23,7 @@ class ModelDrafter:
     """
 
     def __init__(
-        self, session: ModelSession, *, vocab_size: int, stop_probability: float = 0.0
+        self, session: OnnxModel, *, vocab_size: int, stop_probability: float = 0.0
     ) -> None:
         self.session = session
         #: The target's vocabulary size: draft rows are cut or padded to it, so q_draft lines

@@ -11,15 +11,15 @@ from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
 from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match, accept_sampled
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import probabilities
-from edgespec.runtime.session import ModelSession
 from edgespec.runtime.verifiers.base import Verdict
 
 
 class LocalVerifier:
     """Runs the target over ``[last] + draft`` in one pass and applies the acceptance rule."""
 
-    def __init__(self, session: ModelSession) -> None:
+    def __init__(self, session: OnnxModel) -> None:
         self.session = session
         self.max_length = session.max_length
         self.cache = session.new_cache()

@@ -1,6 +1,6 @@
 """Verification by a remote target (``edgespec serve``) over protocol v1 (see ``wire``).
 
-:class:`RemoteTarget` is the connection (a :class:`~edgespec.runtime.verifiers.http.Connection`:
+:class:`ServerTarget` is the connection (a :class:`~edgespec.runtime.verifiers.http.Connection`:
 keep-alive, timeouts, retries with backoff). :class:`RemoteVerifier` is one generation's session on
 it. The client owns the token history: when the server lost the session (restart, idle TTL,
 eviction) it re-opens it from its own tokens and resends the round, and because a round names
@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.errors import RemoteError, RemoteUnavailableError
+from edgespec.errors import ProtocolError, RemoteError, RemoteUnavailableError
+from edgespec.protocol import (
+    OpenRequest,
+    OpenResponse,
+    ServerInfo,
+    VerifyRequest,
+    VerifyResponse,
+    uniforms_used,
+)
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
 from edgespec.runtime.verifiers.http import (
@@ -29,15 +37,6 @@ from edgespec.runtime.verifiers.http import (
     TrafficMeter,
     raise_for_status,
 )
-from edgespec.runtime.verifiers.wire import (
-    OpenRequest,
-    OpenResponse,
-    ServerInfo,
-    VerifyRequest,
-    VerifyResponse,
-    WireError,
-    uniforms_used,
-)
 
 #: Statuses that mean "this session is gone or out of step": re-open it from the history.
 REOPEN_STATUSES = frozenset({404, 409})
@@ -45,13 +44,17 @@ REOPEN_STATUSES = frozenset({404, 409})
 MAX_REOPENS = 3
 
 
-class RemoteTarget(Connection):
+class ServerTarget(Connection):
     """A verification server (``edgespec serve``): base ``url``, bearer ``api_key``, retry
     and timeout policy (see :class:`Connection`)."""
 
     peer = "the verification server"
     fix = "check that 'edgespec serve' runs there, or use --fallback local/draft"
     health_path = "/health"
+    #: The protocol it speaks (the engine's verifier registry is keyed by it).
+    api = "edgespec"
+    #: Protocol v1 carries q_draft, so sampled drafts verify losslessly.
+    greedy_only = False
 
     _info: ServerInfo | None = None
 
@@ -65,14 +68,14 @@ class RemoteTarget(Connection):
 
 
 class RemoteVerifier:
-    """One generation's session on a :class:`RemoteTarget`.
+    """One generation's session on a :class:`ServerTarget`.
 
     Rejection rounds send the k + 1 next draws of the generation's generator (without taking
     them) and then take as many as the server's acceptance test used, so the generator ends
     where a local verifier would have left it: remote sampling equals local sampling.
     """
 
-    def __init__(self, target: RemoteTarget, *, q_format: str | None = None) -> None:
+    def __init__(self, target: ServerTarget, *, q_format: str | None = None) -> None:
         self.target = target
         self.max_length = target.info().max_length
         self.q_format = q_format
@@ -131,7 +134,7 @@ class RemoteVerifier:
         raise_for_status(exchange, "a verification round")
         try:
             answer = VerifyResponse.from_json(exchange.data, k=k)
-        except WireError as error:
+        except ProtocolError as error:
             raise RemoteError(f"the server's answer is malformed: {error.problem}") from error
         if rejection:
             for _ in range(uniforms_used(answer.n_accepted, k)):

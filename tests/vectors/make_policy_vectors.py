@@ -26,7 +26,8 @@ RTTS = (0.0, 0.005, 0.05, 0.3)
 
 
 def remote_profile(rtt_s: float, draft_step_s: float) -> CostProfile:
-    """The formula of ``edgespec.hybrid.remote_profile`` (replayed against it in the test)."""
+    """The formula of ``edgespec.engine.remote.remote_profile`` (replayed against it in the
+    test)."""
     step = rtt_s + SERVER["target_step_s"]
     costs = tuple((rtt_s + SERVER["target_step_s"] * c) / step for c in SERVER["verify_cost"])
     return CostProfile(target_step_s=step, draft_step_s=draft_step_s, verify_cost=costs)

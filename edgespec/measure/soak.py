@@ -1,6 +1,6 @@
 """A soak: many generations with a memory budget; RSS must stay under it and not grow.
 
-``python -m edgespec.soak --memory-budget-mb 600`` runs 200 generations on the built-in pair
+``python -m edgespec.measure.soak --memory-budget-mb 600`` runs 200 generations on the built-in pair
 (or ``--target``/``--draft``) over the bench's code prompts and prints RSS figures; exit 1 when RSS
 went over the budget or grew. Growth is the least-squares slope of RSS over the generations
 after the warm-up (the first 10 %), times their number.
@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgespec.api import Engine
-from edgespec.bench import load_prompts
 from edgespec.config import BudgetConfig
+from edgespec.measure.bench import load_prompts
 from edgespec.telemetry.estimate import MIB
 from edgespec.telemetry.memory import MemoryProbe
 
@@ -89,8 +89,8 @@ def run_soak(
         result = engine.generate(
             prompts[index % len(prompts)], max_new_tokens=max_new_tokens, seed=index
         )
-        tokens += result.stats["new_tokens"]
-        decisions += len((result.stats.get("budget") or {}).get("decisions", ()))
+        tokens += result.stats.new_tokens
+        decisions += len((result.stats.budget or {}).get("decisions", ()))
         rss.append((probe.rss_bytes() or 0) / MIB)
         if (index + 1) % 20 == 0:
             progress(f"{index + 1}/{generations} generations, RSS {rss[-1]:.1f} MB")
@@ -112,7 +112,7 @@ def run_soak(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edgespec.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m edgespec.measure.soak", description=__doc__)
     parser.add_argument("--target", type=Path, default=None)
     parser.add_argument("--draft", type=Path, default=None)
     parser.add_argument("--memory-budget-mb", type=float, default=None)

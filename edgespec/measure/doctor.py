@@ -4,7 +4,7 @@ Providers ONNX Runtime lists, and which of them really create a session (it fall
 silently); cores; memory; energy and power sources (the one used, and why each other is
 unavailable); for the built-in or given pair, the memory estimate from its manifests, a
 recommended quantization (int4 when the estimate takes over half of ``MemAvailable`` or the
-budget) and a recommended k (from step costs measured here and an assumed alpha).
+budget) and a recommended k (``edgespec.measure.profile``: alpha and step costs measured here).
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from edgespec.builtin import builtin_pair
+from edgespec.engine.builtin import builtin_pair
 from edgespec.errors import EdgespecError
 from edgespec.manifest import load_bundle
-from edgespec.runtime.policy import expected_speedup
 from edgespec.telemetry.discover import discover
 from edgespec.telemetry.estimate import MIB, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
 from edgespec.telemetry.sources import battery_state
 from edgespec.telemetry.sysfs import Tree
 
-#: The per-token acceptance rate assumed to recommend k before any generation has run.
-ASSUMED_ALPHA = 0.7
 #: TensorRT builds engines for minutes on first use; doctor does not try it.
 NOT_TRIED = ("TensorrtExecutionProvider",)
 
@@ -56,23 +53,18 @@ def _providers(graph: Path | None) -> list[dict[str, Any]]:
 
 
 def _recommended_k(target: Path, draft: Path) -> dict[str, Any]:
-    from edgespec.api import Engine
+    """The measured recommendation (the one ``edgespec pair --profile`` reports)."""
+    from edgespec.measure.profile import profile_pair
 
-    engine = Engine.load(target=target, draft=draft, measure_energy=False)
-    profile = engine.cost_profile()
-    verify_cost = list(profile.verify_cost)
-    speedups = [
-        expected_speedup(ASSUMED_ALPHA, profile.c, verify_cost, k) for k in range(len(verify_cost))
-    ]
-    best = max(range(len(speedups)), key=lambda k: speedups[k])
+    profile = profile_pair(draft, target)
     return {
-        "k": best,
-        "expected_speedup": round(speedups[best], 3),
-        "assumed_alpha": ASSUMED_ALPHA,
-        "c": round(profile.c, 4),
-        "verify_cost": [round(v, 3) for v in verify_cost],
-        "note": "measure alpha on your prompts with edgespec pair --profile or bench; "
-        "k auto adapts while generating",
+        "k": profile["recommended_k"],
+        "expected_speedup": round(profile["expected_speedup"], 3),
+        "alpha": round(profile["alpha"], 3),
+        "c": round(profile["c"], 4),
+        "measured_on": profile["measured_on"],
+        "default_k": profile["default_k"],
+        "default_k_source": profile["default_k_source"],
     }
 
 
@@ -112,9 +104,6 @@ def _pair(
         "quantization": quant,
         "k": None,
     }
-    selection = target_bundle.manifest.extra.get("builtin_pair", {}).get("selection", {})
-    if "recommended_k" in selection:
-        result["k_from_build"] = selection["recommended_k"]
     if measure and draft is not None:
         result["k"] = _recommended_k(target, draft)
     graph = (draft_bundle or target_bundle).graph_path
@@ -199,9 +188,10 @@ def format_report(report: dict[str, Any]) -> str:
     if pair["k"]:
         k = pair["k"]
         lines.append(
-            f"k          {k['k']} (expected {k['expected_speedup']}x at an assumed alpha of "
-            f"{k['assumed_alpha']}, c = {k['c']})"
+            f"k          {k['k']} recommended (alpha {k['alpha']}, c {k['c']}, expected "
+            f"{k['expected_speedup']}x; measured on {k['measured_on']})"
         )
-    if pair.get("k_from_build") is not None:
-        lines.append(f"k          {pair['k_from_build']} measured when the built-in pair was built")
+        lines.append(
+            f"k          generate uses {k['default_k']} by default: {k['default_k_source']}"
+        )
     return "\n".join(lines)

@@ -53,16 +53,16 @@ class BenchSettings:
 
 
 def _totals(results: Sequence[Result]) -> tuple[int, float]:
-    tokens = sum(r.stats["new_tokens"] for r in results)
-    seconds = sum(r.stats["decode_ms"] for r in results) / 1e3
+    tokens = sum(r.stats.new_tokens for r in results)
+    seconds = sum(r.stats.decode_ms for r in results) / 1e3
     return tokens, seconds
 
 
 def _per_token(results: Sequence[Result], key: str) -> float | None:
     """Summed ``key`` (energy_j, energy_j_net, cpu_s) per committed token; None if any run
     lacks it."""
-    values = [r.stats.get(key) for r in results]
-    tokens = sum(r.stats["new_tokens"] for r in results)
+    values = [getattr(r.stats, key) for r in results]
+    tokens = sum(r.stats.new_tokens for r in results)
     if not tokens or any(v is None for v in values):
         return None
     return sum(v for v in values if v is not None) / tokens
@@ -81,8 +81,7 @@ def _energy(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[s
     figures["cheaper_per_token"] = None if ratio is None else ratio < 1.0
     figures["measured_by"] = "energy_j" if figures["energy_j_ratio"] else "cpu_s"
     figures["too_short_windows"] = sum(
-        bool((r.stats.get("energy_source") or {}).get("too_short"))
-        for r in (*baseline, *speculative)
+        bool(r.stats.energy_source.get("too_short")) for r in (*baseline, *speculative)
     )
     return figures
 
@@ -106,21 +105,19 @@ def _compare(
             progress(f"prompt {index + 1}/{len(prompts)}, repeat {repeat + 1}")
     base_tokens, base_s = _totals(baseline)
     spec_tokens, spec_s = _totals(speculative)
-    tested = sum(r.stats["tested"] for r in speculative)
-    accepted = sum(r.stats["accepted"] for r in speculative)
-    rounds = sum(r.stats["rounds"] for r in speculative)
-    overhead_ms = sum(r.stats["overhead_ms"] for r in speculative)
+    tested = sum(r.stats.tested for r in speculative)
+    accepted = sum(r.stats.accepted for r in speculative)
+    rounds = sum(r.stats.rounds for r in speculative)
+    overhead_ms = sum(r.stats.overhead_ms for r in speculative)
     # Costs as the loop really paid them (a draft step right after a target pass runs with
     # cold caches, so it costs more than in isolation): one target step from the baseline,
     # one draft step and one verify pass from the speculative runs.
-    target_step_ms = sum(r.stats["verify_ms"] for r in baseline) / sum(
-        r.stats["rounds"] for r in baseline
+    target_step_ms = sum(r.stats.verify_ms for r in baseline) / sum(
+        r.stats.rounds for r in baseline
     )
-    draft_steps = sum(r.stats["draft_steps"] for r in speculative)
-    draft_step_ms = (
-        sum(r.stats["draft_ms"] for r in speculative) / draft_steps if draft_steps else 0.0
-    )
-    model_ms = sum(r.stats["draft_ms"] + r.stats["verify_ms"] for r in speculative)
+    draft_steps = sum(r.stats.draft_steps for r in speculative)
+    draft_step_ms = sum(r.stats.draft_ms for r in speculative) / draft_steps if draft_steps else 0.0
+    model_ms = sum(r.stats.draft_ms + r.stats.verify_ms for r in speculative)
     return {
         "target_tokens_per_s": base_tokens / base_s,
         "speculative_tokens_per_s": spec_tokens / spec_s,
@@ -131,7 +128,7 @@ def _compare(
         "overhead_ms_per_round": overhead_ms / rounds if rounds else None,
         "target_step_ms": target_step_ms,
         "draft_step_ms": draft_step_ms,
-        "verify_round_ms": sum(r.stats["verify_ms"] for r in speculative) / rounds,
+        "verify_round_ms": sum(r.stats.verify_ms for r in speculative) / rounds,
         "loop_efficiency": model_ms / (model_ms + overhead_ms) if model_ms else None,
         "identical_output": all(
             b.tokens == s.tokens for b, s in zip(baseline, speculative, strict=True)
@@ -144,12 +141,12 @@ def _compare(
 
 def _traffic(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[str, Any]:
     """Round trips and bytes per committed token of remote runs (nothing for local ones)."""
-    if "remote" not in speculative[0].stats:
+    if speculative[0].stats.remote is None:
         return {}
     found: dict[str, Any] = {}
     for name, results in (("target", baseline), ("speculative", speculative)):
-        tokens = sum(r.stats["new_tokens"] for r in results) or 1
-        remote = [r.stats["remote"] for r in results]
+        tokens = sum(r.stats.new_tokens for r in results) or 1
+        remote = [r.stats.remote or {} for r in results]
         found[f"{name}_round_trips_per_token"] = sum(t["round_trips"] for t in remote) / tokens
         found[f"{name}_bytes_per_token"] = (
             sum(t["bytes_sent"] + t["bytes_received"] for t in remote) / tokens

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgespec.errors import MissingDependencyError
+from edgespec.errors import MissingDependencyError, install_fix
 
 
 def add_mobile_command(commands: Any) -> None:
@@ -36,7 +36,7 @@ def _run_mobile(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise MissingDependencyError(
             f"edgespec mobile needs the [export] extra ({error.name} is not installed)",
-            fix="pip install 'edgespec[export]'",
+            fix=install_fix("export"),
         ) from error
     out = make_mobile_bundle(args.bundle, out=args.out, optimization_style=args.optimization_style)
     report = json.loads((out / REPORT_FILE).read_text())

@@ -19,7 +19,7 @@ Two kinds of engines:
   tokenization of their text. Every round checks the echoed tokens against ours, and a top
   token whose text several tokens share is settled by echoing each candidate (the one with
   the top log-probability is the engine's); where neither works the round raises
-  :class:`EngineMismatchError` before anything unverified is committed.
+  :class:`OpenAIMismatchError` before anything unverified is committed.
 
 Greedy only: log-probabilities of the top tokens are not the whole distribution that lossless
 rejection sampling needs (``edgespec serve`` verifies sampled drafts).
@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.errors import ConfigError, RemoteError, RemoteUnavailableError
+from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError, RemoteUnavailableError
+from edgespec.protocol import ServerInfo
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
 from edgespec.runtime.verifiers.http import Connection, Traffic, TrafficMeter, raise_for_status
-from edgespec.runtime.verifiers.wire import ServerInfo
 
 #: How engines that return token ids name a token in log-probabilities (vLLM).
 TOKEN_ID_KEY = re.compile(r"token_id:(\d+)")
@@ -51,11 +51,6 @@ LOGPROB_TOLERANCE = 1e-3
 PROMPT_FORMATS = ("auto", "ids", "text")
 #: Candidates echoed at most to settle which token a shared text names.
 MAX_CANDIDATES = 4
-
-
-class EngineMismatchError(RemoteError):
-    """The engine's tokens or log-probabilities cannot be matched to ours: verifying on would
-    not be exact."""
 
 
 class TokenPieces:
@@ -94,7 +89,7 @@ class TokenPieces:
         return [int(named.group(1))] if named else list(self._by_piece.get(key, ()))
 
 
-class EngineTarget(Connection):
+class OpenAITarget(Connection):
     """An OpenAI-compatible engine at ``url`` (with or without its ``/v1``) serving ``model``
     (default: the first of ``GET /v1/models``). ``prompt_format`` "ids" sends token ids,
     "text" sends text, "auto" tries ids once and falls back to text when they are refused.
@@ -107,6 +102,9 @@ class EngineTarget(Connection):
         "--fallback local/draft"
     )
     health_path = "/v1/models"
+    api = "openai"
+    #: Echoed log-probabilities show the top token, not the distribution: greedy only.
+    greedy_only = True
 
     def __init__(
         self,
@@ -270,8 +268,8 @@ def align(sequence: Sequence[int], echo: Echo, pieces: TokenPieces) -> Alignment
 
 def history_mismatch(
     position: int, sequence: Sequence[int], pieces: TokenPieces
-) -> EngineMismatchError:
-    return EngineMismatchError(
+) -> OpenAIMismatchError:
+    return OpenAIMismatchError(
         f"the engine tokenized the committed text differently from us at position {position} "
         f"(our token {pieces.pieces[sequence[position]]!r}): a text-prompt engine re-tokenizes "
         "what it is sent, and the target's own tokens here are not that tokenization",
@@ -284,12 +282,12 @@ def _top(entry: dict[str, float]) -> tuple[str, float]:
     return max(entry.items(), key=lambda item: item[1])
 
 
-class EngineVerifier:
-    """One greedy generation verified by an :class:`EngineTarget` (see the module text).
+class OpenAIVerifier:
+    """One greedy generation verified by an :class:`OpenAITarget` (see the module text).
 
     ``pieces`` holds the draft's tokenizer, which must be the engine model's."""
 
-    def __init__(self, target: EngineTarget, pieces: TokenPieces) -> None:
+    def __init__(self, target: OpenAITarget, pieces: TokenPieces) -> None:
         self.target = target
         self.pieces = pieces
         self.max_length = target.max_length
@@ -349,7 +347,7 @@ class EngineVerifier:
             top = None if entry is None else echo.top_logprobs[entry]
             own = None if entry is None else echo.token_logprobs[entry]
             if top is None:
-                raise EngineMismatchError(f"the engine gave no log-probabilities at {position}")
+                raise OpenAIMismatchError(f"the engine gave no log-probabilities at {position}")
             key, best = _top(top)
             if position < alignment.matched and own is not None and own >= best:
                 tokens.append(token)
@@ -371,7 +369,7 @@ class EngineVerifier:
             key = echo.tokens[-1]
             own, top = echo.token_logprobs[-1], echo.top_logprobs[-1]
             if own is not None and top is not None and own < _top(top)[1]:
-                raise EngineMismatchError(
+                raise OpenAIMismatchError(
                     f"the engine's next token {key!r} is not its own top token: it did not "
                     "decode greedily, or its log-probabilities are shifted by one position "
                     "(llama-cpp-python does that when no BOS token starts the prompt)",
@@ -402,7 +400,7 @@ class EngineVerifier:
             own = echo.token_logprobs[alignment.entries[len(prefix)]]
             if own is not None and abs(own - best) <= LOGPROB_TOLERANCE * max(1.0, abs(best)):
                 return token
-        raise EngineMismatchError(
+        raise OpenAIMismatchError(
             f"the engine's token {key!r} cannot be named exactly: "
             f"{len(candidates)} tokens of the draft's vocabulary have that text",
             fix="serve the target on an engine that returns token ids (vLLM with "

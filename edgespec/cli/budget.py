@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgespec.engine.generation import GenerationStats
 
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,18 +54,18 @@ def budget_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def energy_line(stats: dict[str, Any]) -> str:
+def energy_line(stats: GenerationStats) -> str:
     """``cpu 0.012 s/token, 0.41 J/token (rapl, CPU package)`` or the reason energy is n/a."""
-    cpu = stats.get("cpu_s_per_token")
+    cpu = stats.cpu_s_per_token
     parts = [f"cpu {cpu:.4f} s/token" if cpu is not None else "cpu n/a"]
-    source = stats.get("energy_source") or {}
-    per_token = stats.get("energy_j_per_token")
+    source = stats.energy_source
+    per_token = stats.energy_j_per_token
     if per_token is not None:
         short = ", window too short for the sensor" if source.get("too_short") else ""
         parts.append(f"{per_token:.3f} J/token ({source['name']}, {source['scope']}{short})")
     else:
         parts.append("energy n/a")
-    budget = stats.get("budget")
+    budget = stats.budget
     if budget and budget["decisions"]:
         parts.append(f"budget mode {budget['mode']} ({budget['decisions'][-1]['reason']})")
     return ", ".join(parts)
@@ -91,7 +94,7 @@ def add_doctor_command(commands: Any) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from edgespec.doctor import diagnose, format_report
+    from edgespec.measure.doctor import diagnose, format_report
 
     report = diagnose(
         target=args.target,

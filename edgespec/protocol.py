@@ -2,7 +2,7 @@
 
 Pure (numpy and the standard library): both sides import it, and the JSON test vectors in
 ``tests/vectors/`` pin it down for other clients (the Android bridge). Every ``from_json``
-validates what it reads and raises :class:`WireError` with a message; the server answers those
+validates what it reads and raises :class:`ProtocolError` with a message; the server answers those
 with a 4xx. The README's "Protocol v1" section is the prose version of this module.
 
 A round verifies ``[last_token] + draft`` where ``last_token`` sits at absolute ``position``:
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.errors import ConfigError, EdgespecError
+from edgespec.errors import ConfigError, ProtocolError
 
 PROTOCOL_VERSION = 1
 #: The longest draft a round may carry.
@@ -35,19 +35,15 @@ MAX_SPARSE = 1024
 Q_FORMATS = ("sparse", "fp16")
 
 
-class WireError(EdgespecError):
-    """A protocol message is malformed or out of range."""
-
-
 def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     if name not in data:
-        raise WireError(f"'{name}' is missing")
+        raise ProtocolError(f"'{name}' is missing")
     value = data[name]
     # bool is an int in Python; a token id or position must not be true/false.
     if isinstance(value, bool) and kind is not bool:
-        raise WireError(f"'{name}' must be {_kind_name(kind)}, not a boolean")
+        raise ProtocolError(f"'{name}' must be {_kind_name(kind)}, not a boolean")
     if not isinstance(value, kind):
-        raise WireError(f"'{name}' must be {_kind_name(kind)}, not {type(value).__name__}")
+        raise ProtocolError(f"'{name}' must be {_kind_name(kind)}, not {type(value).__name__}")
     return value
 
 
@@ -58,21 +54,21 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _token_ids(name: str, values: Any, vocab_size: int | None) -> tuple[int, ...]:
     if not isinstance(values, list):
-        raise WireError(f"'{name}' must be a list of token ids")
+        raise ProtocolError(f"'{name}' must be a list of token ids")
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise WireError(f"'{name}' must hold integers only")
+            raise ProtocolError(f"'{name}' must hold integers only")
         if value < 0 or (vocab_size is not None and value >= vocab_size):
-            raise WireError(f"token id {value} in '{name}' is outside [0, {vocab_size})")
+            raise ProtocolError(f"token id {value} in '{name}' is outside [0, {vocab_size})")
     return tuple(values)
 
 
 def _check_version(data: Mapping[str, Any]) -> None:
     if not isinstance(data, Mapping):
-        raise WireError("the request body must be a JSON object")
+        raise ProtocolError("the request body must be a JSON object")
     version = data.get("protocol", PROTOCOL_VERSION)
     if version != PROTOCOL_VERSION:
-        raise WireError(f"protocol version {version!r} is not supported (this is v1)")
+        raise ProtocolError(f"protocol version {version!r} is not supported (this is v1)")
 
 
 def sampling_to_json(sampling: SamplingConfig) -> dict[str, Any]:
@@ -87,11 +83,11 @@ def sampling_to_json(sampling: SamplingConfig) -> dict[str, Any]:
 
 def sampling_from_json(data: Any) -> SamplingConfig:
     if not isinstance(data, Mapping):
-        raise WireError("'sampling' must be an object")
+        raise ProtocolError("'sampling' must be an object")
     for name in ("temperature", "top_p"):
         value = data.get(name)
         if isinstance(value, (int, float)) and not (math.isfinite(value) and value <= 1e4):
-            raise WireError(f"'{name}' must be a finite number no larger than 1e4")
+            raise ProtocolError(f"'{name}' must be a finite number no larger than 1e4")
     try:
         return SamplingConfig(
             temperature=float(_field(data, "temperature", (int, float))),
@@ -101,7 +97,7 @@ def sampling_from_json(data: Any) -> SamplingConfig:
             mode=str(_field(data, "mode", str)),
         )
     except ConfigError as error:
-        raise WireError(f"bad sampling settings: {error.problem}") from error
+        raise ProtocolError(f"bad sampling settings: {error.problem}") from error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +119,11 @@ class OpenRequest:
         _check_version(data)
         prompt = _token_ids("prompt", _field(data, "prompt", list), vocab_size)
         if not prompt:
-            raise WireError("'prompt' is empty: send at least one token")
+            raise ProtocolError("'prompt' is empty: send at least one token")
         if len(prompt) >= max_length:
-            raise WireError(f"the prompt ({len(prompt)} tokens) fills the context of {max_length}")
+            raise ProtocolError(
+                f"the prompt ({len(prompt)} tokens) fills the context of {max_length}"
+            )
         return cls(prompt=prompt, sampling=sampling_from_json(_field(data, "sampling", dict)))
 
 
@@ -183,9 +181,9 @@ class VerifyRequest:
         last_token = _token_ids("last_token", [_field(data, "last_token", int)], vocab_size)[0]
         draft = _token_ids("draft", _field(data, "draft", list), vocab_size)
         if len(draft) > MAX_K:
-            raise WireError(f"k = {len(draft)} draft tokens is more than the limit of {MAX_K}")
+            raise ProtocolError(f"k = {len(draft)} draft tokens is more than the limit of {MAX_K}")
         if position < 0 or position + 1 + len(draft) > max_length:
-            raise WireError(
+            raise ProtocolError(
                 f"position {position} with {len(draft)} draft tokens is outside the context "
                 f"of {max_length}"
             )
@@ -194,10 +192,10 @@ class VerifyRequest:
             q_draft = decode_q_draft(data["q_draft"], k=len(draft), vocab_size=vocab_size)
         uniforms = data.get("uniforms", [])
         if not isinstance(uniforms, list) or len(uniforms) > len(draft) + 1:
-            raise WireError(f"'uniforms' must be a list of at most k + 1 = {len(draft) + 1}")
+            raise ProtocolError(f"'uniforms' must be a list of at most k + 1 = {len(draft) + 1}")
         for u in uniforms:
             if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 <= u < 1.0:
-                raise WireError("'uniforms' must hold numbers in [0, 1)")
+                raise ProtocolError("'uniforms' must hold numbers in [0, 1)")
         return cls(
             position=position,
             last_token=last_token,
@@ -233,7 +231,9 @@ class VerifyResponse:
         n_accepted = _field(data, "n_accepted", int)
         tokens = _token_ids("tokens", _field(data, "tokens", list), None)
         if not 0 <= n_accepted <= k or len(tokens) != n_accepted + 1:
-            raise WireError(f"{n_accepted} accepted and tokens {tokens} do not fit a k = {k} draft")
+            raise ProtocolError(
+                f"{n_accepted} accepted and tokens {tokens} do not fit a k = {k} draft"
+            )
         return cls(
             n_accepted=n_accepted,
             tokens=tokens,
@@ -278,35 +278,37 @@ def encode_q_draft(
 def decode_q_draft(data: Any, *, k: int, vocab_size: int) -> np.ndarray:
     """[k, vocab_size] float64 rows, each nonnegative with a positive sum."""
     if not isinstance(data, Mapping):
-        raise WireError("'q_draft' must be an object")
+        raise ProtocolError("'q_draft' must be an object")
     fmt = data.get("format")
     rows = np.zeros((k, vocab_size), dtype=np.float64)
     if fmt == "sparse":
         ids, probs = _field(data, "ids", list), _field(data, "probs", list)
         if len(ids) != k or len(probs) != k:
-            raise WireError(f"'q_draft' must have k = {k} rows of ids and of probs")
+            raise ProtocolError(f"'q_draft' must have k = {k} rows of ids and of probs")
         for row, (row_ids, row_probs) in enumerate(zip(ids, probs, strict=True)):
             checked = _token_ids("q_draft.ids", row_ids, vocab_size)
             if not isinstance(row_probs, list) or len(row_probs) != len(checked):
-                raise WireError(f"q_draft row {row}: ids and probs differ in length")
+                raise ProtocolError(f"q_draft row {row}: ids and probs differ in length")
             if any(isinstance(p, bool) or not isinstance(p, (int, float)) for p in row_probs):
-                raise WireError(f"q_draft row {row}: probs must be numbers")
+                raise ProtocolError(f"q_draft row {row}: probs must be numbers")
             rows[row, list(checked)] = row_probs
     elif fmt == "fp16":
         packed = _field(data, "rows", str)
         try:
             raw = base64.b64decode(packed, validate=True)
         except ValueError as error:
-            raise WireError("'q_draft.rows' is not valid base64") from error
+            raise ProtocolError("'q_draft.rows' is not valid base64") from error
         if len(raw) != 2 * k * vocab_size:
-            raise WireError(f"'q_draft.rows' holds {len(raw)} bytes, not 2 x {k} x {vocab_size}")
+            raise ProtocolError(
+                f"'q_draft.rows' holds {len(raw)} bytes, not 2 x {k} x {vocab_size}"
+            )
         rows[:] = np.frombuffer(raw, dtype="<f2").reshape(k, vocab_size)
     else:
-        raise WireError(f"'q_draft.format' must be one of {Q_FORMATS}, not {fmt!r}")
+        raise ProtocolError(f"'q_draft.format' must be one of {Q_FORMATS}, not {fmt!r}")
     if not np.all(np.isfinite(rows)) or np.any(rows < 0.0):
-        raise WireError("q_draft probabilities must be finite and nonnegative")
+        raise ProtocolError("q_draft probabilities must be finite and nonnegative")
     if k and not all(math.isfinite(s) and s > 0.0 for s in rows.sum(axis=-1)):
-        raise WireError("every q_draft row needs a positive sum")
+        raise ProtocolError("every q_draft row needs a positive sum")
     return rows
 
 

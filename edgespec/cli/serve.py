@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edgespec.errors import MissingDependencyError
+from edgespec.errors import MissingDependencyError, install_fix
 
 
 def add_serve_command(commands: Any) -> None:
@@ -77,7 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise MissingDependencyError(
             f"edgespec serve needs the [server] extra ({error.name} is missing)",
-            fix="pip install 'edgespec[server]'",
+            fix=install_fix("server"),
         ) from error
     limits = StoreLimits(
         max_sessions=args.max_sessions,

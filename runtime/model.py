@@ -38,7 +38,7 @@ DEFAULT_PROVIDER_ORDER = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class SessionOptions:
+class ModelOptions:
     """Threading for one session. ``spinning`` off lets two sessions share cores politely."""
 
     intra_op_threads: int = 0
@@ -66,7 +66,7 @@ def choose_providers(requested: Sequence[str] | None) -> list[str]:
     return list(requested)
 
 
-class ModelSession:
+class OnnxModel:
     """An exported causal LM as an ONNX Runtime session, driven only by its manifest."""
 
     def __init__(
@@ -74,7 +74,7 @@ class ModelSession:
         bundle: Bundle,
         *,
         providers: Sequence[str] | None = None,
-        options: SessionOptions = SessionOptions(),
+        options: ModelOptions = ModelOptions(),
     ) -> None:
         import onnxruntime
 

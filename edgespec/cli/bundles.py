@@ -1,0 +1,169 @@
+"""``edgespec pair``, ``inspect`` and ``info``: bundles, pairs and the installation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from edgespec._version import __version__
+from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.pairing import check_pair
+from edgespec.errors import ConfigError
+from edgespec.manifest import Bundle, load_bundle
+
+ORT_DISTRIBUTIONS = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-directml",
+    "onnxruntime-qnn",
+    "onnxruntime-openvino",
+)
+
+
+def add_bundle_commands(commands: Any) -> None:
+    """Adds ``pair``, ``inspect`` and ``info``."""
+    pair = commands.add_parser(
+        "pair",
+        help="check that a draft bundle can serve a target bundle",
+        description="Check that DRAFT can propose tokens for TARGET: identical tokenizers, or "
+        "compatible ones (same vocabulary type, sizes within 128, identical special tokens "
+        "and token strings). Exit code 0 if compatible, 1 if not.",
+    )
+    pair.add_argument(
+        "draft", metavar="DRAFT", type=Path, nargs="?", help="draft bundle (default: built-in)"
+    )
+    pair.add_argument(
+        "target", metavar="TARGET", type=Path, nargs="?", help="target bundle (default: built-in)"
+    )
+    pair.add_argument("--json", action="store_true", help="print the report as JSON")
+    pair.add_argument(
+        "--profile",
+        action="store_true",
+        help="also measure alpha by draft position and c on this device, and recommend k",
+    )
+    pair.set_defaults(handler=run_pair)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="validate a bundle and summarise its manifest",
+        description="Load BUNDLE, check its schema version, files, sizes and checksums, and "
+        "print a summary (or the manifest with --json).",
+    )
+    inspect.add_argument("bundle", metavar="BUNDLE", type=Path, help="bundle directory")
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    inspect.set_defaults(handler=run_inspect)
+
+    info = commands.add_parser(
+        "info", help="show versions, the ONNX Runtime build and its execution providers"
+    )
+    info.add_argument("--json", action="store_true", help="print as JSON")
+    info.set_defaults(handler=run_info)
+
+
+def run_pair(args: argparse.Namespace) -> int:
+    if args.draft is None or args.target is None:
+        if args.draft is not None:
+            raise ConfigError("pair got a DRAFT but no TARGET", fix="give both, or neither")
+        pair = builtin_pair()
+        args.draft, args.target = pair.draft, pair.target
+    from edgespec.measure.profile import profile_pair
+
+    report = check_pair(args.draft, args.target)
+    profile = profile_pair(args.draft, args.target) if args.profile and report.compatible else None
+    if args.json:
+        print(json.dumps({**report.to_dict(), "profile": profile}, indent=2))
+    else:
+        verdict = "compatible" if report.compatible else "NOT compatible"
+        print(f"{verdict}: {report.reason}")
+        if not report.compatible:
+            print(
+                "  the draft must use the target's tokenizer (or one with the same "
+                "vocabulary); export a draft trained with it"
+            )
+        if profile is not None:
+            by_position = ", ".join(f"{a:.2f}" for a in profile["alpha_by_position"])
+            print(
+                f"alpha {profile['alpha']:.2f} (by draft position: {by_position}); c "
+                f"{profile['c']:.3f}; recommended k {profile['recommended_k']}, expected "
+                f"speedup {profile['expected_speedup']:.2f}x"
+            )
+    return 0 if report.compatible else 1
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    bundle = load_bundle(args.bundle)
+    print(
+        bundle.manifest.to_json() if args.json else bundle_summary(bundle),
+        end="\n" * (not args.json),
+    )
+    return 0
+
+
+def bundle_summary(bundle: Bundle) -> str:
+    m = bundle.manifest
+    q = m.quantization
+    quant = (
+        q.weight_dtype
+        if q.scheme != "matmul_nbits"
+        else (
+            f"{q.weight_dtype} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}"
+        )
+    )
+    lines = [
+        f"bundle      {bundle.root}",
+        f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} parameters)",
+        f"graph       {m.graph.file}: {m.model.num_layers} layers, {m.model.num_kv_heads} KV "
+        f"heads x {m.model.head_dim}, KV {m.graph.kv_dtype}, vocab {m.model.vocab_size}, "
+        f"max length {m.model.max_length}",
+        f"weights     {quant}: {m.memory.weight_bytes / 1e6:.2f} MB, KV "
+        f"{m.memory.kv_bytes_per_token / 1024:.1f} KiB per token",
+    ]
+    record = m.verification
+    if not record.performed or record.parity is None or record.batch_invariance is None:
+        lines.append("verified    no (exported with --no-verify)")
+    else:
+        parity, invariance = record.parity, record.batch_invariance
+        lines.append(
+            f"parity      max |Δlogit| {parity.max_abs_logit_diff:.2e}, top-1 agreement "
+            f"{parity.top1_agreement:.1%}, greedy {parity.greedy_match_tokens}/"
+            f"{parity.greedy_tokens} tokens identical"
+        )
+        lines.append(
+            f"batch inv.  {'passed' if invariance.passed else 'FAILED'}: argmax differs at "
+            f"{invariance.argmax_mismatch_fraction:.1%} of {invariance.positions} positions "
+            f"(widths {invariance.widths[0]}-{invariance.widths[-1]}), max |Δlogit| "
+            f"{invariance.max_abs_logit_diff:.2e}"
+        )
+    return "\n".join(lines)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    installed = {}
+    for name in ORT_DISTRIBUTIONS:
+        try:
+            installed[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    info: dict[str, Any] = {"edgespec": __version__, "onnxruntime_distributions": installed}
+    try:
+        import onnxruntime
+
+        info["onnxruntime_module"] = onnxruntime.__version__
+        info["available_providers"] = list(onnxruntime.get_available_providers())
+    except ImportError as error:
+        info["onnxruntime_module"] = None
+        info["problem"] = f"onnxruntime cannot be imported ({error})"
+    if len(installed) > 1:
+        info["problem"] = (
+            f"{' and '.join(installed)} are all installed and overwrite each other's "
+            "'onnxruntime' module; uninstall all of them and reinstall only the one you want"
+        )
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for key, value in info.items():
+            print(f"{key:27} {json.dumps(value) if not isinstance(value, str) else value}")
+    return 0 if "problem" not in info else 1

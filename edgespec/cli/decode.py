@@ -1,0 +1,201 @@
+"""The decoding commands: ``generate`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from edgespec.cli.budget import energy_line
+from edgespec.cli.engine_args import (
+    add_decoding_arguments,
+    add_engine_arguments,
+    generation_options,
+    load_engine,
+)
+from edgespec.engine.options import DRAFTER_NAMES, MAX_K
+
+
+def add_decode_commands(commands: Any) -> None:
+    """Adds ``generate`` and ``bench`` to the CLI's subcommands."""
+    generate = commands.add_parser(
+        "generate",
+        help="generate text with speculative decoding (streams as tokens are committed)",
+        description="Generate a continuation of PROMPT. Greedy output equals the target's own "
+        "greedy output; sampled output has the target's distribution (rejection) or equals "
+        "target-only sampling with the same seed (match).",
+    )
+    generate.add_argument("prompt", metavar="PROMPT", help="the prompt text")
+    add_engine_arguments(generate)
+    add_decoding_arguments(generate)
+    generate.add_argument(
+        "--chat", action="store_true", help="wrap PROMPT in the tokenizer's chat template"
+    )
+    generate.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: text, tokens, stats (no streaming)",
+    )
+    generate.add_argument(
+        "--no-color", action="store_true", help="do not colour text that came from accepted drafts"
+    )
+    generate.set_defaults(handler=run_generate)
+
+    bench = commands.add_parser(
+        "bench",
+        help="target-only vs speculative decoding, measured in one process",
+        description="Alternate target-only and speculative runs over a prompt set after a "
+        "warm-up (greedy, then sampling at --temperature) and report tokens/s, speedup, alpha, "
+        "mean_accepted, c, the verify cost curve T(k)/T(1), the theoretical speedup and the "
+        "efficiency.",
+    )
+    add_engine_arguments(bench)
+    bench.add_argument(
+        "--prompts",
+        default="code",
+        metavar="SET|FILE",
+        help="a built-in set: code (32 held-out code-completion prompts, default) or edit "
+        "(answers repeat the prompt: for --drafter ngram); or a file with one prompt per "
+        "line (\\n for newlines), or a JSON list",
+    )
+    bench.add_argument(
+        "--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)"
+    )
+    bench.add_argument(
+        "--k",
+        default=None,
+        help=f"draft length: 0 to {MAX_K}, or auto (default: the pair's recommended k, else 4)",
+    )
+    bench.add_argument(
+        "--drafter",
+        default="model",
+        choices=DRAFTER_NAMES,
+        help="the speculative runs' drafter (default model; none measures target-only twice)",
+    )
+    bench.add_argument(
+        "--temperature",
+        type=float,
+        default=0.7,
+        help="temperature of the sampling comparison (default 0.7)",
+    )
+    bench.add_argument(
+        "--repeats", type=int, default=1, help="passes over the prompt set (default 1)"
+    )
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    bench.set_defaults(handler=run_bench)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    engine = load_engine(args)
+    generation = engine.stream_deltas(args.prompt, **generation_options(args))
+    color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    written = False
+    try:
+        for delta in generation:
+            if args.json:
+                continue
+            text = f"\033[36m{delta.text}\033[0m" if color and delta.drafted else delta.text
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            written = True
+    except KeyboardInterrupt:
+        # The streamed text stays; the notice goes on its own line.
+        if written:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        print("edgespec: interrupted; the text above is what was generated", file=sys.stderr)
+        return 130
+    result = generation.result
+    if args.json:
+        print(result.to_json())
+    elif result.error is not None:
+        sys.stdout.write("\n")
+        print(f"edgespec: error: {result.error}", file=sys.stderr)
+    else:
+        stats = result.stats
+        sys.stdout.write("\n")
+        alpha = stats.alpha
+        print(
+            f"[{stats.new_tokens} tokens, {stats.tokens_per_s or 0:.1f} tokens/s, "
+            f"{stats.rounds} rounds, alpha {'n/a' if alpha is None else f'{alpha:.0%}'}, "
+            f"{result.finish_reason}]",
+            file=sys.stderr,
+        )
+        print(f"[{energy_line(stats)}]", file=sys.stderr)
+        if stats.lossy:
+            print("edgespec: warning: fell back to unverified draft output", file=sys.stderr)
+    return 1 if result.error is not None else 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from edgespec.measure.bench import BenchSettings, load_prompts, run_bench
+
+    engine = load_engine(args)
+    settings = BenchSettings(
+        max_new_tokens=args.max_new_tokens,
+        k=args.k,
+        drafter=args.drafter,
+        temperature=args.temperature,
+        repeats=args.repeats,
+    )
+    results = run_bench(
+        engine,
+        load_prompts(args.prompts),
+        settings,
+        progress=lambda m: print(f"  bench: {m}", file=sys.stderr, flush=True),
+    )
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    greedy, sampled = results["greedy"], results["sampling"]
+    print(
+        f"greedy   target {greedy['target_tokens_per_s']:.1f} tok/s, speculative "
+        f"{greedy['speculative_tokens_per_s']:.1f} tok/s, speedup {greedy['speedup']:.2f}x, "
+        f"alpha {greedy['alpha'] or 0:.2f}, mean_accepted {greedy['mean_accepted'] or 0:.2f}, "
+        f"identical output {greedy['identical_output']}"
+    )
+    if sampled is None:
+        print("sampling not measured: an OpenAI-compatible engine verifies greedy drafts only")
+    else:
+        print(
+            f"sampling target {sampled['target_tokens_per_s']:.1f} tok/s, speculative "
+            f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup "
+            f"{sampled['speedup']:.2f}x, alpha {sampled['alpha'] or 0:.2f}"
+        )
+    energy = results["energy"]
+    per_token = "energy_j" if energy["measured_by"] == "energy_j" else "cpu_s"
+    unit = "J" if per_token == "energy_j" else "CPU-s"
+    print(
+        f"per token target {energy[f'target_{per_token}_per_token']:.4g} {unit}, speculative "
+        f"{energy[f'speculative_{per_token}_per_token']:.4g} {unit}: speculation is "
+        f"{'cheaper' if energy['cheaper_per_token'] else 'NOT cheaper'} per token"
+        f"{'' if per_token == 'energy_j' else ' (no energy source: CPU time as the proxy)'}"
+    )
+    if results["speedup_vs_best_target_only"] is not None:
+        print(
+            f"vs the fastest target-only build ({results['best_target_only']}): "
+            f"{results['speedup_vs_best_target_only']:.2f}x"
+        )
+    if "speculative_round_trips_per_token" in greedy:
+        print(
+            f"remote   round trips/token: per-token {greedy['target_round_trips_per_token']:.2f}, "
+            f"hybrid {greedy['speculative_round_trips_per_token']:.2f}; bytes/token: per-token "
+            f"{greedy['target_bytes_per_token']:.0f}, hybrid "
+            f"{greedy['speculative_bytes_per_token']:.0f}"
+            + (
+                f"; RTT share of hybrid rounds {greedy['speculative_rtt_share']:.0%}"
+                if greedy["speculative_rtt_share"] is not None
+                else ""
+            )
+        )
+    curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
+    print(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")
+    if results["theoretical_speedup"]:
+        print(
+            f"theoretical speedup {results['theoretical_speedup']:.2f}x, efficiency "
+            f"{results['efficiency']:.2f}; loop overhead {greedy['overhead_ms_per_round']:.3f} "
+            f"ms/round (loop efficiency {greedy['loop_efficiency']:.2f})"
+        )
+    return 0

@@ -1,0 +1,202 @@
+"""Arguments shared by the decoding commands: which pair (or remote target) to load, and the
+options of a generation; and the engine and options they build."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgespec.cli.budget import add_budget_arguments, budget_options
+from edgespec.engine.options import DRAFTER_NAMES, FALLBACKS, MAX_K, REMOTE_APIS, REMOTE_WHEN
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="target bundle directory (default: the built-in pair, draft included)",
+    )
+    parser.add_argument(
+        "--draft",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="draft bundle directory (needed by --drafter model)",
+    )
+    parser.add_argument(
+        "--target-providers",
+        default=None,
+        metavar="LIST",
+        help="comma-separated ONNX Runtime providers for the target (default: the best available)",
+    )
+    parser.add_argument(
+        "--draft-providers",
+        default=None,
+        metavar="LIST",
+        help="comma-separated providers for the draft",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads per session (default: ONNX Runtime's choice)",
+    )
+    add_budget_arguments(parser)
+    parser.add_argument(
+        "--remote",
+        default=None,
+        metavar="URL",
+        help="verify on this 'edgespec serve' (the draft runs here; --target is then only "
+        "loaded for --fallback local), or on an OpenAI-compatible engine with --remote-api "
+        "openai",
+    )
+    parser.add_argument(
+        "--remote-api",
+        default="edgespec",
+        choices=REMOTE_APIS,
+        help="what --remote speaks: edgespec (verification protocol v1, default) or openai "
+        "(an OpenAI-compatible engine such as vLLM or llama-cpp-python's server: greedy "
+        "drafts verified from prompt log-probabilities)",
+    )
+    parser.add_argument(
+        "--remote-model",
+        default=None,
+        metavar="NAME",
+        help="the engine's model name for --remote-api openai (default: the first it lists)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("EDGESPEC_API_KEY"),
+        help="bearer token for --remote (default: $EDGESPEC_API_KEY)",
+    )
+    parser.add_argument(
+        "--fallback",
+        default="fail",
+        choices=FALLBACKS,
+        help="when the server stays unreachable: fail (default: stop, keep the verified "
+        "text), local (continue with --target: lossless), draft (continue unverified: lossy)",
+    )
+    parser.add_argument(
+        "--remote-when",
+        default="always",
+        choices=REMOTE_WHEN,
+        help="always (default): every round is verified on --remote; budget: verify with the "
+        "local target and move rounds to --remote while the budget policy says so (battery "
+        "under --min-battery-pct)",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="add this round-trip time to every --remote exchange: a TCP proxy in this "
+        "process delays each direction by half (for benchmarks on loopback)",
+    )
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--drafter",
+        default=None,
+        choices=DRAFTER_NAMES,
+        help="model (default with --draft), ngram (prompt lookup, default "
+        "without), none (plain target decoding)",
+    )
+    parser.add_argument(
+        "--k",
+        default=None,
+        help=f"tokens drafted per round: 0 (no drafting) to {MAX_K}, or auto (adapts each "
+        "round; default: the pair's recommended k, else 4)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=128,
+        metavar="N",
+        help="tokens to generate at most (default 128)",
+    )
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the generation's sampling (default 0)"
+    )
+    parser.add_argument(
+        "--sampling-mode",
+        default=None,
+        choices=("rejection", "match"),
+        help="rejection (model drafter default) or match (reproducible: "
+        "same seed, same text with or without speculation)",
+    )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop when this text appears (repeatable)",
+    )
+    parser.add_argument(
+        "--draft-min-prob",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="end a draft early when the draft's probability of its next token is below P "
+        "(default 0: always draft k)",
+    )
+
+
+def _providers(value: str | None) -> list[str] | None:
+    return [name.strip() for name in value.split(",") if name.strip()] if value else None
+
+
+def load_engine(args: argparse.Namespace) -> Any:
+    """The engine the engine arguments ask for; its warnings go to stderr."""
+    from edgespec.api import Engine
+    from edgespec.errors import ConfigError
+    from edgespec.measure.delay_proxy import DelayProxy
+
+    if (args.rtt_ms or args.remote_when != "always") and not args.remote:
+        raise ConfigError("--rtt-ms and --remote-when need --remote", fix="pass --remote URL")
+    url = args.remote
+    if url and args.rtt_ms:
+        # The latency goes on the wire: a TCP proxy in this process delays both directions.
+        url = DelayProxy(url, rtt_s=args.rtt_ms / 1e3).start().url
+    engine = Engine.load(
+        target=args.target,
+        draft=args.draft,
+        target_providers=_providers(args.target_providers),
+        draft_providers=_providers(args.draft_providers),
+        threads=args.threads,
+        **budget_options(args),
+        remote=url,
+        remote_api=args.remote_api,
+        remote_model=args.remote_model,
+        api_key=args.api_key,
+        fallback=args.fallback,
+        remote_when=args.remote_when,
+    )
+    for line in engine.warnings:
+        print(f"edgespec: warning: {line}", file=sys.stderr)
+    return engine
+
+
+def generation_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The generation options of ``generate`` (``Engine.generate`` keyword arguments)."""
+    return {
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "k": args.k,
+        "drafter": args.drafter,
+        "sampling_mode": args.sampling_mode,
+        "stop": tuple(args.stop),
+        "chat": args.chat,
+        "draft_min_probability": args.draft_min_prob,
+    }

@@ -1,0 +1,161 @@
+"""``edgespec export``: a Hugging Face causal LM to a verified ONNX bundle."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from edgespec.cli.bundles import bundle_summary
+from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
+from edgespec.errors import MissingDependencyError, install_fix
+from edgespec.events import ProgressEvent
+
+#: What the [export] extra brings; each is imported somewhere along the export.
+EXPORT_EXTRA_MODULES = ("torch", "transformers", "optimum", "onnx", "onnx_ir")
+
+
+def check_export_extra() -> None:
+    """Fails with the install command when a module of the [export] extra is missing: the
+    exporter imports them lazily, deep inside the export, so a plain import would succeed."""
+    missing = [name for name in EXPORT_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingDependencyError(
+            f"edgespec export needs the [export] extra ({', '.join(missing)} not installed)",
+            fix=install_fix("export"),
+        )
+
+
+def add_export_command(commands: Any) -> None:
+    export = commands.add_parser(
+        "export",
+        help="export a Hugging Face causal LM to a verified ONNX bundle",
+        description="Export a causal LM (hub id or local directory) with optimum's "
+        "text-generation-with-past task, quantize it with ONNX Runtime, check it against "
+        "PyTorch and for batch invariance, and write a bundle with manifest.json. Needs the "
+        "[export] extra.",
+    )
+    export.add_argument("model", metavar="MODEL", help="hub id or local model directory")
+    export.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="bundle directory to write (must not exist unless --force)",
+    )
+    export.add_argument(
+        "--quant",
+        default="auto",
+        metavar="{" + ",".join(QUANT_CHOICES[1:]) + "}",
+        help="weight format. int4/int8: weight-only MatMulNBits (block-wise); fp16; fp32; "
+        "int8-dynamic: MatMulInteger, offered with a warning because it is not batch "
+        f"invariant. Default auto: int4 for models of {AUTO_INT4_MIN_PARAMETERS // 1_000_000}M "
+        "parameters or more, fp32 below that (small models are cheap in fp32, match PyTorch "
+        "exactly and verify k+1 positions at the lowest relative cost)",
+    )
+    export.add_argument(
+        "--block-size",
+        type=int,
+        default=32,
+        help="MatMulNBits quantization block size (power of two >= 16; default 32)",
+    )
+    export.add_argument(
+        "--accuracy-level",
+        type=int,
+        default=4,
+        help="MatMulNBits compute accuracy: 4 = int8 activations (fastest on "
+        "CPU, default), 1 = fp32 activations, 0 = unset",
+    )
+    export.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="context limit recorded for the runtime (default: the model's "
+        "max positions, at most 4096)",
+    )
+    export.add_argument("--revision", default="main", help="hub revision (default main)")
+    export.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR if it exists (only after the new bundle is complete)",
+    )
+    export.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the PyTorch parity and batch-invariance checks",
+    )
+    export.add_argument(
+        "--allow-batch-variance",
+        action="store_true",
+        help="keep a graph that fails the batch-invariance check (recorded in "
+        "the manifest; greedy speculative output may then differ from the "
+        "target's)",
+    )
+    export.add_argument(
+        "--min-top1",
+        dest="min_top1_agreement",
+        type=float,
+        default=0.8,
+        help="quantized graphs: minimum fraction of prompt positions whose "
+        "top-1 token matches PyTorch (default 0.8; a miswired graph scores near "
+        "chance)",
+    )
+    export.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow model code from the hub (only for sources you trust)",
+    )
+    export.add_argument("--quiet", action="store_true", help="no progress lines")
+    export.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    export.set_defaults(handler=run_export)
+
+
+def progress_printer(*, quiet: bool, stream: TextIO) -> Any:
+    def show(event: ProgressEvent) -> None:
+        if event.warning:
+            print(f"edgespec: warning: {event.message}", file=stream, flush=True)
+        elif quiet:
+            return
+        elif event.done:
+            print(
+                f"  {event.stage}: done in {event.elapsed_s or 0.0:.1f} s", file=stream, flush=True
+            )
+        elif event.total:
+            print(
+                f"  {event.stage}: {event.message} [{event.step}/{event.total}]",
+                file=stream,
+                flush=True,
+            )
+        else:
+            print(f"{event.stage}: {event.message} ...", file=stream, flush=True)
+
+    return show
+
+
+def run_export(args: argparse.Namespace) -> int:
+    config = ExportConfig(
+        model=args.model,
+        out=args.out,
+        quant=args.quant,
+        block_size=args.block_size,
+        accuracy_level=args.accuracy_level,
+        max_length=args.max_length,
+        revision=args.revision,
+        force=args.force,
+        verify=args.verify,
+        allow_batch_variance=args.allow_batch_variance,
+        min_top1_agreement=args.min_top1_agreement,
+        trust_remote_code=args.trust_remote_code,
+    )
+    check_export_extra()
+    from edgespec.export import export_bundle
+
+    bundle = export_bundle(config, observe=progress_printer(quiet=args.quiet, stream=sys.stderr))
+    if args.json:
+        print(bundle.manifest.to_json(), end="")
+    else:
+        print(bundle_summary(bundle))
+    return 0

@@ -1,0 +1,143 @@
+"""The one place that picks concrete drafters, verifiers, remote targets and k policies, each
+from one registry. Everything above it (the engine, the CLI, the server) names them by string;
+everything below it (the decoder) knows only their protocols."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edgespec.engine.options import REMOTE_APIS, GenerationOptions, RemoteOptions
+from edgespec.engine.remote import MeteredVerifier, RemoteRun, RemoteTarget
+from edgespec.errors import ConfigError
+from edgespec.events import KPolicy
+from edgespec.runtime.drafters.base import Drafter
+from edgespec.runtime.drafters.model import ModelDrafter
+from edgespec.runtime.drafters.ngram import PromptLookupDrafter
+from edgespec.runtime.drafters.none import NoDrafter
+from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.policy import AutoK, CappedK, CostProfile, FixedK
+from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
+from edgespec.runtime.verifiers.local import LocalVerifier
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier, TokenPieces
+from edgespec.runtime.verifiers.remote import RemoteVerifier, ServerTarget
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraftSource:
+    """What a drafter may be built from: the draft model (if loaded) and the vocabulary."""
+
+    draft: OnnxModel | None
+    vocab_size: int
+    stop_probability: float
+
+
+def _model_drafter(source: DraftSource) -> Drafter:
+    if source.draft is None:
+        raise ConfigError(
+            "the model drafter needs a draft bundle",
+            fix="pass --draft DIR (draft=...), or use --drafter ngram",
+        )
+    return ModelDrafter(
+        source.draft, vocab_size=source.vocab_size, stop_probability=source.stop_probability
+    )
+
+
+#: Drafter name → factory. Names are ``options.DRAFTER_NAMES``.
+DRAFTERS: dict[str, Callable[[DraftSource], Drafter]] = {
+    "model": _model_drafter,
+    "ngram": lambda source: PromptLookupDrafter(),
+    "none": lambda source: NoDrafter(),
+}
+
+#: Protocol name → remote target class. Names are ``options.REMOTE_APIS``.
+REMOTE_TARGETS: dict[str, Callable[..., RemoteTarget]] = {
+    "edgespec": ServerTarget,
+    "openai": OpenAITarget,
+}
+
+#: Protocol name → the verifier of one generation on such a target. An OpenAI-compatible
+#: engine names tokens by text, so its verifier needs the draft tokenizer's ``TokenPieces``.
+REMOTE_VERIFIERS: dict[str, Callable[[Any, Callable[[], TokenPieces]], MeteredVerifier]] = {
+    "edgespec": lambda target, pieces: RemoteVerifier(target),
+    "openai": lambda target, pieces: OpenAIVerifier(target, pieces()),
+}
+
+
+def remote_target(
+    remote: str | RemoteTarget | None,
+    *,
+    api: str = "edgespec",
+    model: str | None = None,
+    api_key: str | None = None,
+) -> RemoteTarget | None:
+    """A remote target from a URL (``api`` says what it speaks), or the one given."""
+    if remote is None or not isinstance(remote, str):
+        return remote
+    if api not in REMOTE_APIS:
+        raise ConfigError(f"unknown remote api {api!r}", fix=f"use one of {REMOTE_APIS}")
+    if model is not None and api != "openai":
+        raise ConfigError("a remote model name needs remote_api 'openai'", fix="add it")
+    options: dict[str, Any] = {"api_key": api_key}
+    if api == "openai":
+        options["model"] = model
+    return REMOTE_TARGETS[api](remote, **options)
+
+
+def drafter(name: str, source: DraftSource) -> Drafter:
+    return DRAFTERS[name](source)
+
+
+def k_policy(
+    options: GenerationOptions,
+    *,
+    drafter_name: str,
+    default_k: int,
+    profile: Callable[[], CostProfile],
+    cap: Callable[[], int] | None,
+) -> KPolicy:
+    """Fixed k (0 for the ``none`` drafter), or auto k from the measured cost ``profile``,
+    capped by a remote server's suggested k (``cap``) when there is one."""
+    if drafter_name == "none":
+        return FixedK(0)
+    if options.k != "auto":
+        return FixedK(default_k if options.k is None else int(options.k))
+    auto = AutoK(profile())
+    return auto if cap is None else CappedK(auto, cap=cap)
+
+
+def local_verifier(target: OnnxModel | None) -> Verifier:
+    if target is None:
+        raise ConfigError("local verification needs a target", fix="pass --target DIR")
+    return LocalVerifier(target)
+
+
+def remote_verifier(
+    remote: RemoteTarget,
+    options: RemoteOptions,
+    *,
+    target: OnnxModel | None,
+    draft: OnnxModel | None,
+    pieces: Callable[[], TokenPieces],
+) -> RemoteRun:
+    """The verifier of a remote generation: ``fallback`` "local" or "draft" wraps it so that
+    it continues with the local target or the draft model when the server stays away;
+    ``remote_when`` "budget" verifies locally and moves rounds to the remote target while the
+    budget policy's mode is "remote" (an unreachable server then keeps the generation local)."""
+    verifier = REMOTE_VERIFIERS[remote.api](remote, pieces)
+    if options.remote_when == "budget":
+        assert target is not None
+        # Local rounds until the budget policy (``use_remote`` is set once the generation's
+        # telemetry exists) says remote.
+        switching = SwitchingVerifier(LocalVerifier(target), verifier, use_remote=lambda: False)
+        return RemoteRun(verifier=switching, remote=verifier, switching=switching)
+    if options.fallback == "fail":
+        return RemoteRun(verifier=verifier, remote=verifier)
+    model = target if options.fallback == "local" else draft
+    assert model is not None
+    wrapper = FallbackVerifier(verifier, lambda: LocalVerifier(model))
+    return RemoteRun(
+        verifier=wrapper, remote=verifier, fallback=wrapper, lossy=options.fallback == "draft"
+    )

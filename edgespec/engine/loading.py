@@ -1,0 +1,169 @@
+"""Loading a pair: bundles (or the built-in default), the pairing check, memory admission, the
+ONNX Runtime sessions and the tokenizer. Everything a generation needs that outlives it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgespec.config import BudgetConfig
+from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.pairing import check_pair
+from edgespec.errors import ConfigError, IncompatiblePairError
+from edgespec.manifest import Bundle, load_bundle
+from edgespec.runtime.model import ModelOptions, OnnxModel
+from edgespec.telemetry.estimate import Admission, admit, estimate_pair
+from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
+from edgespec.telemetry.sysfs import Tree
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRequest:
+    """Which bundles to load and how (see :meth:`edgespec.api.Engine.load`)."""
+
+    target: str | Path | None = None
+    draft: str | Path | None = None
+    target_providers: Sequence[str] | None = None
+    draft_providers: Sequence[str] | None = None
+    threads: int = 0
+    io_binding: bool | None = None
+    verify_checksums: bool = True
+    memory_budget_mb: float | None = None
+    shrink_context: bool = False
+    budget: BudgetConfig | None = None
+    telemetry_root: str | Path = "/"
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"threads is {self.threads}", fix="use 0 (automatic) or a count")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatTemplate:
+    """A bundle's Jinja chat template with the special-token strings it may use."""
+
+    source: str
+    bos_token: str
+    eos_token: str
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        import jinja2
+
+        def raise_exception(message: str) -> None:  # used by many hub chat templates
+            raise ConfigError(f"the chat template refused the messages: {message}")
+
+        environment = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
+        environment.globals["raise_exception"] = raise_exception
+        template = environment.from_string(self.source)
+        return template.render(
+            messages=list(messages),
+            add_generation_prompt=True,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedPair:
+    """The local target and draft models (either may be absent), the tokenizer of the pair,
+    and the memory admission that sized their context."""
+
+    target: OnnxModel | None
+    draft: OnnxModel | None
+    tokenizer: Any
+    eos_ids: frozenset[int]
+    bos_token: str | None
+    chat_template: ChatTemplate | None
+    admission: Admission
+    tree: Tree
+
+
+def resolve_bundles(
+    request: LoadRequest, *, wants_target: bool
+) -> tuple[Bundle | None, Bundle | None]:
+    """The target and draft bundles: those named, else the built-in pair's (its target only
+    when ``wants_target``; its draft when no target is named, or one is wanted)."""
+    target, draft = request.target, request.draft
+    if target is None and (wants_target or draft is None):
+        pair = builtin_pair()
+        draft = draft or pair.draft
+        if wants_target:
+            target = pair.target
+    checks = request.verify_checksums
+    target_bundle = load_bundle(target, verify_checksums=checks) if target else None
+    draft_bundle = load_bundle(draft, verify_checksums=checks) if draft else None
+    if draft_bundle is not None and target_bundle is not None:
+        report = check_pair(draft_bundle, target_bundle)
+        if not report.compatible:
+            raise IncompatiblePairError(
+                f"draft {draft} cannot serve target {target}: {report.reason}",
+                fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
+            )
+    return target_bundle, draft_bundle
+
+
+def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
+    """Loads and validates the bundles, admits them against the memory budget (from the
+    manifests, before any session exists) and creates the sessions."""
+    from tokenizers import Tokenizer
+
+    target_bundle, draft_bundle = resolve_bundles(request, wants_target=wants_target)
+    tree = Tree(request.telemetry_root)
+    budget_mb = request.memory_budget_mb
+    if budget_mb is None and request.budget is not None:
+        budget_mb = request.budget.memory_mb
+    admission = admit(
+        estimate_pair(target_bundle, draft_bundle, base_bytes=base_rss_bytes(MemoryProbe(tree))),
+        budget_mb=budget_mb,
+        shrink_context=request.shrink_context,
+    )
+    options = ModelOptions(
+        intra_op_threads=request.threads,
+        spinning=False,
+        io_binding=request.io_binding,
+        max_length=admission.estimate.context,
+    )
+    text_bundle = target_bundle or draft_bundle
+    if text_bundle is None:
+        raise ConfigError("a remote target needs a local draft", fix="pass a draft bundle")
+    special = text_bundle.manifest.tokenizer.special_tokens
+    return LoadedPair(
+        target=_model(target_bundle, request.target_providers, options),
+        draft=_model(draft_bundle, request.draft_providers, options),
+        tokenizer=Tokenizer.from_file(str(text_bundle.tokenizer_path)),
+        eos_ids=frozenset(text_bundle.manifest.tokenizer.eos_token_ids),
+        bos_token=special.get("bos_token"),
+        chat_template=chat_template(text_bundle),
+        admission=admission,
+        tree=tree,
+    )
+
+
+def _model(
+    bundle: Bundle | None, providers: Sequence[str] | None, options: ModelOptions
+) -> OnnxModel | None:
+    return None if bundle is None else OnnxModel(bundle, providers=providers, options=options)
+
+
+def chat_template(bundle: Bundle) -> ChatTemplate | None:
+    """The chat template from the bundle's tokenizer_config.json (or chat_template.jinja)."""
+    config_path = bundle.root / "tokenizer_config.json"
+    source = None
+    if config_path.is_file():
+        source = json.loads(config_path.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(source, list):  # named templates: take the default one
+            source = next((t["template"] for t in source if t.get("name") == "default"), None)
+    jinja_path = bundle.root / "chat_template.jinja"
+    if source is None and jinja_path.is_file():
+        source = jinja_path.read_text(encoding="utf-8")
+    if not source:
+        return None
+    special = bundle.manifest.tokenizer.special_tokens
+    return ChatTemplate(
+        source=source,
+        bos_token=special.get("bos_token") or "",
+        eos_token=special.get("eos_token") or "",
+    )

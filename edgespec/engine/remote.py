@@ -1,0 +1,85 @@
+"""The engine's remote half: what a remote target is, the cost model of remote rounds and
+the traffic stats of a remote generation. Concrete verifiers are picked in ``assembly``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from edgespec.protocol import ServerInfo
+from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
+from edgespec.runtime.verifiers.http import Traffic
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+from edgespec.runtime.verifiers.remote import ServerTarget
+
+#: A remote target: an ``edgespec serve`` server, or an OpenAI-compatible serving engine.
+RemoteTarget = ServerTarget | OpenAITarget
+
+
+class MeteredVerifier(Verifier, Protocol):
+    """A remote verifier: its traffic, and the draft length its server suggests."""
+
+    suggested_k: int
+
+    def traffic(self) -> Traffic: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteRun:
+    """One remote generation's verifier, the remote verifier inside it (for its traffic), the
+    fallback wrapper around it (None under "fail") and, under a budget, the switch between
+    local and remote rounds."""
+
+    verifier: Verifier
+    remote: MeteredVerifier
+    fallback: FallbackVerifier | None = None
+    #: Falling back continues with the draft alone: output no longer verified.
+    lossy: bool = False
+    switching: SwitchingVerifier | None = None
+
+    def stats(self, new_tokens: int) -> dict[str, Any]:
+        """``remote`` traffic; ``fell_back`` (the reason) and ``lossy`` when it fell back;
+        under a budget, how many rounds ran remotely and why the remote was given up."""
+        fell_back = self.fallback is not None and self.fallback.fell_back
+        found: dict[str, Any] = {
+            "remote": traffic_stats(self.remote.traffic(), new_tokens),
+            "fell_back": self.fallback.reason if self.fallback and fell_back else None,
+            "lossy": fell_back and self.lossy,
+        }
+        if self.switching is not None:
+            found["remote_rounds"] = self.switching.remote_rounds
+            found["remote_down"] = self.switching.remote_down or None
+        return found
+
+
+def remote_profile(info: ServerInfo, *, rtt_s: float, draft_step_s: float) -> CostProfile:
+    """The cost model of remote rounds: every verify pass pays the round trip on top of the
+    server's T(w); longer round trips make longer drafts pay (``AutoK`` then learns from the
+    measured rounds)."""
+    step = rtt_s + info.target_step_s
+    costs = tuple((rtt_s + info.target_step_s * cost) / step for cost in info.verify_cost)
+    return CostProfile(target_step_s=step, draft_step_s=draft_step_s, verify_cost=costs)
+
+
+def traffic_stats(traffic: Traffic, new_tokens: int) -> dict[str, Any]:
+    """``Result.stats.remote``: round trips and bytes per committed token, RTT share."""
+    per_token = max(new_tokens, 1)
+    return {
+        "round_trips": traffic.round_trips,
+        "round_trips_per_token": traffic.round_trips / per_token,
+        "bytes_sent": traffic.bytes_sent,
+        "bytes_received": traffic.bytes_received,
+        "bytes_sent_per_token": traffic.bytes_sent / per_token,
+        "bytes_received_per_token": traffic.bytes_received / per_token,
+        # None when the peer reports no compute time (an OpenAI-compatible engine).
+        "rtt_share": (
+            traffic.network_s / traffic.rounds_s
+            if traffic.rounds_s and traffic.rtt_share_by_round
+            else None
+        ),
+        "rtt_share_by_round": [round(share, 4) for share in traffic.rtt_share_by_round],
+        "reopens": traffic.reopens,
+        "retries": traffic.retries,
+    }

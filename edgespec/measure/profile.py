@@ -1,0 +1,57 @@
+"""Measuring a pair on this device: alpha by draft position, c, and the k they recommend.
+
+The one source of measured k recommendations (``edgespec pair --profile`` and ``edgespec
+doctor`` both report it); without one, generation uses the pair's recommended k from its build
+record, else ``DEFAULT_K``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgespec.api import Engine
+from edgespec.engine.options import MAX_K
+from edgespec.measure.bench import load_prompts
+from edgespec.runtime.policy import expected_speedup
+
+PROFILE_PROMPTS = 12  # code prompts the profile drafts on (64 tokens each, k = MAX_K)
+
+
+def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
+    """Greedy speculation at k = MAX_K over the bench prompts: alpha by position, c, and the
+    k with the best expected speedup (and that speedup)."""
+    engine = Engine.load(target=target, draft=draft, measure_energy=False)
+    prompts = load_prompts("code")[:PROFILE_PROMPTS]
+    results = [engine.generate(p, k=MAX_K, max_new_tokens=64) for p in prompts]
+    tested = sum(r.stats.tested for r in results)
+    alpha = sum(r.stats.accepted for r in results) / tested if tested else 0.0
+    offered = [0] * MAX_K
+    kept = [0.0] * MAX_K
+    for result in results:
+        for record_position, rate in enumerate(result.stats.acceptance_by_position):
+            offered[record_position] += 1
+            kept[record_position] += rate
+    # reached[i]: share of rounds whose draft position i was accepted (0 = first token);
+    # alpha at position i is that share given position i - 1 was accepted.
+    reached = [kept[i] / offered[i] for i in range(MAX_K) if offered[i]]
+    by_position = [
+        reached[i] / reached[i - 1] if i and reached[i - 1] else reached[i]
+        for i in range(len(reached))
+    ]
+    profile = engine.cost_profile()
+    verify_cost = list(profile.verify_cost)
+    speedups = [expected_speedup(alpha, profile.c, verify_cost, k) for k in range(MAX_K + 1)]
+    best = max(range(MAX_K + 1), key=lambda k: speedups[k])
+    return {
+        "alpha": alpha,
+        "alpha_by_position": by_position,
+        "accepted_through_position": reached,
+        "c": profile.c,
+        "verify_cost": verify_cost,
+        "recommended_k": best,
+        "expected_speedup": speedups[best],
+        "measured_on": f"{len(prompts)} built-in code prompts, 64 tokens each, on this device",
+        "default_k": engine.default_k,
+        "default_k_source": engine.default_k_source,
+    }
