@@ -6,10 +6,19 @@ light: importing it loads neither torch nor onnxruntime (``Engine`` and ``Result
 imported from ``edgespec.api`` on first use).
 """
 
+from pathlib import Path
 from typing import Any
+
+# In a source checkout, runtime/ and export/ sit beside this package and are mapped into it at
+# install time (pyproject's package-dir). Searching the checkout root too makes the source tree
+# import as the installed package does (``python -m edgespec`` from the checkout root).
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "runtime" / "decoder.py").is_file() and (_CHECKOUT / "pyproject.toml").is_file():
+    __path__.append(str(_CHECKOUT))
 
 from edgespec._version import __version__
 from edgespec.engine.pairing import PairReport, check_pair
+from edgespec.config import BudgetConfig
 from edgespec.errors import (
     BundleError,
     ChecksumError,
@@ -28,7 +37,9 @@ __all__ = [
     "ChecksumError",
     "ConfigError",
     "EdgespecError",
+    "BudgetConfig",
     "Engine",
+    "GenerationOptions",
     "ExportError",
     "Manifest",
     "MissingFileError",
@@ -43,7 +54,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Engine", "Result"):
+    if name in ("Engine", "Result", "GenerationOptions"):
         from edgespec import api
 
         return getattr(api, name)

@@ -17,7 +17,8 @@ from edgespec.engine.generation import Delta, Generation, GenerationStats, Plan,
 from edgespec.engine.loading import LoadedPair, LoadRequest, load_pair
 from edgespec.engine.options import DEFAULT_K, GenerationOptions, RemoteOptions
 from edgespec.engine.remote import RemoteTarget, remote_profile
-from edgespec.errors import ConfigError, ContextLimitError
+from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
+from edgespec.protocol import ServerInfo
 from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.profile import measure_costs
 from edgespec.runtime.verifiers.openai_compat import TokenPieces
@@ -45,19 +46,43 @@ class Engine:
         self.remote_options = remote_options or RemoteOptions()
         self._profile: CostProfile | None = None
         self._pieces: TokenPieces | None = None
+        #: Why the remote target was given up before the first round (None: it was not).
+        self.remote_down: str | None = None
         limits = [model.max_length for model in (pair.target, pair.draft) if model is not None]
         if remote is not None:
             _check_remote_models(pair, self.remote_options)
-            limits.append(remote.info().max_length)
-            # An engine reports no vocabulary: the draft's names the tokens it may be sent.
-            self.vocab_size = remote.info().vocab_size or (
-                pair.draft.vocab_size if pair.draft else 0
-            )
-        elif pair.target is not None:
-            self.vocab_size = pair.target.vocab_size
-        else:
-            raise ConfigError("an engine needs a target", fix="pass --target DIR or --remote URL")
+            info = self._remote_info(remote)
+            if info is not None:
+                limits.append(info.max_length)
+                # An engine reports no vocabulary: the draft's names the tokens it may be sent.
+                self.vocab_size = info.vocab_size or (pair.draft.vocab_size if pair.draft else 0)
+        if self.remote is None:
+            verifying = self.local_verifier_model
+            if verifying is None:
+                raise ConfigError(
+                    "an engine needs a target", fix="pass --target DIR or --remote URL"
+                )
+            self.vocab_size = verifying.vocab_size
         self.max_length = min(limits)
+
+    def _remote_info(self, remote: RemoteTarget) -> ServerInfo | None:
+        """The remote target's description; None when it is unreachable at load and the
+        fallback lets the engine go on without it (the warning says so)."""
+        try:
+            return remote.info()
+        except RemoteUnavailableError as error:
+            if self.remote_options.fallback == "fail":
+                raise
+            self.remote, self.remote_down = None, str(error)
+            return None
+
+    @property
+    def local_verifier_model(self) -> Any:
+        """The model that verifies on this device: the target, or the draft itself when the
+        remote target was unreachable at load under ``fallback="draft"`` (lossy)."""
+        if self.remote_down is not None and self.remote_options.fallback == "draft":
+            return self.pair.draft
+        return self.pair.target
 
     @classmethod
     def load(
@@ -128,6 +153,13 @@ class Engine:
             for name, model in models
             if model is not None and model.fell_back
         ]
+        if self.remote_down is not None:
+            how = (
+                "verifying locally (lossless)"
+                if self.remote_options.fallback == "local"
+                else "the draft goes on alone, unverified (lossy)"
+            )
+            lines.append(f"{self.remote_down}; --fallback {self.remote_options.fallback}: {how}")
         if self.target is None:
             return lines
         invariant = self.target.bundle.manifest.verification.batch_invariant
@@ -198,31 +230,43 @@ class Engine:
                 draft_step_s=draft_step.target_step_s if draft_step else 0.0,
             )
         if self._profile is None:
-            assert self.target is not None
-            self._profile = measure_costs(self.target, self.draft)
+            self._profile = measure_costs(self.local_verifier_model, self.draft)
         return self._profile
 
     @property
     def _verifies_locally(self) -> bool:
         return self.remote is None or self.remote_options.remote_when == "budget"
 
-    def generate(self, prompt: str | Sequence[int], **options: Any) -> Result:
-        """Generates to completion; keyword options are :class:`GenerationOptions`' fields."""
-        generation = self.stream_deltas(prompt, **options)
+    def generate(
+        self, prompt: str | Sequence[int], options: GenerationOptions | None = None, **fields: Any
+    ) -> Result:
+        """Generates to completion; ``options``, or :class:`GenerationOptions`' fields as
+        keywords."""
+        generation = self.stream_deltas(prompt, options, **fields)
         for _ in generation:
             pass
         assert generation.result is not None
         return generation.result
 
-    def stream(self, prompt: str | Sequence[int], **options: Any) -> Iterator[str]:
+    def stream(
+        self, prompt: str | Sequence[int], options: GenerationOptions | None = None, **fields: Any
+    ) -> Iterator[str]:
         """Yields text as it is committed; same options as :meth:`generate`."""
-        for delta in self.stream_deltas(prompt, **options):
+        for delta in self.stream_deltas(prompt, options, **fields):
             yield delta.text
 
-    def stream_deltas(self, prompt: str | Sequence[int], **options: Any) -> Generation:
+    def stream_deltas(
+        self,
+        prompt: str | Sequence[int],
+        options: GenerationOptions | None = None,
+        **fields: Any,
+    ) -> Generation:
         """Validates everything first (nothing is generated on bad input), then streams
-        :class:`Delta` pieces; ``generation.result`` is set once the iteration ends."""
-        chosen = GenerationOptions(**options)
+        :class:`Delta` pieces; ``generation.result`` is set once the iteration ends. Pass
+        ``options`` or their fields as keywords, not both."""
+        if options is not None and fields:
+            raise ConfigError("pass options or keyword fields, not both", fix="merge them")
+        chosen = options if options is not None else GenerationOptions(**fields)
         return Generation(self._plan(prompt, chosen), self.tokenizer)
 
     def _prompt_ids(self, prompt: str | Sequence[int], options: GenerationOptions) -> list[int]:
@@ -273,7 +317,11 @@ class Engine:
                 draft=self.draft,
                 pieces=self._token_pieces,
             )
-        verifier = remote.verifier if remote is not None else assembly.local_verifier(self.target)
+        verifier = (
+            remote.verifier
+            if remote is not None
+            else assembly.local_verifier(self.local_verifier_model)
+        )
         k_policy = assembly.k_policy(
             options,
             drafter_name=drafter_name,
@@ -296,6 +344,8 @@ class Engine:
             watch=watch,
             remote=remote,
             providers=self.providers,
+            fell_back=self.remote_down,
+            lossy=self.remote_down is not None and self.remote_options.fallback == "draft",
         )
 
     def _token_pieces(self) -> TokenPieces:

@@ -274,6 +274,11 @@ def write_manifest(root: Path, manifest: Manifest) -> Path:
 def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
     """Reads and validates a bundle; raises a :class:`BundleError` naming the file and the fix."""
     root = Path(root)
+    if root.is_file():
+        raise BundleError(
+            f"{root} is a file, not a bundle directory",
+            fix=f"pass the directory that holds manifest.json (perhaps {root.parent})",
+        )
     if not root.is_dir():
         raise BundleError(
             f"bundle directory {root} does not exist",

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
-from edgespec.errors import ConfigError
+from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import Bundle
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
 
@@ -66,6 +66,32 @@ def choose_providers(requested: Sequence[str] | None) -> list[str]:
     return list(requested)
 
 
+def open_session(bundle: Bundle, options: Any, providers: Sequence[str]) -> Any:
+    """An ``onnxruntime.InferenceSession`` of the bundle's graph. A graph ONNX Runtime cannot
+    load (damaged after its checksum was written, or from a newer opset) is a bundle problem:
+    one line naming the file, not ONNX Runtime's traceback."""
+    import onnxruntime
+
+    try:
+        return onnxruntime.InferenceSession(str(bundle.graph_path), options, providers=providers)
+    except Exception as error:  # ORT raises its own classes (InvalidProtobuf, Fail, ...)
+        first_line = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise BundleError(
+            f"ONNX Runtime cannot load {bundle.graph_path}: {type(error).__name__} {first_line}",
+            fix="re-export the bundle (edgespec export), or upgrade onnxruntime if it is older "
+            "than the exporter's",
+        ) from error
+
+
+def check_graph_loads(bundle: Bundle) -> None:
+    """Loads the bundle's graph once on the CPU (raises :class:`BundleError` if it cannot)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    open_session(bundle, options, ["CPUExecutionProvider"])
+
+
 class OnnxModel:
     """An exported causal LM as an ONNX Runtime session, driven only by its manifest."""
 
@@ -94,9 +120,7 @@ class OnnxModel:
             "session.intra_op.allow_spinning", "1" if options.spinning else "0"
         )
         self.requested_providers = choose_providers(providers)
-        self.session = onnxruntime.InferenceSession(
-            str(bundle.graph_path), session_options, providers=self.requested_providers
-        )
+        self.session = open_session(bundle, session_options, self.requested_providers)
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("budgets (see README: Budgets)")
+    group = parser.add_argument_group("budgets (see docs/budgets.md)")
     group.add_argument(
         "--memory-budget-mb",
         type=float,
@@ -26,8 +26,21 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --memory-budget-mb: shorten the max context to fit instead of refusing",
     )
-    group.add_argument("--power-budget-w", type=float, default=None, metavar="W")
-    group.add_argument("--energy-budget-j-per-token", type=float, default=None, metavar="J")
+    group.add_argument(
+        "--power-budget-w",
+        type=float,
+        default=None,
+        metavar="W",
+        help="keep the measured power under W watts: shrink k, then stop speculating (default: "
+        "no power budget; needs an energy source, see edgespec doctor)",
+    )
+    group.add_argument(
+        "--energy-budget-j-per-token",
+        type=float,
+        default=None,
+        metavar="J",
+        help="keep the energy per generated token under J joules, the same way (default: none)",
+    )
     group.add_argument(
         "--min-battery-pct",
         type=float,
@@ -81,9 +94,27 @@ def add_doctor_command(commands: Any) -> None:
         "and for the built-in or given pair its memory estimate and a recommended "
         "quantization and k.",
     )
-    doctor.add_argument("--target", type=Path, default=None, metavar="DIR")
-    doctor.add_argument("--draft", type=Path, default=None, metavar="DIR")
-    doctor.add_argument("--memory-budget-mb", type=float, default=None, metavar="MB")
+    doctor.add_argument(
+        "--target",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="target bundle to estimate (default: the built-in pair)",
+    )
+    doctor.add_argument(
+        "--draft",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="draft bundle (default: the built-in pair's draft with the built-in target)",
+    )
+    doctor.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="check the estimate against MB instead of MemAvailable",
+    )
     doctor.add_argument(
         "--no-measure",
         action="store_true",
@@ -103,4 +134,5 @@ def run_doctor(args: argparse.Namespace) -> int:
         measure=not args.no_measure,
     )
     print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
+    # The device part is printed either way; a pair that cannot be read is still a failure.
+    return 1 if "error" in report["pair"] else 0

@@ -88,8 +88,11 @@ def add_decode_commands(commands: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from edgespec.engine.options import GenerationOptions
+
+    options = GenerationOptions(**generation_options(args))  # bad options fail before loading
     engine = load_engine(args)
-    generation = engine.stream_deltas(args.prompt, **generation_options(args))
+    generation = engine.stream_deltas(args.prompt, options)
     color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     written = False
     try:

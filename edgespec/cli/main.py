@@ -10,6 +10,7 @@ serve, mobile.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -49,13 +50,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Python names whose flag is not ``--`` + the name with dashes.
+FLAG_NAMES = {
+    "draft_min_probability": "--draft-min-prob",
+    "min_top1_agreement": "--min-top1",
+    "memory_mb": "--memory-budget-mb",
+    "power_w": "--power-budget-w",
+    "energy_per_token_j": "--energy-budget-j-per-token",
+    "remote_api": "--remote-api",
+}
+
+
+def as_flags(message: str, args: argparse.Namespace) -> str:
+    """Errors raised below the CLI name Python parameters (``max_new_tokens is -5``, ``pass
+    draft=...``); on the command line, name the flags the user typed instead. A plain word is
+    rewritten only where it starts the message, so prose such as "the draft" stays."""
+    names = {name: f"--{name.replace('_', '-')}" for name in vars(args)} | FLAG_NAMES
+    for name, flag in names.items():
+        message = re.sub(rf"\b{name}=", f"{flag} ", message)
+        if "_" in name:
+            message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
+        elif message.startswith(f"{name} "):
+            message = flag + message[len(name) :]
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
     except EdgespecError as error:
-        print(f"edgespec: error: {error}", file=sys.stderr)
+        print(f"edgespec: error: {as_flags(str(error), args)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgespec: interrupted", file=sys.stderr)

@@ -38,7 +38,7 @@ def _model_drafter(source: DraftSource) -> Drafter:
     if source.draft is None:
         raise ConfigError(
             "the model drafter needs a draft bundle",
-            fix="pass --draft DIR (draft=...), or use --drafter ngram",
+            fix="pass a draft bundle (--draft DIR), or use the ngram drafter",
         )
     return ModelDrafter(
         source.draft, vocab_size=source.vocab_size, stop_probability=source.stop_probability

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edgespec.errors import BundleError
 
-BUILTIN_PAIR_DIR = Path(__file__).resolve().parent / "data" / "default_pair"
+BUILTIN_PAIR_DIR = Path(__file__).resolve().parent.parent / "data" / "default_pair"
 
 
 @dataclass(frozen=True, kw_only=True)

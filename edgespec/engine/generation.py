@@ -116,6 +116,9 @@ class Plan:
     watch: Watch
     remote: RemoteRun | None
     providers: dict[str, list[str]]
+    #: The remote target was unreachable at load: why, and whether the fallback is lossy.
+    fell_back: str | None = None
+    lossy: bool = False
 
 
 class TextEmitter:
@@ -212,6 +215,8 @@ class Generation:
         plan = self.plan
         decoded = stats.as_dict()
         extra: dict[str, Any] = plan.watch.stats(decoded["new_tokens"])
+        if plan.fell_back is not None:
+            extra.update(fell_back=plan.fell_back, lossy=plan.lossy)
         if plan.remote is not None:
             extra.update(plan.remote.stats(len(emitter.tokens)))
         return Result(

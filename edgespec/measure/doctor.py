@@ -86,8 +86,9 @@ def _pair(
     limit = budget_mb * MIB if budget_mb is not None else available
     bits = target_bundle.manifest.quantization.bits
     tight = limit is not None and estimate.total_bytes > limit / 2
+    q = target_bundle.manifest.quantization
     quant = {
-        "current": target_bundle.manifest.quantization.scheme,
+        "current": f"{q.weight_dtype} ({q.scheme})" if q.scheme != q.weight_dtype else q.scheme,
         "recommended": "int4" if tight and bits > 4 else "keep",
         "reason": (
             f"the estimate ({estimate.total_mb:.0f} MB) takes over half of "
@@ -152,6 +153,14 @@ def diagnose(
     return report
 
 
+def _battery_words(battery: dict[str, Any]) -> str:
+    if battery["percent"] is None and battery["plugged"] is None:
+        return "none found (no battery under /sys/class/power_supply)"
+    percent = "charge unknown" if battery["percent"] is None else f"{battery['percent']:.0f}%"
+    plugged = {True: "plugged in", False: "on battery", None: "power source unknown"}
+    return f"{percent}, {plugged[battery['plugged']]}"
+
+
 def format_report(report: dict[str, Any]) -> str:
     device, memory = report["device"], report["memory"]
     lines = [
@@ -160,7 +169,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"memory     {memory['mem_total_mb']} MB total, {memory['mem_available_mb']} MB "
         f"available, this process {memory['rss_mb']} MB"
         + (f", NvMap {memory['nvmap_used_mb']} MB" if memory["nvmap_used_mb"] else ""),
-        f"battery    {report['battery']['percent']}% plugged={report['battery']['plugged']}",
+        f"battery    {_battery_words(report['battery'])}",
     ]
     for provider in report["providers"]:
         works = {True: "creates a session", False: "FAILS", None: ""}[provider["creates_session"]]
@@ -184,7 +193,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"{estimate['context']} tokens (fits: {pair['fits']})"
     )
     quant = pair["quantization"]
-    lines.append(f"quant      {quant['current']} → {quant['recommended']}: {quant['reason']}")
+    advice = "keep it" if quant["recommended"] == "keep" else f"use {quant['recommended']}"
+    lines.append(f"quant      {quant['current']}: {advice} ({quant['reason']})")
     if pair["k"]:
         k = pair["k"]
         lines.append(

@@ -11,10 +11,11 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from edgespec.errors import RemoteError, RemoteUnavailableError
+from edgespec.errors import ConfigError, RemoteError, RemoteUnavailableError
 
 #: Statuses worth retrying: the server is restarting, overloaded or behind a failing proxy.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -53,6 +54,12 @@ class Connection:
         backoff_s: float = 0.2,
         client: httpx.Client | None = None,
     ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"{url!r} is not an http:// or https:// URL",
+                fix="pass the server's address, e.g. http://127.0.0.1:8700",
+            )
         self.url = url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
@@ -119,7 +126,12 @@ def raise_for_status(
         detail = exchange.data.get("detail") if isinstance(exchange.data, dict) else exchange.data
         if isinstance(exchange.data, dict) and detail is None:
             detail = exchange.data.get("error") or exchange.data
-        raise RemoteError(f"{peer} refused {what}: HTTP {exchange.status} {detail}")
+        fix = (
+            "pass the server's key with --api-key (or $EDGESPEC_API_KEY; api_key= in Python)"
+            if exchange.status in (401, 403)
+            else None
+        )
+        raise RemoteError(f"{peer} refused {what}: HTTP {exchange.status} {detail}", fix=fix)
 
 
 @dataclass(frozen=True, kw_only=True)
