@@ -9,16 +9,9 @@ imported from ``edgespec.api`` on first use).
 from pathlib import Path
 from typing import Any
 
-# In a source checkout, runtime/ and export/ sit beside this package and are mapped into it at
-# install time (pyproject's package-dir). Searching the checkout root too makes the source tree
-# import as the installed package does (``python -m edgespec`` from the checkout root).
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "runtime" / "decoder.py").is_file() and (_CHECKOUT / "pyproject.toml").is_file():
-    __path__.append(str(_CHECKOUT))
-
 from edgespec._version import __version__
-from edgespec.engine.pairing import PairReport, check_pair
 from edgespec.config import BudgetConfig
+from edgespec.engine.pairing import PairReport, check_pair
 from edgespec.errors import (
     BundleError,
     ChecksumError,
@@ -31,16 +24,23 @@ from edgespec.errors import (
 )
 from edgespec.manifest import Bundle, Manifest, load_bundle
 
+# In a source checkout, runtime/ and export/ sit beside this package and are mapped into it at
+# install time (pyproject's package-dir). Searching the checkout root too makes the source tree
+# import as the installed package does (``python -m edgespec`` from the checkout root).
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "runtime" / "decoder.py").is_file() and (_CHECKOUT / "pyproject.toml").is_file():
+    __path__.append(str(_CHECKOUT))
+
 __all__ = [
+    "BudgetConfig",
     "Bundle",
     "BundleError",
     "ChecksumError",
     "ConfigError",
     "EdgespecError",
-    "BudgetConfig",
     "Engine",
-    "GenerationOptions",
     "ExportError",
+    "GenerationOptions",
     "Manifest",
     "MissingFileError",
     "PairReport",

@@ -21,7 +21,7 @@ from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableErr
 from edgespec.protocol import ServerInfo
 from edgespec.runtime.policy import CostProfile
 from edgespec.runtime.profile import measure_costs
-from edgespec.runtime.verifiers.openai_compat import TokenPieces
+from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.telemetry.guard import Telemetry
 
 __all__ = ["Delta", "Engine", "Generation", "GenerationOptions", "GenerationStats", "Result"]

@@ -19,13 +19,8 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError
-from edgespec.runtime.verifiers.openai_compat import (
-    Echo,
-    OpenAITarget,
-    OpenAIVerifier,
-    TokenPieces,
-    align,
-)
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier
+from edgespec.runtime.verifiers.openai_echo import Echo, TokenPieces, align
 
 PROMPTS = (
     "def foo(self):\n",

@@ -149,20 +149,25 @@ def run_bench(args: argparse.Namespace) -> int:
         settings,
         progress=lambda m: print(f"  bench: {m}", file=sys.stderr, flush=True),
     )
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+    print(json.dumps(results, indent=2) if args.json else "\n".join(bench_lines(results)))
+    return 0
+
+
+def bench_lines(results: dict[str, Any]) -> list[str]:
+    """The bench report in words: speed, sampling, energy, remote traffic, costs."""
     greedy, sampled = results["greedy"], results["sampling"]
-    print(
+    lines = [
         f"greedy   target {greedy['target_tokens_per_s']:.1f} tok/s, speculative "
         f"{greedy['speculative_tokens_per_s']:.1f} tok/s, speedup {greedy['speedup']:.2f}x, "
         f"alpha {greedy['alpha'] or 0:.2f}, mean_accepted {greedy['mean_accepted'] or 0:.2f}, "
         f"identical output {greedy['identical_output']}"
-    )
+    ]
     if sampled is None:
-        print("sampling not measured: an OpenAI-compatible engine verifies greedy drafts only")
+        lines.append(
+            "sampling not measured: an OpenAI-compatible engine verifies greedy drafts only"
+        )
     else:
-        print(
+        lines.append(
             f"sampling target {sampled['target_tokens_per_s']:.1f} tok/s, speculative "
             f"{sampled['speculative_tokens_per_s']:.1f} tok/s, speedup "
             f"{sampled['speedup']:.2f}x, alpha {sampled['alpha'] or 0:.2f}"
@@ -170,19 +175,19 @@ def run_bench(args: argparse.Namespace) -> int:
     energy = results["energy"]
     per_token = "energy_j" if energy["measured_by"] == "energy_j" else "cpu_s"
     unit = "J" if per_token == "energy_j" else "CPU-s"
-    print(
+    lines.append(
         f"per token target {energy[f'target_{per_token}_per_token']:.4g} {unit}, speculative "
         f"{energy[f'speculative_{per_token}_per_token']:.4g} {unit}: speculation is "
         f"{'cheaper' if energy['cheaper_per_token'] else 'NOT cheaper'} per token"
         f"{'' if per_token == 'energy_j' else ' (no energy source: CPU time as the proxy)'}"
     )
     if results["speedup_vs_best_target_only"] is not None:
-        print(
+        lines.append(
             f"vs the fastest target-only build ({results['best_target_only']}): "
             f"{results['speedup_vs_best_target_only']:.2f}x"
         )
     if "speculative_round_trips_per_token" in greedy:
-        print(
+        lines.append(
             f"remote   round trips/token: per-token {greedy['target_round_trips_per_token']:.2f}, "
             f"hybrid {greedy['speculative_round_trips_per_token']:.2f}; bytes/token: per-token "
             f"{greedy['target_bytes_per_token']:.0f}, hybrid "
@@ -194,11 +199,11 @@ def run_bench(args: argparse.Namespace) -> int:
             )
         )
     curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
-    print(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")
+    lines.append(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")
     if results["theoretical_speedup"]:
-        print(
+        lines.append(
             f"theoretical speedup {results['theoretical_speedup']:.2f}x, efficiency "
             f"{results['efficiency']:.2f}; loop overhead {greedy['overhead_ms_per_round']:.3f} "
             f"ms/round (loop efficiency {greedy['loop_efficiency']:.2f})"
         )
-    return 0
+    return lines

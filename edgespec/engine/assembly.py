@@ -21,7 +21,8 @@ from edgespec.runtime.policy import AutoK, CappedK, CostProfile, FixedK
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.local import LocalVerifier
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier, TokenPieces
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier
+from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.runtime.verifiers.remote import RemoteVerifier, ServerTarget
 
 

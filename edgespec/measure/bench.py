@@ -6,6 +6,7 @@ the same machine state; ratios are computed from the summed tokens and decode ti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -156,6 +157,18 @@ def _traffic(baseline: Sequence[Result], speculative: Sequence[Result]) -> dict[
     return found
 
 
+def _theoretical_speedup(
+    greedy: dict[str, Any], *, c: float, verify_cost: list[float], k: int | str | None
+) -> float | None:
+    """Leviathan's speedup with the measured alpha, c and verify pass cost at this k (None for
+    auto k, or when nothing was drafted)."""
+    if not isinstance(k, int) or greedy["alpha"] is None:
+        return None
+    in_loop_cost = verify_cost.copy()
+    in_loop_cost[k] = greedy["verify_round_ms"] / greedy["target_step_ms"]
+    return expected_speedup(greedy["alpha"], c, in_loop_cost, k)
+
+
 def run_bench(
     engine: Engine,
     prompts: Sequence[str],
@@ -174,23 +187,15 @@ def run_bench(
     profile = engine.cost_profile()
     greedy = _compare(engine, prompts, settings, {}, progress)
     # An OpenAI-compatible engine verifies greedy drafts only: no sampled comparison there.
+    sampling = {"temperature": settings.temperature, "seed": 0}
     sampled = (
-        None
-        if engine.greedy_only
-        else _compare(
-            engine, prompts, settings, {"temperature": settings.temperature, "seed": 0}, progress
-        )
+        None if engine.greedy_only else _compare(engine, prompts, settings, sampling, progress)
     )
     verify_cost = list(profile.verify_cost)
     # Remote runs compare against remote per-token decoding: the local build ratio does not apply.
     selection = engine.build_record.get("selection", {}) if engine.remote is None else {}
     c = greedy["draft_step_ms"] / greedy["target_step_ms"]
-    theoretical = None
-    if isinstance(settings.k, int) and greedy["alpha"] is not None:
-        # Leviathan's speedup with the measured alpha, c and verify pass cost at this k.
-        in_loop_cost = verify_cost.copy()
-        in_loop_cost[settings.k] = greedy["verify_round_ms"] / greedy["target_step_ms"]
-        theoretical = expected_speedup(greedy["alpha"], c, in_loop_cost, settings.k)
+    theoretical = _theoretical_speedup(greedy, c=c, verify_cost=verify_cost, k=settings.k)
     return {
         "greedy": greedy,
         "sampling": sampled,
@@ -215,14 +220,7 @@ def run_bench(
             if "shipped_vs_best_target_only" in selection
             else None
         ),
-        "settings": {
-            "k": settings.k,
-            "drafter": settings.drafter,
-            "max_new_tokens": settings.max_new_tokens,
-            "prompts": len(prompts),
-            "repeats": settings.repeats,
-            "temperature": settings.temperature,
-        },
+        "settings": {**dataclasses.asdict(settings), "prompts": len(prompts)},
         "providers": engine.providers,
         "energy": greedy["energy"],
         "idle_power_w": idle_w,

@@ -1,0 +1,191 @@
+"""A new user's first ten minutes: each rough edge found by trying the CLI as one would."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.generation import Delta
+from edgespec.errors import BundleError, ConfigError
+from edgespec.manifest import file_record, load_bundle, write_manifest
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _edgespec(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def _error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgespec: error: ")
+    return lines[0]
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_export_without_the_extra_says_how_to_install_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def without_transformers(name: str, *args: object) -> object:
+        return None if name == "transformers" else real_find_spec(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_transformers)
+    line = _error_line(capsys, "export", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert "needs the [export] extra (transformers not installed)" in line
+    assert "pip install '.[export]' in the edgespec checkout" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_dash_m_works_from_the_checkout_root() -> None:
+    result = _edgespec("inspect", str(builtin_pair().target), cwd=CHECKOUT)
+    assert result.returncode == 0, result.stderr
+    assert "parity" in result.stdout
+
+
+def test_fallback_local_when_the_server_is_down_from_the_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    prompt, options = "def add(a, b):", ["--max-new-tokens", "12", "--json"]
+    assert main(["generate", prompt, *options]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["generate", prompt, *options, "--remote", url, "--fallback", "local"]) == 0
+    captured = capsys.readouterr()
+    hybrid = json.loads(captured.out)
+    assert hybrid["tokens"] == local["tokens"]
+    assert hybrid["stats"]["fell_back"] and not hybrid["stats"]["lossy"]
+    assert "--fallback local: verifying locally (lossless)" in captured.err
+
+
+def test_ctrl_c_keeps_the_streamed_text_and_ends_the_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(self: Engine, prompt: object, options: object) -> Iterator[Delta]:
+        yield Delta(text="partial", drafted=False)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Engine, "stream_deltas", interrupted)
+    assert main(["generate", "def f():", "--no-color"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "partial\n"
+    assert captured.err == "edgespec: interrupted; the text above is what was generated\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--k", "100"], "--k 100 is out of range; k is 0 (no drafting) to 8, or 'auto'"),
+        (["--k", "-1"], "--k -1 is out of range; k is 0 (no drafting) to 8, or 'auto'"),
+        (["--max-new-tokens", "-5"], "--max-new-tokens is -5; ask for at least 1 token"),
+        (["--top-p", "2"], "--top-p 2.0 is outside (0, 1]"),
+        (["--temperature", "nan"], "--temperature nan is not a finite number"),
+        (["--draft-min-prob", "2"], "--draft-min-prob 2.0 is outside [0, 1)"),
+        (["--remote", "notaurl"], "'notaurl' is not an http:// or https:// URL"),
+    ],
+)
+def test_bad_flags_are_named_as_typed(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert message in _error_line(capsys, "generate", "x", *flags)
+
+
+def test_k_rule_is_stated_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command, rule in (
+        ("generate", "0 (no drafting) to 8, or auto"),
+        ("bench", "0 to 8, or auto"),
+    ):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert rule in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_file_given_as_a_bundle_is_called_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = CHECKOUT / "README.md"
+    line = _error_line(capsys, "generate", "x", "--target", str(readme))
+    assert f"{readme} is a file, not a bundle directory" in line
+
+
+def test_a_graph_onnx_runtime_cannot_load_is_a_bundle_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bundle_dir = tmp_path / "target"
+    shutil.copytree(builtin_pair().target, bundle_dir)
+    manifest = load_bundle(bundle_dir).manifest
+    graph = bundle_dir / manifest.graph.file
+    graph.write_bytes(b"not an onnx graph" * 64)
+    # The checksum is rewritten to match: the bytes are "right", the graph is not.
+    files = tuple(
+        file_record(bundle_dir, r.path, r.role) if r.path == manifest.graph.file else r
+        for r in manifest.files
+    )
+    write_manifest(bundle_dir, dataclasses.replace(manifest, files=files))
+    line = _error_line(capsys, "inspect", str(bundle_dir))
+    assert f"ONNX Runtime cannot load {graph}" in line and "re-export the bundle" in line
+    with pytest.raises(BundleError, match="ONNX Runtime cannot load"):
+        Engine.load(target=bundle_dir, draft=builtin_pair().draft)
+
+
+def test_doctor_fails_on_a_missing_target_and_words_its_report(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["doctor", "--target", str(tmp_path / "nonexistent"), "--no-measure"]) == 1
+    report = capsys.readouterr().out
+    assert "does not exist" in report
+    assert "None%" not in report and "plugged=None" not in report
+    assert main(["doctor", "--no-measure"]) == 0
+    report = capsys.readouterr().out
+    assert "quant      int4 (matmul_nbits): keep it (the estimate fits" in report
+    assert "battery    " in report and "→ keep" not in report
+
+
+def test_options_have_help_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    expected = {
+        "generate": ("--max-new-tokens N", "default 128", "--seed", "--power-budget-w W"),
+        "doctor": ("--target DIR", "default: the built-in pair", "--draft DIR"),
+        "bench": ("--drafter", "--repeats", "default 1"),
+        "info": ("ONNX Runtime distributions installed",),
+    }
+    for command, needles in expected.items():
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for needle in needles:
+            assert needle in text, (command, needle)
+
+
+def test_api_errors_name_parameters_and_the_cli_names_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    engine = Engine.load()
+    with pytest.raises(ConfigError, match="max_new_tokens is -5"):
+        engine.generate("x", max_new_tokens=-5)
+    assert "--max-new-tokens is -5" in _error_line(
+        capsys, "generate", "x", "--max-new-tokens", "-5"
+    )
