@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.errors import BundleError, ConfigError, MissingDependencyError, install_fix
-from edgespec.manifest import Bundle, FileRecord, file_record, load_bundle, write_manifest
+from edgespec.manifest import (
+    Bundle,
+    FileRecord,
+    Manifest,
+    file_record,
+    load_bundle,
+    write_manifest,
+)
 
 ORT_FILE = "model.ort"
 OPS_CONFIG_FILE = "required_operators.config"
@@ -94,24 +101,55 @@ def _convert(graph: Path, out: Path, style: str) -> tuple[Path, Path]:
     return out / ORT_FILE, out / OPS_CONFIG_FILE
 
 
-def _coverage(graph: Path, quant: str) -> tuple[tuple[str, ...], tuple[EpCoverage, ...]]:
-    from onnxruntime.tools.mobile_helpers import usability_checker as checker
+@dataclass(frozen=True, kw_only=True)
+class _GraphCoverage:
+    """The graph's op types and how much of it each execution provider could take."""
+
+    op_types: tuple[str, ...]  # sorted "domain:OpType", with ai.onnx for the default domain
+    coverage: tuple[EpCoverage, ...]  # CPU, NNAPI and CoreML (each twice), XNNPACK, QNN
+
+
+def _coverage(graph: Path, quant: str) -> _GraphCoverage:
     from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo
 
     model = ModelProtoWithShapeInfo(graph).model_with_shape_info
     nodes = list(model.graph.node)
     initializers = {i.name for i in model.graph.initializer}
-    op_types = tuple(sorted({f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in nodes}))
-    found = []
-    for provider, check in (
-        ("NNAPI", checker.check_nnapi_partitions),
-        (
-            "CoreML",
-            lambda m, fixed: checker.check_coreml_partitions(
-                m, fixed, "coreml_supported_mlprogram_ops.md"
-            ),
+    return _GraphCoverage(
+        op_types=tuple(sorted({f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in nodes})),
+        coverage=(
+            _cpu_coverage(len(nodes)),
+            *_checker_coverage(model),
+            _xnnpack_coverage(nodes, initializers),
+            _qnn_coverage(len(nodes), quant),
         ),
-    ):
+    )
+
+
+def _cpu_coverage(total: int) -> EpCoverage:
+    return EpCoverage(
+        provider="CPU",
+        nodes=total,
+        total=total,
+        partitions=1,
+        verdict="YES",
+        source="every op has a CPU kernel (the reference EP)",
+        note=f"a minimal ORT build needs only the ops in {OPS_CONFIG_FILE}",
+    )
+
+
+def _checker_coverage(model: Any) -> list[EpCoverage]:
+    """NNAPI and CoreML as ONNX Runtime's mobile usability checker sees them, run twice each:
+    with ``fixed_shapes`` on and off."""
+    from onnxruntime.tools.mobile_helpers import usability_checker as checker
+
+    def check_coreml(model: Any, fixed_shapes: bool) -> Any:
+        return checker.check_coreml_partitions(
+            model, fixed_shapes, "coreml_supported_mlprogram_ops.md"
+        )
+
+    found = []
+    for provider, check in (("NNAPI", checker.check_nnapi_partitions), ("CoreML", check_coreml)):
         for fixed_shapes in (True, False):
             info = check(model, fixed_shapes)
             found.append(
@@ -127,6 +165,11 @@ def _coverage(graph: Path, quant: str) -> tuple[tuple[str, ...], tuple[EpCoverag
                     else "",
                 )
             )
+    return found
+
+
+def _xnnpack_coverage(nodes: list[Any], initializers: set[str]) -> EpCoverage:
+    """An estimate: this onnxruntime build has no XNNPACK EP to ask."""
     candidates = sum(
         1
         for n in nodes
@@ -134,43 +177,29 @@ def _coverage(graph: Path, quant: str) -> tuple[tuple[str, ...], tuple[EpCoverag
         and not n.domain
         and (n.op_type == "Softmax" or any(i in initializers for i in n.input[1:2]))
     )
-    found.append(
-        EpCoverage(
-            provider="XNNPACK",
-            nodes=candidates,
-            total=len(nodes),
-            partitions=None,
-            verdict="NOT MEASURED",
-            source="op-type heuristic (this onnxruntime build has no XNNPACK EP)",
-            note="fp32 MatMul/Gemm with constant weights and Softmax; quantized "
-            "com.microsoft ops (MatMulNBits) and the rest stay on the CPU EP",
-        )
+    return EpCoverage(
+        provider="XNNPACK",
+        nodes=candidates,
+        total=len(nodes),
+        partitions=None,
+        verdict="NOT MEASURED",
+        source="op-type heuristic (this onnxruntime build has no XNNPACK EP)",
+        note="fp32 MatMul/Gemm with constant weights and Softmax; quantized "
+        "com.microsoft ops (MatMulNBits) and the rest stay on the CPU EP",
     )
-    found.append(
-        EpCoverage(
-            provider="QNN",
-            nodes=0,
-            total=len(nodes),
-            partitions=None,
-            verdict="NOT MEASURED",
-            source="not assessed here (no QNN SDK)",
-            note=f"QNN's HTP backend runs QDQ-quantized graphs; this bundle is {quant}, so "
-            "it would need QDQ quantization first",
-        )
+
+
+def _qnn_coverage(total: int, quant: str) -> EpCoverage:
+    return EpCoverage(
+        provider="QNN",
+        nodes=0,
+        total=total,
+        partitions=None,
+        verdict="NOT MEASURED",
+        source="not assessed here (no QNN SDK)",
+        note=f"QNN's HTP backend runs QDQ-quantized graphs; this bundle is {quant}, so "
+        "it would need QDQ quantization first",
     )
-    found.insert(
-        0,
-        EpCoverage(
-            provider="CPU",
-            nodes=len(nodes),
-            total=len(nodes),
-            partitions=1,
-            verdict="YES",
-            source="every op has a CPU kernel (the reference EP)",
-            note=f"a minimal ORT build needs only the ops in {OPS_CONFIG_FILE}",
-        ),
-    )
-    return op_types, tuple(found)
 
 
 def _memory_mb(bundle: Bundle, ort_bytes: int) -> dict[str, float]:
@@ -229,53 +258,84 @@ def make_mobile_bundle(
     staging.mkdir(parents=True)
     try:
         ort_path, _ = _convert(bundle.graph_path, staging, optimization_style)
-        kept = [f for f in bundle.manifest.files if f.role not in ("graph", "graph_data")]
-        for record in kept:
-            (staging / record.path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(bundle.root / record.path, staging / record.path)
-        op_types, coverage = _coverage(bundle.graph_path, bundle.manifest.quantization.scheme)
-        onnx_bytes = sum(f.size for f in bundle.manifest.files if f.role in ("graph", "graph_data"))
-        report = MobileReport(
+        kept = _copy_non_graph_files(bundle, staging)
+        report = _write_report(
+            bundle,
+            staging,
+            ort_path=ort_path,
             onnxruntime_version=onnxruntime.__version__,
             optimization_style=optimization_style,
-            ort_bytes=ort_path.stat().st_size,
-            onnx_bytes=onnx_bytes,
-            op_types=op_types,
-            coverage=coverage,
-            memory_mb=_memory_mb(bundle, ort_path.stat().st_size),
         )
-        (staging / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        (staging / REPORT_TEXT_FILE).write_text(_report_text(bundle, report))
-        files: list[FileRecord] = [file_record(staging, r.path, r.role) for r in kept]
-        files.append(file_record(staging, ORT_FILE, "graph"))
-        for name in (OPS_CONFIG_FILE, REPORT_FILE, REPORT_TEXT_FILE):
-            files.append(file_record(staging, name, "report"))
-        manifest = bundle.manifest
-        manifest = dataclasses.replace(
-            manifest,
-            graph=dataclasses.replace(manifest.graph, file=ORT_FILE),
-            memory=dataclasses.replace(manifest.memory, file_bytes=report.ort_bytes),
-            files=tuple(sorted(files, key=lambda f: f.path)),
-            toolchain={
-                **manifest.toolchain,
-                "onnxruntime_mobile_convert": report.onnxruntime_version,
-            },
-            extra={
-                **manifest.extra,
-                "mobile": {
-                    "graph_format": "ort",
-                    "optimization_style": optimization_style,
-                    "source_graph_sha256": next(
-                        f.sha256 for f in bundle.manifest.files if f.role == "graph"
-                    ),
-                    "report": REPORT_FILE,
-                },
-            },
-        )
-        write_manifest(staging, manifest)
+        write_manifest(staging, _mobile_manifest(bundle, staging, kept=kept, report=report))
         load_bundle(staging)  # what was written must validate
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _copy_non_graph_files(bundle: Bundle, staging: Path) -> list[FileRecord]:
+    """Copies the tokenizer and config files as they are; returns their source records."""
+    kept = [f for f in bundle.manifest.files if f.role not in ("graph", "graph_data")]
+    for record in kept:
+        (staging / record.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(bundle.root / record.path, staging / record.path)
+    return kept
+
+
+def _write_report(
+    bundle: Bundle,
+    staging: Path,
+    *,
+    ort_path: Path,
+    onnxruntime_version: str,
+    optimization_style: str,
+) -> MobileReport:
+    """Writes ``mobile_report.json`` and ``MOBILE.md`` into ``staging``; returns the report."""
+    graph = _coverage(bundle.graph_path, bundle.manifest.quantization.scheme)
+    onnx_bytes = sum(f.size for f in bundle.manifest.files if f.role in ("graph", "graph_data"))
+    report = MobileReport(
+        onnxruntime_version=onnxruntime_version,
+        optimization_style=optimization_style,
+        ort_bytes=ort_path.stat().st_size,
+        onnx_bytes=onnx_bytes,
+        op_types=graph.op_types,
+        coverage=graph.coverage,
+        memory_mb=_memory_mb(bundle, ort_path.stat().st_size),
+    )
+    (staging / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (staging / REPORT_TEXT_FILE).write_text(_report_text(bundle, report))
+    return report
+
+
+def _mobile_manifest(
+    bundle: Bundle, staging: Path, *, kept: list[FileRecord], report: MobileReport
+) -> Manifest:
+    """The source manifest with the ``.ort`` graph, its file records and the mobile record."""
+    files: list[FileRecord] = [file_record(staging, r.path, r.role) for r in kept]
+    files.append(file_record(staging, ORT_FILE, "graph"))
+    for name in (OPS_CONFIG_FILE, REPORT_FILE, REPORT_TEXT_FILE):
+        files.append(file_record(staging, name, "report"))
+    manifest = bundle.manifest
+    return dataclasses.replace(
+        manifest,
+        graph=dataclasses.replace(manifest.graph, file=ORT_FILE),
+        memory=dataclasses.replace(manifest.memory, file_bytes=report.ort_bytes),
+        files=tuple(sorted(files, key=lambda f: f.path)),
+        toolchain={
+            **manifest.toolchain,
+            "onnxruntime_mobile_convert": report.onnxruntime_version,
+        },
+        extra={
+            **manifest.extra,
+            "mobile": {
+                "graph_format": "ort",
+                "optimization_style": report.optimization_style,
+                "source_graph_sha256": next(
+                    f.sha256 for f in bundle.manifest.files if f.role == "graph"
+                ),
+                "report": REPORT_FILE,
+            },
+        },
+    )

@@ -6,8 +6,10 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from edgespec._version import __version__
@@ -24,7 +26,7 @@ from edgespec.export.bundle import (
 )
 from edgespec.export.onnx_export import GRAPH_FILE, export_graph, load_tokenizer, load_torch_model
 from edgespec.export.quantize import EXTERNAL_DATA_FILE, QuantRequest, describe, quantize_graph
-from edgespec.export.source import resolve_source
+from edgespec.export.source import ResolvedSource, resolve_source
 from edgespec.export.verify import (
     CALIBRATION_TEXT,
     GREEDY_TOKENS,
@@ -36,8 +38,11 @@ from edgespec.export.verify import (
 from edgespec.manifest import (
     SCHEMA_VERSION,
     Bundle,
+    FileRecord,
+    GraphSpec,
     Manifest,
     ModelSpec,
+    TokenizerSpec,
     VerificationRecord,
     load_bundle,
     write_manifest,
@@ -66,6 +71,27 @@ def _stage(name: str, message: str, observe: ProgressObserver) -> Iterator[None]
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class _LoadedModel:
+    """The PyTorch model and tokenizer, with the quantization their size resolves to."""
+
+    torch_model: Any
+    tokenizer: Any
+    parameters: int  # total parameter count: --quant auto picks the scheme from it
+    quant: str  # the resolved scheme, never "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StagedGraph:
+    """The final (quantized) graph in the staging directory and what its I/O records."""
+
+    path: Path
+    spec: GraphSpec
+    weight_bytes: int  # all initializers, external data included
+    kv_heads: int  # past key/value inputs are [batch, kv_heads, past, head_dim]
+    head_dim: int
+
+
 def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
     """Exports ``config.model`` to ``config.out`` and returns the validated bundle.
 
@@ -79,88 +105,41 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
     max_positions = int(getattr(source.config, "max_position_embeddings", 0) or 0)
     max_length = _max_length(config.max_length, max_positions)
     with staging_directory(config.out, force=config.force) as staging:
-        with _stage("load", "loading the PyTorch model and tokenizer", observe):
-            torch_model = load_torch_model(
-                source, revision=config.revision, trust_remote_code=config.trust_remote_code
-            )
-            tokenizer = load_tokenizer(
-                source, revision=config.revision, trust_remote_code=config.trust_remote_code
-            )
-            parameters = sum(int(p.numel()) for p in torch_model.parameters())
-            quant = resolve_quant(config.quant, parameters)
-        if quant == "int8-dynamic":
-            observe(ProgressEvent(stage="quantize", message=_DYNAMIC_INT8_WARNING, warning=True))
+        loaded = _load_model(source, config, observe=observe)
         request = QuantRequest(
-            quant=quant, block_size=config.block_size, accuracy_level=config.accuracy_level
+            quant=loaded.quant, block_size=config.block_size, accuracy_level=config.accuracy_level
         )
-        with _stage("export", "exporting to ONNX (optimum, text-generation-with-past)", observe):
-            fp32_dir = staging / ".fp32"
-            fp32_graph = export_graph(torch_model, fp32_dir)
-        graph_path = staging / GRAPH_FILE
-        if quant == "fp32":
-            for name in (GRAPH_FILE, EXTERNAL_DATA_FILE):
-                if (fp32_dir / name).exists():
-                    shutil.move(str(fp32_dir / name), str(staging / name))
-        else:
-            with _stage("quantize", f"quantizing to {quant}", observe):
-                quantize_graph(fp32_graph, graph_path, request)
-        shutil.rmtree(fp32_dir)
-        graph_spec, weight_bytes = read_graph_spec(graph_path)
-        kv_heads, head_dim = kv_shape(graph_spec)
-        tokenizer_spec = save_tokenizer(tokenizer, torch_model.generation_config, staging)
-        torch_model.config.save_pretrained(str(staging))
-        if config.verify:
-            with _stage("verify", "verifying against PyTorch", observe):
-                runner = GraphRunner(graph_path, graph_spec, kv_heads=kv_heads, head_dim=head_dim)
-                verification = _verify(
-                    runner,
-                    torch_model,
-                    tokenizer,
-                    quant=quant,
-                    max_length=max_length,
-                    config=config,
-                    observe=observe,
-                )
-        else:
-            verification = VerificationRecord(performed=False)
+        graph = _stage_graph(loaded.torch_model, staging, request=request, observe=observe)
+        tokenizer_spec = save_tokenizer(
+            loaded.tokenizer, loaded.torch_model.generation_config, staging
+        )
+        loaded.torch_model.config.save_pretrained(str(staging))
+        verification = _verification(
+            graph, loaded, max_length=max_length, config=config, observe=observe
+        )
         with _stage("write", "writing the bundle", observe):
-            roles = {name: "tokenizer" for name in tokenizer_spec.files}
-            roles["config.json"] = "config"
-            roles[GRAPH_FILE] = "graph"
-            if (staging / EXTERNAL_DATA_FILE).exists():
-                roles[EXTERNAL_DATA_FILE] = "graph_data"
-            files = file_records(staging, roles)
-            logits_shape = next(t.shape for t in graph_spec.outputs if t.name == graph_spec.logits)
-            vocab_size = (
-                logits_shape[-1]
-                if isinstance(logits_shape[-1], int)
-                else int(source.config.vocab_size)
-            )
+            files = _file_records(staging, tokenizer_spec)
+            vocab_size = _vocab_size(graph.spec, source)
             manifest = Manifest(
                 schema_version=SCHEMA_VERSION,
                 edgespec_version=__version__,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 source=source.spec,
-                model=ModelSpec(
-                    model_type=str(source.config.model_type),
-                    architecture=type(torch_model).__name__,
-                    parameters=parameters,
-                    num_layers=len(graph_spec.past_key),
-                    num_attention_heads=int(source.config.num_attention_heads),
-                    num_kv_heads=kv_heads,
-                    head_dim=head_dim,
-                    hidden_size=int(source.config.hidden_size),
+                model=_model_spec(
+                    source,
+                    loaded,
+                    graph,
                     vocab_size=vocab_size,
-                    max_position_embeddings=max_positions,
+                    max_positions=max_positions,
                     max_length=max_length,
                 ),
-                graph=graph_spec,
+                graph=graph.spec,
                 tokenizer=tokenizer_spec,
                 quantization=describe(request),
                 verification=verification,
                 memory=memory_estimate(
-                    graph_spec,
-                    weight_bytes=weight_bytes,
+                    graph.spec,
+                    weight_bytes=graph.weight_bytes,
                     vocab_size=vocab_size,
                     file_bytes=sum(f.size for f in files if f.role in ("graph", "graph_data")),
                 ),
@@ -169,6 +148,120 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
             )
             write_manifest(staging, manifest)
     return load_bundle(config.out)
+
+
+def _load_model(
+    source: ResolvedSource, config: ExportConfig, *, observe: ProgressObserver
+) -> _LoadedModel:
+    """Loads the PyTorch model and tokenizer, and resolves ``--quant`` against the model size."""
+    with _stage("load", "loading the PyTorch model and tokenizer", observe):
+        torch_model = load_torch_model(
+            source, revision=config.revision, trust_remote_code=config.trust_remote_code
+        )
+        tokenizer = load_tokenizer(
+            source, revision=config.revision, trust_remote_code=config.trust_remote_code
+        )
+        parameters = sum(int(p.numel()) for p in torch_model.parameters())
+        quant = resolve_quant(config.quant, parameters)
+    if quant == "int8-dynamic":
+        observe(ProgressEvent(stage="quantize", message=_DYNAMIC_INT8_WARNING, warning=True))
+    return _LoadedModel(
+        torch_model=torch_model, tokenizer=tokenizer, parameters=parameters, quant=quant
+    )
+
+
+def _stage_graph(
+    torch_model: Any, staging: Path, *, request: QuantRequest, observe: ProgressObserver
+) -> _StagedGraph:
+    """Exports the fp32 graph beside the bundle, then moves or quantizes it into ``staging``."""
+    with _stage("export", "exporting to ONNX (optimum, text-generation-with-past)", observe):
+        fp32_dir = staging / ".fp32"
+        fp32_graph = export_graph(torch_model, fp32_dir)
+    graph_path = staging / GRAPH_FILE
+    if request.quant == "fp32":
+        for name in (GRAPH_FILE, EXTERNAL_DATA_FILE):
+            if (fp32_dir / name).exists():
+                shutil.move(str(fp32_dir / name), str(staging / name))
+    else:
+        with _stage("quantize", f"quantizing to {request.quant}", observe):
+            quantize_graph(fp32_graph, graph_path, request)
+    shutil.rmtree(fp32_dir)
+    graph_spec, weight_bytes = read_graph_spec(graph_path)
+    kv_heads, head_dim = kv_shape(graph_spec)
+    return _StagedGraph(
+        path=graph_path,
+        spec=graph_spec,
+        weight_bytes=weight_bytes,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+    )
+
+
+def _verification(
+    graph: _StagedGraph,
+    loaded: _LoadedModel,
+    *,
+    max_length: int,
+    config: ExportConfig,
+    observe: ProgressObserver,
+) -> VerificationRecord:
+    """Runs the checks against PyTorch unless ``--no-verify``, which is recorded as such."""
+    if not config.verify:
+        return VerificationRecord(performed=False)
+    with _stage("verify", "verifying against PyTorch", observe):
+        runner = GraphRunner(
+            graph.path, graph.spec, kv_heads=graph.kv_heads, head_dim=graph.head_dim
+        )
+        return _verify(
+            runner,
+            loaded.torch_model,
+            loaded.tokenizer,
+            quant=loaded.quant,
+            max_length=max_length,
+            config=config,
+            observe=observe,
+        )
+
+
+def _file_records(staging: Path, tokenizer_spec: TokenizerSpec) -> tuple[FileRecord, ...]:
+    """Size and hash of every bundle file, each with its role in the manifest."""
+    roles = {name: "tokenizer" for name in tokenizer_spec.files}
+    roles["config.json"] = "config"
+    roles[GRAPH_FILE] = "graph"
+    if (staging / EXTERNAL_DATA_FILE).exists():
+        roles[EXTERNAL_DATA_FILE] = "graph_data"
+    return file_records(staging, roles)
+
+
+def _vocab_size(graph_spec: GraphSpec, source: ResolvedSource) -> int:
+    """The logits' last dimension when static, else the model config's ``vocab_size``."""
+    logits_shape = next(t.shape for t in graph_spec.outputs if t.name == graph_spec.logits)
+    last = logits_shape[-1]
+    return last if isinstance(last, int) else int(source.config.vocab_size)
+
+
+def _model_spec(
+    source: ResolvedSource,
+    loaded: _LoadedModel,
+    graph: _StagedGraph,
+    *,
+    vocab_size: int,
+    max_positions: int,
+    max_length: int,
+) -> ModelSpec:
+    return ModelSpec(
+        model_type=str(source.config.model_type),
+        architecture=type(loaded.torch_model).__name__,
+        parameters=loaded.parameters,
+        num_layers=len(graph.spec.past_key),
+        num_attention_heads=int(source.config.num_attention_heads),
+        num_kv_heads=graph.kv_heads,
+        head_dim=graph.head_dim,
+        hidden_size=int(source.config.hidden_size),
+        vocab_size=vocab_size,
+        max_position_embeddings=max_positions,
+        max_length=max_length,
+    )
 
 
 def _max_length(requested: int | None, max_positions: int) -> int:

@@ -143,6 +143,36 @@ def _common_prefix(left: Sequence[int], right: Sequence[int]) -> int:
     return min(len(left), len(right))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _PromptParity:
+    """One prompt's comparison of the graph with PyTorch."""
+
+    max_abs_logit_diff: float
+    largest_logit: float  # largest |logit| of PyTorch, which scales the exact tolerance
+    top1_agreeing: int  # positions whose argmax is the same in both
+    positions: int
+    greedy_match: int  # leading greedy tokens that are identical
+    divergence_margin: float | None  # PyTorch's top-1 margin where the continuations part
+
+
+def _compare_prompt(
+    runner: GraphRunner, torch_model: Any, prompt: Sequence[int], *, greedy_tokens: int
+) -> _PromptParity:
+    """One pass over ``prompt`` (logits [len(prompt), vocab] from each) and greedy continuations."""
+    reference = _torch_logits(torch_model, prompt)
+    exported, _ = runner.forward(prompt, runner.empty())
+    expected, margins = _torch_greedy(torch_model, prompt, greedy_tokens)
+    matched = _common_prefix(expected, runner.greedy(prompt, greedy_tokens))
+    return _PromptParity(
+        max_abs_logit_diff=float(np.max(np.abs(reference - exported))),
+        largest_logit=float(np.max(np.abs(reference))),
+        top1_agreeing=int(np.sum(reference.argmax(-1) == exported.argmax(-1))),
+        positions=len(prompt),
+        greedy_match=matched,
+        divergence_margin=margins[matched] if matched < greedy_tokens else None,
+    )
+
+
 def check_parity(
     runner: GraphRunner,
     torch_model: Any,
@@ -159,36 +189,43 @@ def check_parity(
     ``LOGIT_TOLERANCE`` and reproduce the greedy continuation; quantized graphs (None) must
     agree on the top-1 token for ``min_top1_agreement`` of the positions.
     """
-    max_diff = 0.0
-    largest_logit = 0.0
-    agreeing = positions = greedy_match = 0
-    divergence_margins: list[float] = []
+    compared = []
     for index, prompt in enumerate(prompts):
-        reference = _torch_logits(torch_model, prompt)
-        exported, _ = runner.forward(prompt, runner.empty())
-        max_diff = max(max_diff, float(np.max(np.abs(reference - exported))))
-        largest_logit = max(largest_logit, float(np.max(np.abs(reference))))
-        agreeing += int(np.sum(reference.argmax(-1) == exported.argmax(-1)))
-        positions += len(prompt)
-        expected, margins = _torch_greedy(torch_model, prompt, greedy_tokens)
-        matched = _common_prefix(expected, runner.greedy(prompt, greedy_tokens))
-        greedy_match += matched
-        if matched < greedy_tokens:
-            divergence_margins.append(margins[matched])
+        compared.append(_compare_prompt(runner, torch_model, prompt, greedy_tokens=greedy_tokens))
         observe(
             ProgressEvent(
                 stage="verify", message="parity with PyTorch", step=index + 1, total=len(prompts)
             )
         )
-    top1 = agreeing / positions
-    total_greedy = greedy_tokens * len(prompts)
+    return _parity_result(
+        compared,
+        exact_dtype=exact_dtype,
+        min_top1_agreement=min_top1_agreement,
+        greedy_tokens=greedy_tokens,
+    )
+
+
+def _parity_result(
+    compared: Sequence[_PromptParity],
+    *,
+    exact_dtype: str | None,
+    min_top1_agreement: float,
+    greedy_tokens: int,
+) -> ParityResult:
+    """Sums the prompts' comparisons and applies the criterion for exact or quantized graphs."""
+    # max() over a list that starts at 0.0 keeps the running maximum's semantics exactly.
+    max_diff = max([0.0, *(p.max_abs_logit_diff for p in compared)])
+    largest_logit = max([0.0, *(p.largest_logit for p in compared)])
+    positions = sum(p.positions for p in compared)
+    top1 = sum(p.top1_agreeing for p in compared) / positions
+    divergence_margins = [p.divergence_margin for p in compared if p.divergence_margin is not None]
     common: dict[str, Any] = dict(
-        prompts=len(prompts),
+        prompts=len(compared),
         positions=positions,
         max_abs_logit_diff=max_diff,
         top1_agreement=top1,
-        greedy_tokens=total_greedy,
-        greedy_match_tokens=greedy_match,
+        greedy_tokens=greedy_tokens * len(compared),
+        greedy_match_tokens=sum(p.greedy_match for p in compared),
         greedy_divergence_margins=tuple(divergence_margins),
     )
     if exact_dtype is not None:

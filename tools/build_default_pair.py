@@ -29,9 +29,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from on_policy import distill_on_policy
 from train_pair import (
     TrainSettings,
-    distill_on_policy,
     split_corpus,
     token_arrays,
     train_pair,

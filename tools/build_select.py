@@ -187,16 +187,41 @@ def stage_install(
     *,
     log: Any,
 ) -> None:
-    from edgespec.manifest import load_bundle, write_manifest
-
-    rows_path = work / "selection.json"
-    if rows_path.exists():
-        rows = json.loads(rows_path.read_text())
-    else:
-        rows = _measure(exported, settings, log)
-        rows_path.write_text(json.dumps(rows, indent=1))
+    rows = _selection_rows(work, exported, settings, log=log)
     draft_dir = Path(exported["draft"]["dir"])
     draft_bytes = _bundle_bytes(draft_dir)
+    chosen = _choose_target(rows, draft_bytes=draft_bytes)
+    failed = {n: e["reason"] for n, e in exported.items() if not e["ok"]}
+    table = _table(rows, failed, draft_bytes, chosen)
+    (work / "table.md").write_text(table)
+    log("\n" + table)
+    build = _build_record(record, rows, failed=failed, chosen=chosen, settings=settings)
+    _install_pair(
+        target_dir=Path(exported[chosen]["dir"]),
+        draft_dir=draft_dir,
+        build=build,
+        install_dir=settings.install_dir,
+    )
+    log(
+        f"installed {chosen} target + fp32 draft into {settings.install_dir} "
+        f"(k={rows[chosen]['best_k']})"
+    )
+
+
+def _selection_rows(
+    work: Path, exported: dict[str, dict[str, Any]], settings: SelectSettings, *, log: Any
+) -> dict[str, Any]:
+    """The measured table, kept in ``selection.json`` so a rerun does not measure again."""
+    rows_path = work / "selection.json"
+    if rows_path.exists():
+        return dict(json.loads(rows_path.read_text()))
+    rows = _measure(exported, settings, log)
+    rows_path.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def _choose_target(rows: dict[str, Any], *, draft_bytes: int) -> str:
+    """The exact candidate with the fastest speculative decoding (at its best k) that fits."""
     fitting = {
         name: row
         for name, row in rows.items()
@@ -204,16 +229,23 @@ def stage_install(
     }
     if not fitting:
         raise SystemExit("no exact candidate fits the size limit; see selection.json")
-    chosen = max(
+    return max(
         fitting, key=lambda n: fitting[n]["speculative_tokens_per_s"][f"k={rows[n]['best_k']}"]
     )
+
+
+def _build_record(
+    record: dict[str, Any],
+    rows: dict[str, Any],
+    *,
+    failed: dict[str, str],
+    chosen: str,
+    settings: SelectSettings,
+) -> dict[str, Any]:
+    """The ``builtin_pair`` record written into both manifests' ``extra``."""
     best_target_only = max(rows, key=lambda n: rows[n]["target_only_tokens_per_s"])
-    failed = {n: e["reason"] for n, e in exported.items() if not e["ok"]}
-    table = _table(rows, failed, draft_bytes, chosen)
-    (work / "table.md").write_text(table)
-    log("\n" + table)
     corpus = {**record["corpus"], "source": record["corpus"]["source"].split(" (")[0]}
-    build = {
+    return {
         "training": {**record, "corpus": corpus},  # no machine paths in shipped manifests
         "selection": {
             "table": rows,
@@ -234,18 +266,23 @@ def stage_install(
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
     }
-    staging = settings.install_dir.with_name(".default_pair.staging")
+
+
+def _install_pair(
+    *, target_dir: Path, draft_dir: Path, build: dict[str, Any], install_dir: Path
+) -> None:
+    """Copies both bundles with the build record into a staging directory, checks that they
+    load, then replaces ``install_dir`` with it."""
+    from edgespec.manifest import load_bundle, write_manifest
+
+    staging = install_dir.with_name(".default_pair.staging")
     shutil.rmtree(staging, ignore_errors=True)
-    for role, source in (("target", Path(exported[chosen]["dir"])), ("draft", draft_dir)):
+    for role, source in (("target", target_dir), ("draft", draft_dir)):
         shutil.copytree(source, staging / role)
         manifest = load_bundle(staging / role).manifest
         write_manifest(
             staging / role, replace(manifest, extra={**manifest.extra, "builtin_pair": build})
         )
         load_bundle(staging / role)
-    shutil.rmtree(settings.install_dir, ignore_errors=True)
-    staging.replace(settings.install_dir)
-    log(
-        f"installed {chosen} target + fp32 draft into {settings.install_dir} "
-        f"(k={rows[chosen]['best_k']})"
-    )
+    shutil.rmtree(install_dir, ignore_errors=True)
+    staging.replace(install_dir)

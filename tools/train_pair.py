@@ -4,13 +4,13 @@ Needs the ``[export]`` extra (torch, transformers). Every stage writes its resul
 work directory and is skipped when that result exists, so an interrupted build resumes;
 training itself checkpoints every ``checkpoint_every`` steps (atomic rename) and resumes from
 the last checkpoint with the same batches it would have drawn (batches are seeded by step).
+The on-policy distillation that follows is in ``on_policy.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sysconfig
 import time
 from collections.abc import Callable
@@ -19,6 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from train_steps import (
+    clipped_step,
+    kl_to_teacher,
+    load_saved_state,
+    pace,
+    sample_windows,
+    save_atomically,
+    scheduled_lr,
+    set_lr,
+)
 
 SPECIAL_TOKENS = ("<s>", "</s>", "<pad>")
 # Directories of the standard library left out of the corpus: tests (huge generated data
@@ -176,47 +186,57 @@ def llama_config(settings: TrainSettings, *, role: str) -> Any:
     )
 
 
-def _windows(data: np.ndarray, *, batch: int, window: int, seed: int) -> Any:
-    import torch
+@dataclass(frozen=True, kw_only=True)
+class PairModels:
+    """A Llama target and its draft (transformers causal LMs) on the training device."""
 
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, len(data) - window - 1, size=batch)
-    return torch.from_numpy(np.stack([data[s : s + window] for s in starts]).astype(np.int64))
-
-
-def _lr(step: int, total: int, *, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    target: Any
+    draft: Any
 
 
-def _kl(student_logits: Any, teacher_logits: Any) -> Any:
-    """KL(teacher || student) per token, averaged; logits [batch, window, vocab]."""
-    import torch.nn.functional as functional
+def new_pair(settings: TrainSettings, *, device: str) -> PairModels:
+    """A freshly initialised target and draft (in that order, for the seeded RNG) on ``device``."""
+    from transformers import AutoModelForCausalLM
 
-    student = functional.log_softmax(student_logits.float(), dim=-1).flatten(0, 1)
-    teacher = functional.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
-    return functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
-
-
-def _optimizer_step(optimizer: Any, model: Any, loss: Any) -> None:
-    """One AdamW step with gradients clipped to norm 1."""
-    import torch
-
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    target = AutoModelForCausalLM.from_config(llama_config(settings, role="target")).to(device)
+    draft = AutoModelForCausalLM.from_config(llama_config(settings, role="draft")).to(device)
+    return PairModels(target=target, draft=draft)
 
 
-def _save_atomically(state: dict[str, Any], path: Path) -> None:
-    """A checkpoint is either whole or absent: written beside ``path``, then renamed."""
-    import torch
+@dataclass(frozen=True, kw_only=True)
+class _PairTraining:
+    """Both models and their AdamW optimizers: what a ``train_pair`` checkpoint holds."""
 
-    scratch = path.with_name(path.name + ".partial")
-    torch.save(state, scratch)
-    scratch.replace(path)
+    target: Any
+    draft: Any
+    target_opt: Any
+    draft_opt: Any
+
+    def state_dicts(self) -> dict[str, Any]:
+        return {
+            "target": self.target.state_dict(),
+            "draft": self.draft.state_dict(),
+            "target_opt": self.target_opt.state_dict(),
+            "draft_opt": self.draft_opt.state_dict(),
+        }
+
+    def load_state_dicts(self, state: dict[str, Any]) -> None:
+        self.target.load_state_dict(state["target"])
+        self.draft.load_state_dict(state["draft"])
+        self.target_opt.load_state_dict(state["target_opt"])
+        self.draft_opt.load_state_dict(state["draft_opt"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StepLosses:
+    target: float | None  # the target's next-token loss; None in the distillation-only phase
+    draft_kl: Any  # 0-d tensor KL(target || draft); .item() (a device sync) only when logged
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Teacher:
+    logits: Any  # the target's [batch, window, vocab], without gradient
+    target_loss: float | None  # its next-token loss while it trains; None once it is frozen
 
 
 def train_pair(
@@ -230,84 +250,107 @@ def train_pair(
     """Target trained on next-token loss while the draft is distilled from it (KL to the
     target's logits, detached), then a distillation-only phase against the final target."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    final = work / "trained.pt"
-    checkpoint = work / "checkpoint.pt"
+    final, checkpoint = work / "trained.pt", work / "checkpoint.pt"
     torch.manual_seed(settings.seed)
-    target = AutoModelForCausalLM.from_config(llama_config(settings, role="target")).to(device)
-    draft = AutoModelForCausalLM.from_config(llama_config(settings, role="draft")).to(device)
-    target_opt = torch.optim.AdamW(target.parameters(), lr=settings.target_lr, weight_decay=0.1)
-    draft_opt = torch.optim.AdamW(draft.parameters(), lr=settings.draft_lr, weight_decay=0.1)
+    pair = new_pair(settings, device=device)
+    training = _PairTraining(
+        target=pair.target,
+        draft=pair.draft,
+        target_opt=torch.optim.AdamW(
+            pair.target.parameters(), lr=settings.target_lr, weight_decay=0.1
+        ),
+        draft_opt=torch.optim.AdamW(
+            pair.draft.parameters(), lr=settings.draft_lr, weight_decay=0.1
+        ),
+    )
     total = settings.target_steps + settings.distill_steps
     step, elapsed = 0, 0.0
-    source = final if final.exists() else checkpoint if checkpoint.exists() else None
-    if source is not None:
-        state = torch.load(source, map_location=device, weights_only=False)
-        target.load_state_dict(state["target"])
-        draft.load_state_dict(state["draft"])
-        target_opt.load_state_dict(state["target_opt"])
-        draft_opt.load_state_dict(state["draft_opt"])
-        step, elapsed = state["step"], state["elapsed_s"]
-        log(f"resumed from {source.name} at step {step} of {total}")
+    saved = load_saved_state(final, checkpoint, device=device)
+    if saved is not None:
+        training.load_state_dicts(saved.state)
+        step, elapsed = saved.state["step"], saved.state["elapsed_s"]
+        log(f"resumed from {saved.name} at step {step} of {total}")
     started = time.monotonic() - elapsed
-    train = arrays["train"]
     while step < total:
         distilling = step >= settings.target_steps
-        batch = settings.distill_batch if distilling else settings.batch
-        inputs = _windows(
-            train, batch=batch, window=settings.window, seed=settings.seed * 1_000_003 + step
-        )
-        inputs = inputs.to(device)
-        if distilling:
-            target.eval()
-            with torch.no_grad():
-                teacher = target(input_ids=inputs).logits
-            target_loss = None
-        else:
-            target.train()
-            for group in target_opt.param_groups:
-                group["lr"] = _lr(
-                    step,
-                    settings.target_steps,
-                    peak=settings.target_lr,
-                    warmup=settings.warmup_steps,
-                )
-            output = target(input_ids=inputs, labels=inputs)
-            _optimizer_step(target_opt, target, output.loss)
-            teacher = output.logits.detach()
-            target_loss = output.loss.item()
-        for group in draft_opt.param_groups:
-            group["lr"] = _lr(step, total, peak=settings.draft_lr, warmup=settings.warmup_steps)
-        draft_loss = _kl(draft(input_ids=inputs).logits, teacher)
-        _optimizer_step(draft_opt, draft, draft_loss)
+        losses = _pair_step(training, arrays["train"], settings, step=step, device=device)
         step += 1
         if step % 10 == 0 or step == total:
-            rate = (time.monotonic() - started) / step
-            eta = rate * (total - step) / 60
+            timing = pace(started, step=step, total=total)
             phase = "distill" if distilling else "train"
-            loss_text = "" if target_loss is None else f" target loss {target_loss:.3f}"
-            log(
-                f"{phase} step {step}/{total}{loss_text} draft KL {draft_loss.item():.3f} "
-                f"({rate:.2f} s/step, ~{eta:.0f} min left)"
-            )
+            loss_text = "" if losses.target is None else f" target loss {losses.target:.3f}"
+            draft_kl = losses.draft_kl.item()
+            log(f"{phase} step {step}/{total}{loss_text} draft KL {draft_kl:.3f} {timing}")
         if step % settings.checkpoint_every == 0 or step == total:
             state = {
-                "target": target.state_dict(),
-                "draft": draft.state_dict(),
-                "target_opt": target_opt.state_dict(),
-                "draft_opt": draft_opt.state_dict(),
+                **training.state_dicts(),
                 "step": step,
                 "elapsed_s": time.monotonic() - started,
                 "settings": asdict(settings),
             }
-            _save_atomically(state, final if step == total else checkpoint)
+            save_atomically(state, final if step == total else checkpoint)
     checkpoint.unlink(missing_ok=True)
     return {
-        "target": target.eval(),
-        "draft": draft.eval(),
+        "target": training.target.eval(),
+        "draft": training.draft.eval(),
         "train_seconds": time.monotonic() - started,
     }
+
+
+def _pair_step(
+    training: _PairTraining,
+    train_ids: np.ndarray,
+    settings: TrainSettings,
+    *,
+    step: int,
+    device: str,
+) -> _StepLosses:
+    """One step: the target learns (or, once distilling, only teaches), then the draft."""
+    distilling = step >= settings.target_steps
+    # [batch, window] token ids, seeded by the step so that a resumed run draws the same batches.
+    inputs = sample_windows(
+        train_ids,
+        batch=settings.distill_batch if distilling else settings.batch,
+        window=settings.window,
+        seed=settings.seed * 1_000_003 + step,
+    ).to(device)
+    if distilling:
+        teacher = _frozen_teacher(training.target, inputs)
+    else:
+        teacher = _train_target(training, inputs, settings, step=step)
+    total = settings.target_steps + settings.distill_steps
+    set_lr(
+        training.draft_opt,
+        scheduled_lr(step, total, peak=settings.draft_lr, warmup=settings.warmup_steps),
+    )
+    draft_kl = kl_to_teacher(training.draft(input_ids=inputs).logits, teacher.logits)
+    clipped_step(training.draft_opt, training.draft, draft_kl)
+    return _StepLosses(target=teacher.target_loss, draft_kl=draft_kl)
+
+
+def _frozen_teacher(target: Any, inputs: Any) -> _Teacher:
+    import torch
+
+    target.eval()
+    with torch.no_grad():
+        return _Teacher(logits=target(input_ids=inputs).logits, target_loss=None)
+
+
+def _train_target(
+    training: _PairTraining, inputs: Any, settings: TrainSettings, *, step: int
+) -> _Teacher:
+    """One next-token step of the target; its logits, detached, teach the draft."""
+    training.target.train()
+    set_lr(
+        training.target_opt,
+        scheduled_lr(
+            step, settings.target_steps, peak=settings.target_lr, warmup=settings.warmup_steps
+        ),
+    )
+    output = training.target(input_ids=inputs, labels=inputs)
+    clipped_step(training.target_opt, training.target, output.loss)
+    return _Teacher(logits=output.logits.detach(), target_loss=output.loss.item())
 
 
 def validate(
@@ -335,84 +378,3 @@ def validate(
             agree = (target_logits.argmax(-1) == draft_logits.argmax(-1)).float().mean().item()
             sums["top1_agreement"] += agree
     return {name: round(value / windows, 4) for name, value in sums.items()}
-
-
-def distill_on_policy(
-    work: Path,
-    arrays: dict[str, np.ndarray],
-    settings: TrainSettings,
-    *,
-    device: str,
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    """More draft distillation on the target's own greedy continuations (on-policy data).
-
-    Speculative decoding verifies drafts along the target's greedy path, so training the draft
-    where that path goes raises acceptance more than more corpus windows do (DistillSpec's
-    finding). Each step: ``onpolicy_batch`` corpus windows of ``onpolicy_prompt`` tokens, the
-    target continues each greedily for ``onpolicy_new`` tokens, and the draft minimises
-    KL(target || draft) over the continuation positions. Resumable like ``train_pair``.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    final, checkpoint = work / "onpolicy.pt", work / "onpolicy_checkpoint.pt"
-    trained = torch.load(work / "trained.pt", map_location=device, weights_only=False)
-    target = AutoModelForCausalLM.from_config(llama_config(settings, role="target")).to(device)
-    draft = AutoModelForCausalLM.from_config(llama_config(settings, role="draft")).to(device)
-    target.load_state_dict(trained["target"])
-    draft.load_state_dict(trained["draft"])
-    target.eval()
-    optimizer = torch.optim.AdamW(draft.parameters(), lr=settings.onpolicy_lr, weight_decay=0.1)
-    step, elapsed = 0, 0.0
-    source = final if final.exists() else checkpoint if checkpoint.exists() else None
-    if source is not None:
-        state = torch.load(source, map_location=device, weights_only=False)
-        draft.load_state_dict(state["draft"])
-        optimizer.load_state_dict(state["draft_opt"])
-        step, elapsed = state["step"], state["elapsed_s"]
-        log(f"on-policy distillation resumed at step {step} of {settings.onpolicy_steps}")
-    started = time.monotonic() - elapsed
-    total = settings.onpolicy_steps
-    while step < total:
-        prompts = _windows(
-            arrays["train"],
-            batch=settings.onpolicy_batch,
-            window=settings.onpolicy_prompt,
-            seed=settings.seed * 1_000_003 + 7_000_000 + step,
-        ).to(device)
-        with torch.no_grad():
-            sequences = target.generate(
-                prompts,
-                attention_mask=torch.ones_like(prompts),
-                do_sample=False,
-                max_new_tokens=settings.onpolicy_new,
-                min_new_tokens=settings.onpolicy_new,
-                pad_token_id=2,
-            )
-            teacher = target(input_ids=sequences).logits
-        # Positions whose next token is a continuation token: [onpolicy_prompt - 1, end - 1).
-        span = slice(settings.onpolicy_prompt - 1, sequences.shape[1] - 1)
-        loss = _kl(draft(input_ids=sequences).logits[:, span], teacher[:, span])
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, total, peak=settings.onpolicy_lr, warmup=10)
-        _optimizer_step(optimizer, draft, loss)
-        step += 1
-        if step % 10 == 0 or step == total:
-            rate = (time.monotonic() - started) / step
-            log(
-                f"on-policy step {step}/{total} KL {loss.item():.3f} "
-                f"({rate:.2f} s/step, ~{rate * (total - step) / 60:.0f} min left)"
-            )
-        if step % settings.checkpoint_every == 0 or step == total:
-            _save_atomically(
-                {
-                    "draft": draft.state_dict(),
-                    "draft_opt": optimizer.state_dict(),
-                    "step": step,
-                    "elapsed_s": time.monotonic() - started,
-                },
-                final if step == total else checkpoint,
-            )
-    checkpoint.unlink(missing_ok=True)
-    return {"target": target, "draft": draft.eval(), "seconds": time.monotonic() - started}
