@@ -84,5 +84,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgespec: error: {as_flags(str(error), args)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("edgespec: interrupted", file=sys.stderr)
+        print("edgespec: interrupted; nothing was written", file=sys.stderr)
         return 130
