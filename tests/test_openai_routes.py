@@ -152,3 +152,80 @@ def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
         result = hybrid.generate(prompt, max_new_tokens=24, k=3)
         assert result.error is None and result.tokens == expected.tokens
     assert target.prompt_format == "ids"
+
+
+REFUSED = [
+    ("/v1/completions", {"n": 2}, "'n'"),
+    ("/v1/completions", {"best_of": 3}, "'best_of'"),
+    ("/v1/completions", {"presence_penalty": 0.5}, "'presence_penalty'"),
+    ("/v1/completions", {"frequency_penalty": -1.0}, "'frequency_penalty'"),
+    ("/v1/completions", {"logit_bias": {"5": 100}}, "'logit_bias'"),
+    ("/v1/completions", {"suffix": "\n"}, "'suffix'"),
+    ("/v1/completions", {"n": 2, "stream": True}, "'n'"),
+    ("/v1/chat/completions", {"n": 3}, "'n'"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "'logprobs'"),
+    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "'response_format'"),
+    ("/v1/chat/completions", {"tools": [{"type": "function"}]}, "'tools'"),
+    (
+        "/v1/chat/completions",
+        {"stream": True, "stream_options": {"include_usage": True}},
+        "'stream_options'",
+    ),
+]
+
+
+def _body(route: str, **fields: object) -> dict[str, object]:
+    if route == "/v1/completions":
+        return {"model": "edgespec", "prompt": "def add(a, b):", "max_tokens": 2, **fields}
+    messages = [{"role": "user", "content": "def add(a, b):"}]
+    return {"model": "edgespec", "messages": messages, "max_tokens": 2, **fields}
+
+
+@pytest.mark.parametrize(("route", "fields", "named"), REFUSED)
+def test_fields_that_would_change_the_answer_are_refused(
+    server: ThreadServer, route: str, fields: dict[str, object], named: str
+) -> None:
+    """Each is a 422 in the routes' one-line ``detail`` format, naming the field, before
+    anything is generated (a refused stream is a plain JSON error, not an event stream)."""
+    import httpx
+
+    headers = {"Authorization": "Bearer sk-test"}
+    answer = httpx.post(f"{server.url}{route}", json=_body(route, **fields), headers=headers)
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"]
+    assert named in detail and "; leave" in detail and "\n" not in detail
+
+
+def test_unknown_models_are_refused_and_neutral_fields_accepted(server: ThreadServer) -> None:
+    import httpx
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-test", max_retries=0)
+    served = [model.id for model in client.models.list()]
+    assert served == ["edgespec"]
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.completions.create(model="gpt-4o", prompt="def add(a, b):", max_tokens=2)
+    assert "model 'gpt-4o' is not served" in refused.value.response.json()["detail"]
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    assert "model 'gpt-4o' is not served" in refused.value.response.json()["detail"]
+    headers = {"Authorization": "Bearer sk-test"}
+    # No model, and the values that change nothing (n=1, zero penalties, no bias, no tools),
+    # are answered as before; the answer names the served model.
+    neutral = {"n": 1, "presence_penalty": 0, "logit_bias": {}, "user": "u1", "best_of": 1}
+    for route in ("/v1/completions", "/v1/chat/completions"):
+        body = _body(route, **neutral)
+        del body["model"]
+        answer = httpx.post(f"{server.url}{route}", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == "edgespec" and len(answer.json()["choices"]) == 1
+    chat = client.chat.completions.create(
+        model="edgespec",
+        messages=[{"role": "user", "content": "def add(a, b):"}],
+        max_completion_tokens=3,
+        tools=[],
+        n=1,
+    )
+    assert chat.usage is not None and chat.usage.completion_tokens <= 3

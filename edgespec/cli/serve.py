@@ -31,48 +31,64 @@ def add_serve_command(commands: Any) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="draft bundle for the OpenAI-compatible routes",
+        help="draft bundle for the OpenAI-compatible routes (default: the built-in pair's "
+        "without --target, none with it)",
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8700)
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; any other than loopback needs --api-key)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=8700, help="port to listen on (default: %(default)s)"
+    )
     serve.add_argument(
         "--api-key",
         default=os.environ.get("EDGESPEC_API_KEY"),
         help="bearer token clients must send (default: $EDGESPEC_API_KEY)",
     )
+    _add_session_limits(serve)
+    serve.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads per session (default: ONNX Runtime's choice)",
+    )
+    serve.set_defaults(handler=run_serve)
+
+
+def _add_session_limits(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--max-sessions",
         type=int,
         default=64,
-        help="sessions kept before the least recently used is evicted",
+        help="sessions kept before the least recently used is evicted (default: %(default)s)",
     )
     serve.add_argument(
         "--max-cache-mb",
         type=float,
         default=0.0,
-        help="KV cache memory cap over all sessions (0: none)",
+        help="KV cache memory cap over all sessions (default: 0, no cap)",
     )
     serve.add_argument(
         "--idle-ttl",
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="sessions idle this long expire (default 300)",
+        help="sessions idle this long expire (default: %(default)s)",
     )
     serve.add_argument(
         "--max-k",
         type=int,
         default=8,
-        help="the draft length suggested to clients when the server is idle",
+        help="the draft length suggested to clients when the server is idle (default: %(default)s)",
     )
-    serve.add_argument("--threads", type=int, default=0, help="intra-op threads")
-    serve.set_defaults(handler=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
         from edgespec.server.app import ServerOptions
-        from edgespec.server.run import check_binding, serve
+        from edgespec.server.run import check_binding, check_port, serve
         from edgespec.server.sessions import StoreLimits
     except ImportError as error:
         raise MissingDependencyError(
@@ -86,7 +102,9 @@ def run_serve(args: argparse.Namespace) -> int:
         max_k=args.max_k,
     )
     check_binding(args.host, args.api_key)
-    print(f"edgespec: serving on http://{args.host}:{args.port}", file=sys.stderr)
+    check_port(args.host, args.port)
+    host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address in a URL
+    print(f"edgespec: serving on http://{host}:{args.port}", file=sys.stderr)
     serve(
         target=args.target,
         draft=args.draft,

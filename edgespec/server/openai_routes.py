@@ -2,8 +2,12 @@
 
 They run speculative decoding on the server with its own engine (local draft and target).
 Each round runs as one exclusive model turn of the session store, so verification clients and
-completion requests share the model fairly. Only the fields below are honoured; others are
-accepted and ignored, as the OpenAI clients send many.
+completion requests share the model fairly. Only the fields below are honoured. Other fields are
+accepted and ignored, as the OpenAI clients send many (``user``, ``metadata``...), except the
+ones in ``_NEUTRAL`` that would change the answer (``n``, penalties, ``logit_bias``, tools...):
+those are refused with a 422 naming the field unless they hold a value that changes nothing. A
+``model`` other than the one served (what ``/v1/models`` lists) is refused with a 404, as
+OpenAI does.
 
 ``/v1/completions`` also takes a prompt of token ids and the legacy ``logprobs`` (top tokens
 per position) with ``echo`` (the prompt's positions too) and vLLM's
@@ -32,13 +36,43 @@ if TYPE_CHECKING:
 
 #: finish reasons of the engine → OpenAI's
 _FINISH = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length"}
+#: The one model name served (``/v1/models``); a request may also leave ``model`` out.
+SERVED_MODEL = "edgespec"
+#: OpenAI (and common vLLM) fields these routes do not implement, each with the values that
+#: leave the answer as if the field were absent. Silently ignoring any other value would hand
+#: the client something it did not ask for (one choice for n=2, no penalties, no tools).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "n": (None, 1),
+    "best_of": (None, 1),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
+    "suffix": (None, ""),
+    "logprobs": (None, False),  # chat's boolean; completions declare their own
+    "top_logprobs": (None, 0),
+    "response_format": (None, {"type": "text"}),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "functions": (None, []),
+    "function_call": (None, "none", "auto"),
+    "stream_options": (None, {}, {"include_usage": False}),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0),
+    "repetition_penalty": (None, 1),
+    "min_tokens": (None, 0),
+    "ignore_eos": (None, False),
+}
 
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = "edgespec"
+    model: str = SERVED_MODEL
     max_tokens: int | None = Field(default=None, ge=1)
+    #: chat's newer name for ``max_tokens``; wins when both are sent
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=100.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
@@ -75,9 +109,10 @@ def add_openai_routes(
     def start(prompt: list[int], body: _Common) -> Generation:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         room = engine.max_length - len(prompt)
+        wanted = body.max_completion_tokens or body.max_tokens or options.max_new_tokens
         return engine.stream_deltas(
             prompt,
-            max_new_tokens=min(body.max_tokens or options.max_new_tokens, max(room, 1)),
+            max_new_tokens=min(wanted, max(room, 1)),
             temperature=body.temperature,
             top_p=body.top_p,
             seed=body.seed or 0,
@@ -137,6 +172,7 @@ def add_openai_routes(
 
     @app.post("/v1/completions", dependencies=list(guarded))
     def completions(body: CompletionBody) -> Any:
+        refuse_unsupported(body)
         prompt = prompt_ids(body)
         if body.logprobs is None:
             return answer(start(prompt, body), body, chat=False)
@@ -164,6 +200,7 @@ def add_openai_routes(
 
     @app.post("/v1/chat/completions", dependencies=list(guarded))
     def chat_completions(body: ChatBody) -> Any:
+        refuse_unsupported(body)
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
         if engine.chat_template:
             text = engine.apply_chat_template(messages)
@@ -175,7 +212,28 @@ def add_openai_routes(
 
     @app.get("/v1/models", dependencies=list(guarded))
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "edgespec", "object": "model"}]}
+        return {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
+
+
+def refuse_unsupported(body: _Common) -> None:
+    """404 for a model not served; 422 naming the first field of ``_NEUTRAL`` whose value would
+    change the answer. Runs before anything is generated (a stream cannot turn into an error)."""
+    if body.model != SERVED_MODEL:
+        raise HTTPException(
+            404,
+            detail=f"model {body.model!r} is not served here; send model '{SERVED_MODEL}' "
+            "or leave it out (GET /v1/models lists it)",
+        )
+    for name, value in (body.model_extra or {}).items():
+        neutral = _NEUTRAL.get(name)
+        if neutral is not None and value not in neutral:
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            fix = f"leave '{name}' out"
+            if len(neutral) > 1:
+                fix += f" or send {json.dumps(neutral[1])}"
+            problem = f"'{name}' = {shown} is not supported by edgespec serve"
+            raise HTTPException(422, detail=f"{problem}; {fix}")
 
 
 def _events(

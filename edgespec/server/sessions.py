@@ -1,9 +1,9 @@
 """The server's verification sessions: one target KV cache per client generation.
 
-No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (crop the cache to
-the round's absolute position, one target pass over ``[last_token] + draft``, the acceptance
-rule, crop to what was kept), closes them, expires idle ones and evicts the least recently used
-at the session or memory cap. Model passes run one at a time (``run_exclusive``); the number of
+No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (the local verifier's
+:func:`~edgespec.runtime.verifiers.local.verify_round` from the round's absolute position, on the
+session's cache), closes them, expires idle ones and evicts the least recently used at the
+session or memory cap. Model passes run one at a time (``run_exclusive``); the number of
 requests waiting for that turn is the queue the suggested k shrinks with.
 """
 
@@ -15,7 +15,7 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from edgespec.protocol import OpenRequest, OpenResponse, VerifyRequest, VerifyRe
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.verifiers.local import accept
+from edgespec.runtime.verifiers.local import Uniforms, verify_round
 
 T = TypeVar("T")
 
@@ -56,7 +56,8 @@ class _Session:
 
 
 class _Uniforms:
-    """The client's draws, handed out in order (the acceptance test's ``rng.random()``)."""
+    """The client's draws (protocol v1 ``uniforms``), handed out in order: the rejection test
+    then draws exactly what it would have drawn on the client."""
 
     def __init__(self, values: tuple[float, ...]) -> None:
         self._values = list(values)
@@ -178,21 +179,22 @@ class SessionStore:
                 f"position {position} is beyond the {cache.length} tokens this session holds",
                 fix="open the session again with the whole token history",
             )
-        cache.crop(position)  # a resent round recomputes the same answer
-        logits = self.target.forward([request.last_token, *request.draft], cache)
-        rng = (
+        # Without the client's draws, a stream of this round's own, so that a resent round
+        # draws the same.
+        rng: Uniforms = (
             _Uniforms(request.uniforms)
             if request.uniforms
             else np.random.default_rng([session.sampling.seed, position])
         )
-        acceptance = accept(
-            Draft(tokens=request.draft, q_draft=request.q_draft),
-            logits,
+        acceptance = verify_round(
+            self.target,
+            cache,
+            position=position,
+            last_token=request.last_token,
+            draft=Draft(tokens=request.draft, q_draft=request.q_draft),
             sampling=session.sampling,
-            rng=cast(np.random.Generator, rng),
-            position=position + 1,
+            rng=rng,
         )
-        cache.crop(position + 1 + acceptance.n_accepted)
         elapsed = time.perf_counter() - started
         with self._state_lock:
             self.counters["rounds"] += 1

@@ -1,9 +1,14 @@
-"""Verification with a target model on this device."""
+"""Verification with a target model on this device.
+
+:func:`verify_round` is one round on a target and a cache; :class:`LocalVerifier` runs it on its
+own cache, and the verification server (``edgespec.server.sessions``) on each session's.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -11,9 +16,17 @@ from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
 from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match, accept_sampled
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import probabilities
 from edgespec.runtime.verifiers.base import Verdict
+
+
+class Uniforms(Protocol):
+    """The rejection test's source of uniforms in [0, 1): the generation's
+    ``numpy.random.Generator`` here, the draws a client sent with its round on the server."""
+
+    def random(self) -> float: ...
 
 
 class LocalVerifier:
@@ -34,13 +47,15 @@ class LocalVerifier:
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
         started = time.perf_counter()
-        position = self.cache.length + 1  # absolute position of draft.tokens[0]
-        logits = self.session.forward([last_token, *draft.tokens], self.cache)  # [k+1, vocab]
-        acceptance = accept(
-            draft, logits, sampling=self._sampling, rng=self._rng, position=position
+        acceptance = verify_round(
+            self.session,
+            self.cache,
+            position=self.cache.length,  # last_token follows what the cache holds
+            last_token=last_token,
+            draft=draft,
+            sampling=self._sampling,
+            rng=self._rng,
         )
-        # The cache holds last_token and all k drafts; keep last_token and the accepted ones.
-        self.cache.crop(position + acceptance.n_accepted)
         return Verdict(
             tokens=acceptance.tokens,
             n_accepted=acceptance.n_accepted,
@@ -51,17 +66,39 @@ class LocalVerifier:
         self.cache.reset()
 
 
+def verify_round(
+    target: OnnxModel,
+    cache: KVCache | ReferenceKVCache,
+    *,
+    position: int,
+    last_token: int,
+    draft: Draft,
+    sampling: SamplingConfig,
+    rng: Uniforms,
+) -> Acceptance:
+    """One target pass over ``[last_token] + draft.tokens`` with ``last_token`` at absolute
+    ``position`` (at most ``cache.length``), the acceptance rule, and ``cache`` cropped to
+    ``last_token`` plus the accepted tokens.
+
+    The cache is cropped to ``position`` first, so a round resent to the server recomputes the
+    same answer; locally ``position`` is the cache's length and that crop does nothing."""
+    cache.crop(position)
+    logits = target.forward([last_token, *draft.tokens], cache)  # [k + 1, vocab]
+    acceptance = accept(draft, logits, sampling=sampling, rng=rng, position=position + 1)
+    cache.crop(position + 1 + acceptance.n_accepted)
+    return acceptance
+
+
 def accept(
     draft: Draft,
     logits: np.ndarray,
     *,
     sampling: SamplingConfig,
-    rng: np.random.Generator,
+    rng: Uniforms,
     position: int,
 ) -> Acceptance:
     """The acceptance rule ``sampling`` asks for, over target ``logits`` [k + 1, vocab];
-    ``position`` is the absolute position of ``draft.tokens[0]`` (used by match mode).
-    Shared with the verification server, which applies it to its sessions' rounds."""
+    ``position`` is the absolute position of ``draft.tokens[0]`` (used by match mode)."""
     if sampling.greedy:
         return accept_greedy(draft.tokens, logits)
     p_target = probabilities(logits, sampling)
@@ -73,4 +110,7 @@ def accept(
             fix="use sampling mode 'match' with the prompt-lookup drafter",
         )
     q_draft = draft.q_draft if draft.q_draft is not None else np.zeros((0, logits.shape[1]))
-    return accept_sampled(draft.tokens, q_draft, p_target, rng)
+    # accept_sampled and sampling.sample only call rng.random() but are annotated with numpy's
+    # Generator: widening them to Uniforms drops this ignore ("unused-ignore": mypy on a plain
+    # editable install cannot see the mapped edgespec.runtime, so checks nothing here).
+    return accept_sampled(draft.tokens, q_draft, p_target, rng)  # type: ignore[arg-type,unused-ignore]
