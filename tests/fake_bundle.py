@@ -53,7 +53,7 @@ def make_bundle(
 ) -> Path:
     tokens = tokens or ["<s>", "</s>", "<pad>", "a", "b", "c"]
     root.mkdir(parents=True)
-    (root / "model.onnx").write_bytes(b"not really onnx, only hashed" * 10)
+    (root / "model.onnx").write_bytes(_identity_graph())
     (root / "tokenizer.json").write_text(tokenizer_json(tokens), encoding="utf-8")
     kv = [
         TensorSpec(
@@ -123,3 +123,32 @@ def make_bundle(
     )
     write_manifest(root, manifest)
     return root
+
+
+def _identity_graph() -> bytes:
+    """A graph ONNX Runtime loads (inspect loads it), built by hand as a serialized ModelProto:
+    one Identity node from x to y, float [1], opset 13. No onnx package needed."""
+
+    def field(number: int, payload: bytes) -> bytes:  # length-delimited protobuf field
+        return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
+
+    def value_info(name: bytes) -> bytes:
+        dims = field(1, field(1, b"\x08\x01"))  # shape { dim { dim_value: 1 } }
+        tensor = b"\x08\x01" + field(2, dims)  # elem_type FLOAT, shape
+        return field(1, name) + field(2, field(1, tensor))
+
+    node = field(1, b"x") + field(2, b"y") + field(4, b"Identity")
+    graph = (
+        field(1, node) + field(2, b"g") + field(11, value_info(b"x")) + field(12, value_info(b"y"))
+    )
+    opset = b"\x10\x0d"  # version 13, default domain
+    return b"\x08\x08" + field(7, graph) + field(8, opset)  # ir_version 8
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)

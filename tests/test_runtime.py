@@ -345,7 +345,9 @@ def test_chat_template_is_applied(engines: Callable[[str, str], Engine]) -> None
     ("options", "message"),
     [
         ({"prompt": ""}, "the prompt is empty"),
-        ({"k": -1}, "k must be >= 0"),
+        ({"k": -1}, "k -1 is out of range; k is 0 (no drafting) to 8, or 'auto'"),
+        ({"k": 100}, "k 100 is out of range"),
+        ({"temperature": float("nan")}, "temperature nan is not a finite number"),
         ({"temperature": -0.5}, "temperature -0.5 is negative"),
         ({"top_p": 0.0}, "top_p 0.0 is outside (0, 1]"),
         ({"top_p": 1.5}, "top_p 1.5 is outside (0, 1]"),
@@ -419,7 +421,7 @@ def test_cli_generate_json_and_errors(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip() == (
-        "edgespec: error: top_p 2.0 is outside (0, 1]; use 1.0 (off) or e.g. 0.9"
+        "edgespec: error: --top-p 2.0 is outside (0, 1]; use 1.0 (off) or e.g. 0.9"
     )
 
 

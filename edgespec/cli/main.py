@@ -61,12 +61,16 @@ FLAG_NAMES = {
 }
 
 
-def as_flags(message: str, args: argparse.Namespace) -> str:
+def as_flags(message: str, args: argparse.Namespace, typed: Sequence[str]) -> str:
     """Errors raised below the CLI name Python parameters (``max_new_tokens is -5``, ``pass
     draft=...``); on the command line, name the flags the user typed instead. A plain word is
-    rewritten only where it starts the message, so prose such as "the draft" stays."""
+    rewritten only where it starts the message, so prose such as "the draft" stays; only flags
+    in ``typed`` (the command line) are named, so positional arguments keep their words."""
     names = {name: f"--{name.replace('_', '-')}" for name in vars(args)} | FLAG_NAMES
+    given = {word.split("=")[0] for word in typed if word.startswith("--")}
     for name, flag in names.items():
+        if flag not in given:
+            continue
         message = re.sub(rf"\b{name}=", f"{flag} ", message)
         if "_" in name:
             message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
@@ -77,11 +81,12 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    typed = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(typed)
     try:
         return int(args.handler(args))
     except EdgespecError as error:
-        print(f"edgespec: error: {as_flags(str(error), args)}", file=sys.stderr)
+        print(f"edgespec: error: {as_flags(str(error), args, typed)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgespec: interrupted; nothing was written", file=sys.stderr)
