@@ -65,7 +65,7 @@ def test_truncated_graph(tmp_path: Path) -> None:
     root = make_bundle(tmp_path / "b")
     graph = root / "model.onnx"
     graph.write_bytes(graph.read_bytes()[:50])
-    with pytest.raises(ChecksumError, match=r"model\.onnx is truncated \(50 of 280 bytes\)"):
+    with pytest.raises(ChecksumError, match=r"model\.onnx is truncated \(50 of 67 bytes\)"):
         load_bundle(root)
 
 
