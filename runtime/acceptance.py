@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.runtime.sampling import keyed_uniform, residual, sample, sample_at
+from edgespec.runtime.sampling import Uniforms, keyed_uniform, residual, sample, sample_at
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +66,7 @@ def accept_sampled(
     draft_tokens: Sequence[int],
     q_draft: np.ndarray,
     p_target: np.ndarray,
-    rng: np.random.Generator,
+    rng: Uniforms,
 ) -> Acceptance:
     """Leviathan et al. Algorithm 1: the emitted tokens are distributed exactly as p_target.
 

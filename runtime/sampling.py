@@ -9,6 +9,8 @@ Draws use the inverse CDF of one uniform number, so a draw is fixed by that numb
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from edgespec.config import SamplingConfig
@@ -73,7 +75,14 @@ def sample_at(probs: np.ndarray, u: float) -> int:
     return index
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+class Uniforms(Protocol):
+    """A source of uniforms in [0, 1): the generation's ``numpy.random.Generator`` on the
+    device, the draws a client sent with its round on the verification server."""
+
+    def random(self) -> float: ...
+
+
+def sample(probs: np.ndarray, rng: Uniforms) -> int:
     """One token id drawn from a probability row [vocab], using exactly one ``rng.random()``."""
     return sample_at(probs, float(rng.random()))
 

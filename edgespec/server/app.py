@@ -105,6 +105,14 @@ def create_app(
             raise _Unauthorized()
 
     guarded = [Depends(authorize)]
+    _add_error_answers(app, store=store, options=options)
+    _add_verify_routes(app, store=store, info=info, guarded=guarded)
+    add_openai_routes(app, engine, store=store, guarded=guarded, options=options)
+    return app
+
+
+def _add_error_answers(app: FastAPI, *, store: SessionStore, options: ServerOptions) -> None:
+    """The body limit, error counters, and one JSON answer per kind of refusal."""
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Any) -> Any:
@@ -146,6 +154,12 @@ def create_app(
             status = 409
         return JSONResponse({"detail": str(error)}, status_code=status)
 
+
+def _add_verify_routes(
+    app: FastAPI, *, store: SessionStore, info: ServerInfo, guarded: list[Any]
+) -> None:
+    """Protocol v1: health, metrics, the target's description, and sessions with rounds."""
+
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "protocol": PROTOCOL_VERSION, "sessions": store.count}
@@ -178,9 +192,6 @@ def create_app(
     def close_session(session_id: str) -> dict[str, Any]:
         store.close(session_id)
         return {"closed": session_id}
-
-    add_openai_routes(app, engine, store=store, guarded=guarded, options=options)
-    return app
 
 
 class _Unauthorized(Exception):

@@ -98,19 +98,20 @@ class ChatBody(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
 
 
-def add_openai_routes(
-    app: FastAPI,
-    engine: Engine,
-    *,
-    store: SessionStore,
-    guarded: Sequence[Any],
-    options: ServerOptions,
-) -> None:
-    def start(prompt: list[int], body: _Common) -> Generation:
+class Completions:
+    """The OpenAI-compatible answers of one engine: generations run one model turn at a time
+    (``store.run_exclusive``), as whole replies or as server-sent events."""
+
+    def __init__(self, engine: Engine, *, store: SessionStore, options: ServerOptions) -> None:
+        self.engine = engine
+        self.store = store
+        self.options = options
+
+    def start(self, prompt: list[int], body: _Common) -> Generation:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        room = engine.max_length - len(prompt)
-        wanted = body.max_completion_tokens or body.max_tokens or options.max_new_tokens
-        return engine.stream_deltas(
+        room = self.engine.max_length - len(prompt)
+        wanted = body.max_completion_tokens or body.max_tokens or self.options.max_new_tokens
+        return self.engine.stream_deltas(
             prompt,
             max_new_tokens=min(wanted, max(room, 1)),
             temperature=body.temperature,
@@ -119,26 +120,25 @@ def add_openai_routes(
             stop=stop,
         )
 
-    def pieces(generation: Generation) -> Iterator[Delta]:
+    def pieces(self, generation: Generation) -> Iterator[Delta]:
         """The generation's deltas, each round run as an exclusive model turn."""
         iterator = iter(generation)
         while True:
-            delta = store.run_exclusive(lambda: next(iterator, None))
+            delta = self.store.run_exclusive(lambda: next(iterator, None))
             if delta is None:
                 return
             yield delta
 
-    def answer(generation: Generation, body: _Common, *, chat: bool) -> Any:
+    def answer(self, generation: Generation, body: _Common, *, chat: bool) -> Any:
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        created = int(time.time())
-        head = {"id": ident, "created": created, "model": body.model}
-        store.counters["completions"] += 1
+        head = {"id": ident, "created": int(time.time()), "model": body.model}
+        self.store.counters["completions"] += 1
         if body.stream:
             return StreamingResponse(
-                _events(head, pieces(generation), generation, chat=chat),
+                _events(head, self.pieces(generation), generation, chat=chat),
                 media_type="text/event-stream",
             )
-        text = "".join(delta.text for delta in pieces(generation))
+        text = "".join(delta.text for delta in self.pieces(generation))
         result = generation.result
         assert result is not None
         finish = _FINISH.get(result.finish_reason, "stop")
@@ -157,7 +157,8 @@ def add_openai_routes(
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         return {**head, "object": "text_completion", "choices": [choice], "usage": usage}
 
-    def prompt_ids(body: CompletionBody) -> list[int]:
+    def prompt_ids(self, body: CompletionBody) -> list[int]:
+        engine = self.engine
         if isinstance(body.prompt, str):
             return engine.encode(body.prompt)
         bad = [t for t in body.prompt if not 0 <= t < engine.vocab_size]
@@ -170,22 +171,21 @@ def add_openai_routes(
             raise HTTPException(422, detail=problem)
         return list(body.prompt)
 
-    @app.post("/v1/completions", dependencies=list(guarded))
-    def completions(body: CompletionBody) -> Any:
+    def completion(self, body: CompletionBody) -> Any:
         refuse_unsupported(body)
-        prompt = prompt_ids(body)
+        prompt = self.prompt_ids(body)
         if body.logprobs is None:
-            return answer(start(prompt, body), body, chat=False)
+            return self.answer(self.start(prompt, body), body, chat=False)
         if body.stream:
             raise HTTPException(422, detail="logprobs with stream is not supported")
-        generation = start(prompt, body)
-        reply = answer(generation, body, chat=False)
+        generation = self.start(prompt, body)
+        reply = self.answer(generation, body, chat=False)
         assert generation.result is not None
         tokens = prompt + list(generation.result.tokens)
-        logits = store.run_exclusive(lambda: target_logits(engine, tokens))
+        logits = self.store.run_exclusive(lambda: target_logits(self.engine, tokens))
         first = 0 if body.echo else len(prompt)
         reply["choices"][0]["logprobs"] = scored(
-            engine,
+            self.engine,
             tokens,
             logits,
             first=first,
@@ -193,14 +193,13 @@ def add_openai_routes(
             by_id=body.return_tokens_as_token_ids,
         )
         if body.echo:
-            reply["choices"][0]["text"] = (
-                engine.tokenizer.decode(prompt) + reply["choices"][0]["text"]
-            )
+            echoed = self.engine.tokenizer.decode(prompt)
+            reply["choices"][0]["text"] = echoed + reply["choices"][0]["text"]
         return reply
 
-    @app.post("/v1/chat/completions", dependencies=list(guarded))
-    def chat_completions(body: ChatBody) -> Any:
+    def chat_completion(self, body: ChatBody) -> Any:
         refuse_unsupported(body)
+        engine = self.engine
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
         if engine.chat_template:
             text = engine.apply_chat_template(messages)
@@ -208,7 +207,26 @@ def add_openai_routes(
         else:  # no template in the bundle: a plain transcript
             text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
             prompt = engine.encode(text)
-        return answer(start(prompt, body), body, chat=True)
+        return self.answer(self.start(prompt, body), body, chat=True)
+
+
+def add_openai_routes(
+    app: FastAPI,
+    engine: Engine,
+    *,
+    store: SessionStore,
+    guarded: Sequence[Any],
+    options: ServerOptions,
+) -> None:
+    service = Completions(engine, store=store, options=options)
+
+    @app.post("/v1/completions", dependencies=list(guarded))
+    def completions(body: CompletionBody) -> Any:
+        return service.completion(body)
+
+    @app.post("/v1/chat/completions", dependencies=list(guarded))
+    def chat_completions(body: ChatBody) -> Any:
+        return service.chat_completion(body)
 
     @app.get("/v1/models", dependencies=list(guarded))
     def models() -> dict[str, Any]:

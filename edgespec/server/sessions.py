@@ -20,12 +20,14 @@ from typing import TypeVar
 import numpy as np
 
 from edgespec.config import SamplingConfig
+from edgespec.engine.options import K_RULE, MAX_K
 from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
 from edgespec.protocol import OpenRequest, OpenResponse, VerifyRequest, VerifyResponse
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.verifiers.local import Uniforms, verify_round
+from edgespec.runtime.sampling import Uniforms
+from edgespec.runtime.verifiers.local import verify_round
 
 T = TypeVar("T")
 
@@ -45,6 +47,10 @@ class StoreLimits:
             raise ConfigError(
                 "--max-sessions, --idle-ttl and --max-k must be positive",
                 fix="e.g. --max-sessions 64 --idle-ttl 300 --max-k 8",
+            )
+        if self.max_k > MAX_K:
+            raise ConfigError(
+                f"--max-k {self.max_k} is above {MAX_K}, the most any client drafts", fix=K_RULE
             )
 
 

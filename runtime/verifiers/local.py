@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
@@ -18,15 +17,8 @@ from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match,
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.sampling import probabilities
+from edgespec.runtime.sampling import Uniforms, probabilities
 from edgespec.runtime.verifiers.base import Verdict
-
-
-class Uniforms(Protocol):
-    """The rejection test's source of uniforms in [0, 1): the generation's
-    ``numpy.random.Generator`` here, the draws a client sent with its round on the server."""
-
-    def random(self) -> float: ...
 
 
 class LocalVerifier:
@@ -110,7 +102,4 @@ def accept(
             fix="use sampling mode 'match' with the prompt-lookup drafter",
         )
     q_draft = draft.q_draft if draft.q_draft is not None else np.zeros((0, logits.shape[1]))
-    # accept_sampled and sampling.sample only call rng.random() but are annotated with numpy's
-    # Generator: widening them to Uniforms drops this ignore ("unused-ignore": mypy on a plain
-    # editable install cannot see the mapped edgespec.runtime, so checks nothing here).
-    return accept_sampled(draft.tokens, q_draft, p_target, rng)  # type: ignore[arg-type,unused-ignore]
+    return accept_sampled(draft.tokens, q_draft, p_target, rng)
