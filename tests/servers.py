@@ -72,9 +72,8 @@ class ServerProcess:
 
     def start(self) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        # Run outside the checkout: ``python -m`` puts the working directory first on sys.path,
-        # where the source tree's edgespec/ (without the mapped export/ and runtime/) would
-        # shadow the installed package.
+        # Run outside the checkout, as a deployed server runs: the package under test is the
+        # installed one (test_first_minutes checks ``python -m edgespec`` inside the checkout).
         self.process = subprocess.Popen(
             self.args, env=env, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir()
         )

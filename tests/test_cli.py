@@ -18,9 +18,8 @@ from fake_bundle import make_bundle
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # Run outside the checkout: ``python -m`` puts the working directory first on sys.path,
-    # and the source tree's edgespec/ (without the mapped export/ and runtime/) would shadow
-    # the installed package.
+    # Run outside the checkout, as a user of the installed package would (test_first_minutes
+    # checks ``python -m edgespec`` inside the checkout).
     return subprocess.run(
         list(args),
         capture_output=True,

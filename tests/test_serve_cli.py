@@ -16,8 +16,7 @@ from servers import free_port
 
 
 def _serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # Outside the checkout, as tests/servers.py runs serve subprocesses: ``python -m`` puts the
-    # working directory first on sys.path, where the source tree would shadow the package.
+    # Outside the checkout, as tests/servers.py runs serve subprocesses.
     return subprocess.run(
         [sys.executable, "-m", "edgespec", "serve", *args],
         capture_output=True,
