@@ -19,7 +19,7 @@ from edgespec.engine.options import DEFAULT_K, GenerationOptions, RemoteOptions
 from edgespec.engine.remote import RemoteTarget, remote_profile
 from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
 from edgespec.protocol import ServerInfo
-from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.profile import measure_costs
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.telemetry.guard import Telemetry

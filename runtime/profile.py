@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.policy import CostProfile
 
 
 def _best_time(session: OnnxModel, context: Sequence[int], width: int, repeats: int) -> float:

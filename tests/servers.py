@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.k_policy import CostProfile
 
 #: A made-up cost curve: the tests need one, not its accuracy.
 FAKE_PROFILE = CostProfile(

@@ -203,7 +203,7 @@ def test_sampled_output_is_distributed_as_the_target(k: int, sampling: SamplingC
 def test_auto_k_estimates_per_token_acceptance() -> None:
     """Rounds that accept 2 of 4 drafted tokens test 3 tokens: alpha tends to 2/3, not 1/2."""
     from edgespec.events import StepRecord
-    from edgespec.runtime.policy import AutoK, CostProfile, expected_tokens
+    from edgespec.runtime.k_policy import AutoK, CostProfile, expected_tokens
 
     policy = AutoK(
         CostProfile(target_step_s=1e-3, draft_step_s=1e-4, verify_cost=(1.0,) * 9), alpha=0.5

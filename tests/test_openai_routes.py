@@ -11,7 +11,7 @@ from edgespec.api import Engine
 from edgespec.engine.remote import remote_profile
 from edgespec.measure.delay_proxy import DelayProxy
 from edgespec.protocol import ServerInfo
-from edgespec.runtime.policy import AutoK
+from edgespec.runtime.k_policy import AutoK
 from edgespec.runtime.verifiers.remote import ServerTarget
 from edgespec.server.app import ServerOptions, create_app
 

@@ -12,7 +12,7 @@ import pytest
 from edgespec.engine.remote import remote_profile
 from edgespec.events import StepRecord
 from edgespec.protocol import ServerInfo
-from edgespec.runtime.policy import AutoK, CostProfile, expected_tokens
+from edgespec.runtime.k_policy import AutoK, CostProfile, expected_tokens
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "policy_v1.json").read_text())
 

@@ -16,8 +16,8 @@ from edgespec.errors import BundleError, ConfigError, ContextLimitError, Incompa
 from edgespec.manifest import load_bundle
 from edgespec.runtime.decoder import decode
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.k_policy import FixedK
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.policy import FixedK
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.verifiers.local import LocalVerifier
 

@@ -16,8 +16,8 @@ from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
+from edgespec.runtime.k_policy import AutoK, CappedK, CostProfile, FixedK
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.policy import AutoK, CappedK, CostProfile, FixedK
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.local import LocalVerifier

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgespec.protocol import ServerInfo
-from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.http import Traffic

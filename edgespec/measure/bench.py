@@ -16,7 +16,7 @@ from typing import Any
 
 from edgespec.api import Engine, Result
 from edgespec.errors import ConfigError
-from edgespec.runtime.policy import expected_speedup
+from edgespec.runtime.k_policy import expected_speedup
 
 PROMPT_SETS_DIR = Path(__file__).resolve().parent.parent / "data" / "prompts"
 PROMPT_SETS = ("code", "edit")

@@ -13,7 +13,7 @@ from typing import Any
 from edgespec.api import Engine
 from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompts
-from edgespec.runtime.policy import expected_speedup
+from edgespec.runtime.k_policy import expected_speedup
 
 PROFILE_PROMPTS = 12  # code prompts the profile drafts on (64 tokens each, k = MAX_K)
 

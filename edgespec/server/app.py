@@ -27,7 +27,7 @@ from edgespec.protocol import (
     ServerInfo,
     VerifyRequest,
 )
-from edgespec.runtime.policy import CostProfile
+from edgespec.runtime.k_policy import CostProfile
 from edgespec.server.metrics import prometheus_text
 from edgespec.server.openai_routes import add_openai_routes
 from edgespec.server.sessions import SessionStore, StoreLimits

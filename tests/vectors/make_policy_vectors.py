@@ -16,7 +16,7 @@ from typing import Any
 
 from edgespec.config import BudgetConfig
 from edgespec.events import StepRecord
-from edgespec.runtime.policy import AutoK, CostProfile, expected_tokens
+from edgespec.runtime.k_policy import AutoK, CostProfile, expected_tokens
 from edgespec.telemetry.budget import BudgetPolicy, Conditions
 
 OUT = Path(__file__).with_name("policy_v1.json")
