@@ -45,7 +45,7 @@ def test_server_restarted_mid_generation_loses_nothing(
         assert result.error is None  # type: ignore[attr-defined]
         assert result.tokens == expected  # type: ignore[attr-defined]
         stats = result.stats.remote  # type: ignore[attr-defined]
-        assert stats.reopens >= 1  # the restarted server had lost the session
+        assert stats["reopens"] >= 1  # the restarted server had lost the session
 
 
 def test_fallbacks_when_the_server_stays_down(

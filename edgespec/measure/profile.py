@@ -15,7 +15,8 @@ from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompts
 from edgespec.runtime.k_policy import expected_speedup
 
-PROFILE_PROMPTS = 12  # code prompts the profile drafts on (64 tokens each, k = MAX_K)
+PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
+PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 
 
 def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
@@ -23,7 +24,13 @@ def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
     k with the best expected speedup (and that speedup)."""
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
     prompts = load_prompts("code")[:PROFILE_PROMPTS]
-    results = [engine.generate(p, k=MAX_K, max_new_tokens=64) for p in prompts]
+    new_tokens = min(PROFILE_NEW_TOKENS, engine.max_length // 2)
+    # Prompts keep their last tokens where the pair's context is short (a small export).
+    room = engine.max_length - new_tokens
+    results = [
+        engine.generate(engine.encode(p)[-room:], k=MAX_K, max_new_tokens=new_tokens)
+        for p in prompts
+    ]
     tested = sum(r.stats.tested for r in results)
     alpha = sum(r.stats.accepted for r in results) / tested if tested else 0.0
     offered = [0] * MAX_K
@@ -51,7 +58,7 @@ def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
         "verify_cost": verify_cost,
         "recommended_k": best,
         "expected_speedup": speedups[best],
-        "measured_on": f"{len(prompts)} built-in code prompts, 64 tokens each, on this device",
+        "measured_on": f"{len(prompts)} built-in code prompts, {new_tokens} tokens each, here",
         "default_k": engine.default_k,
         "default_k_source": engine.default_k_source,
     }
