@@ -189,3 +189,15 @@ def test_api_errors_name_parameters_and_the_cli_names_flags(
     assert "--max-new-tokens is -5" in _error_line(
         capsys, "generate", "x", "--max-new-tokens", "-5"
     )
+
+
+def test_one_source_of_k(capsys: pytest.CaptureFixture[str]) -> None:
+    engine = Engine.load()
+    assert main(["doctor", "--json"]) == 0
+    k = json.loads(capsys.readouterr().out)["pair"]["k"]
+    assert (k["k"], k["source"]) == (engine.default_k, engine.default_k_source)
+    assert "pair's build record" in k["source"]
+    assert main(["pair", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert f"generate uses k {engine.default_k} by default ({engine.default_k_source})" in out
+    assert "recommended k" in out and "measured on 12 built-in code prompts" in out

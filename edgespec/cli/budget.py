@@ -118,7 +118,7 @@ def add_doctor_command(commands: Any) -> None:
     doctor.add_argument(
         "--no-measure",
         action="store_true",
-        help="do not load the pair to measure its step costs (k is then not recommended)",
+        help="do not load the pair (its default k is then not shown)",
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.set_defaults(handler=run_doctor)

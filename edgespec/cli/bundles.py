@@ -92,7 +92,13 @@ def run_pair(args: argparse.Namespace) -> int:
             print(
                 f"alpha {profile['alpha']:.2f} (by draft position: {by_position}); c "
                 f"{profile['c']:.3f}; recommended k {profile['recommended_k']}, expected "
-                f"speedup {profile['expected_speedup']:.2f}x"
+                f"speedup {profile['expected_speedup']:.2f}x (measured on "
+                f"{profile['measured_on']})"
+            )
+            default, source = profile["default_k"], profile["default_k_source"]
+            print(
+                f"generate uses k {default} by default ({source}); pass --k "
+                f"{profile['recommended_k']} to use the measured one, or --k auto"
             )
     return 0 if report.compatible else 1
 

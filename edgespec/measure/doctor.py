@@ -4,7 +4,7 @@ Providers ONNX Runtime lists, and which of them really create a session (it fall
 silently); cores; memory; energy and power sources (the one used, and why each other is
 unavailable); for the built-in or given pair, the memory estimate from its manifests, a
 recommended quantization (int4 when the estimate takes over half of ``MemAvailable`` or the
-budget) and a recommended k (``edgespec.measure.profile``: alpha and step costs measured here).
+budget) and the k generation uses by default, with where it comes from.
 """
 
 from __future__ import annotations
@@ -52,19 +52,17 @@ def _providers(graph: Path | None) -> list[dict[str, Any]]:
     return found
 
 
-def _recommended_k(target: Path, draft: Path) -> dict[str, Any]:
-    """The measured recommendation (the one ``edgespec pair --profile`` reports)."""
-    from edgespec.measure.profile import profile_pair
+def _k_report(target: Path, draft: Path) -> dict[str, Any]:
+    """The k that generation uses by default and where it comes from: the one source of k
+    (``edgespec pair --profile`` measures alpha and the costs on this device and says whether
+    another k would do better here)."""
+    from edgespec.api import Engine
 
-    profile = profile_pair(draft, target)
+    engine = Engine.load(target=target, draft=draft, measure_energy=False)
     return {
-        "k": profile["recommended_k"],
-        "expected_speedup": round(profile["expected_speedup"], 3),
-        "alpha": round(profile["alpha"], 3),
-        "c": round(profile["c"], 4),
-        "measured_on": profile["measured_on"],
-        "default_k": profile["default_k"],
-        "default_k_source": profile["default_k_source"],
+        "k": engine.default_k,
+        "source": engine.default_k_source,
+        "measure_with": "edgespec pair --profile (alpha and costs on this device), or --k auto",
     }
 
 
@@ -106,7 +104,7 @@ def _pair(
         "k": None,
     }
     if measure and draft is not None:
-        result["k"] = _recommended_k(target, draft)
+        result["k"] = _k_report(target, draft)
     graph = (draft_bundle or target_bundle).graph_path
     result["_graph"] = str(graph)
     return result
@@ -197,11 +195,5 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"quant      {quant['current']}: {advice} ({quant['reason']})")
     if pair["k"]:
         k = pair["k"]
-        lines.append(
-            f"k          {k['k']} recommended (alpha {k['alpha']}, c {k['c']}, expected "
-            f"{k['expected_speedup']}x; measured on {k['measured_on']})"
-        )
-        lines.append(
-            f"k          generate uses {k['default_k']} by default: {k['default_k_source']}"
-        )
+        lines.append(f"k          {k['k']}, from {k['source']}; measure: {k['measure_with']}")
     return "\n".join(lines)
