@@ -73,6 +73,18 @@ class GraphSpec:
     kv_dtype: str
     logits_dtype: str
     kv_layout: str = "batch,kv_heads,sequence,head_dim"
+    #: "concat": past [1, kv_heads, length, head_dim] in, present with the new positions
+    #: appended out (optimum's graphs); "shared": past and present are one buffer of
+    #: ``kv_capacity`` positions that a pass writes in place (GroupQueryAttention), fed with
+    #: ``seqlens_k`` = length + n - 1 and ``total_sequence_length`` = length + n.
+    kv_sharing: str = "concat"
+    kv_capacity: int | None = None
+    seqlens_k: str | None = None
+    total_sequence_length: str | None = None
+    #: Passes of fewer positions are padded to this width: a graph whose one-position kernels
+    #: round differently from its multi-position ones is batch invariant once every pass is
+    #: at least two positions wide.
+    min_pass_width: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -109,3 +109,38 @@ class ReferenceKVCache:
 
     def reset(self) -> None:
         self.arrays = [[self._empty] * self.layers, [self._empty] * self.layers]
+
+
+class SharedKVCache:
+    """One [1, kv_heads, capacity, head_dim] buffer per layer for K and for V, which a graph
+    with ``kv_sharing`` "shared" reads as past and writes as present in place. ``length`` is
+    the number of positions held; rolling back is setting it (no copy, O(1)): positions past
+    ``length`` are overwritten by the next pass."""
+
+    def __init__(
+        self, *, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype: np.dtype
+    ) -> None:
+        self.layers = layers
+        self.capacity = capacity
+        shape = (1, kv_heads, capacity, head_dim)
+        # buffers[kind][layer], kind 0 = key, 1 = value.
+        self.buffers = [[np.zeros(shape, dtype=dtype) for _ in range(layers)] for _ in range(2)]
+        #: ONNX Runtime values over the same memory, made once by the bound path.
+        self.ort_values: list[list[object]] | None = None
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for kind in self.buffers for b in kind)
+
+    def advance(self, new_tokens: int) -> None:
+        self.length += new_tokens
+
+    def crop(self, length: int) -> None:
+        """Keeps the first ``length`` positions (an absolute length, not a count to drop)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0

@@ -25,7 +25,11 @@ import numpy as np
 
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import Bundle
-from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
+from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache, SharedKVCache
+from edgespec.runtime.shared_kv import forward_shared, forward_shared_reference
+
+#: The cache kinds :meth:`OnnxModel.forward` takes.
+AnyCache = KVCache | ReferenceKVCache | SharedKVCache
 
 #: Providers tried in order when the caller names none (TensorRT builds engines for minutes on
 #: first use, so it is used only when asked for).
@@ -124,26 +128,56 @@ class OnnxModel:
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers
-        self.io_binding = bool(options.io_binding)
+        # The in-place graph is bound by default (its point is that nothing is copied).
+        self.io_binding = self.shared_kv if options.io_binding is None else options.io_binding
         self._binding = self.session.io_binding()
         self._logits_dtype = np.dtype(self.graph.logits_dtype)
         self._logits = np.zeros(0, dtype=self._logits_dtype)
         self._positions = np.arange(self.max_length + 1, dtype=np.int64)[None, :]
         self._mask = np.ones((1, self.max_length + 1), dtype=np.int64)
 
-    def new_cache(self) -> KVCache | ReferenceKVCache:
-        """A cache for :meth:`forward` (the kind the session's path needs)."""
+    @property
+    def shared_kv(self) -> bool:
+        """Whether the graph writes its KV cache in place (one buffer per layer)."""
+        return self.graph.kv_sharing == "shared"
+
+    def new_cache(self) -> AnyCache:
+        """A cache for :meth:`forward` (the kind the graph and the session's path need)."""
+        if self.shared_kv:
+            return SharedKVCache(
+                layers=self.model.num_layers,
+                kv_heads=self.model.num_kv_heads,
+                head_dim=self.model.head_dim,
+                capacity=self.max_length,
+                dtype=self.kv_dtype,
+            )
         return self.new_bound_cache() if self.io_binding else self.new_reference_cache()
 
-    def start(self, prompt: Sequence[int], cache: KVCache | ReferenceKVCache) -> None:
+    def start(self, prompt: Sequence[int], cache: AnyCache) -> None:
         """Empties ``cache`` and feeds every prompt token but the last (which the first round
         feeds together with its draft)."""
         cache.reset()
         if len(prompt) > 1:
             self.forward(prompt[:-1], cache)
 
-    def forward(self, token_ids: Sequence[int], cache: KVCache | ReferenceKVCache) -> np.ndarray:
+    def forward(self, token_ids: Sequence[int], cache: AnyCache) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
+        if self.shared_kv:
+            width = max(len(token_ids), self.graph.min_pass_width)
+            self._check_room(cache.length, width)
+            shared = cast(SharedKVCache, cache)
+            if not self.io_binding:
+                return forward_shared_reference(self.session, self.graph, token_ids, shared)
+            if self._logits.size < width * self.vocab_size:
+                self._logits = np.zeros(width * self.vocab_size, dtype=np.float32)
+            return forward_shared(
+                self.session,
+                self.graph,
+                token_ids,
+                shared,
+                logits=self._logits,
+                vocab=self.vocab_size,
+            )
         if self.io_binding:
             return self.forward_bound(token_ids, cast(KVCache, cache))
         return self.forward_reference(token_ids, cast(ReferenceKVCache, cache))

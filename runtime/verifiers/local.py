@@ -15,8 +15,7 @@ from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
 from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match, accept_sampled
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache
-from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.model import AnyCache, OnnxModel
 from edgespec.runtime.sampling import Uniforms, probabilities
 from edgespec.runtime.verifiers.base import Verdict
 
@@ -60,7 +59,7 @@ class LocalVerifier:
 
 def verify_round(
     target: OnnxModel,
-    cache: KVCache | ReferenceKVCache,
+    cache: AnyCache,
     *,
     position: int,
     last_token: int,

@@ -1,0 +1,232 @@
+"""Checks of an imported GGUF graph, without torch.
+
+* Parity: the graph against a float64 numpy forward pass over the *same* dequantized weights
+  (what the file means, computed exactly), on fixed prompts: max |Δlogit|, top-1 agreement and
+  a greedy continuation. A miswired graph scores near chance.
+* llama.cpp: when llama-cpp-python is installed, top-1 agreement with llama.cpp's own logits
+  on the same prompts, recorded for information (llama.cpp multiplies 4-bit weights with 8-bit
+  activations, so it strays from the exact result too).
+* Batch invariance: positions computed in one pass of width w (2..9) against the same
+  positions one at a time (each padded to the graph's minimum width, as the runtime runs
+  them): greedy speculative output equals target-only output only if no argmax differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
+from edgespec.export.gguf.reader import GGUFFile, float_tensor
+from edgespec.manifest import BatchInvarianceResult, ParityResult
+
+PARITY_TEXTS = (
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens and",
+)
+GREEDY_TOKENS = 12
+WIDTHS = tuple(range(2, 10))
+
+
+class GraphRunner:
+    """Plain ``session.run`` passes over full-capacity KV buffers (the checks' driver)."""
+
+    def __init__(self, graph_path: Path, source: GGUFFile, *, capacity: int, min_width: int):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(
+            str(graph_path), options, providers=["CPUExecutionProvider"]
+        )
+        arch = source.architecture
+        self.layers = arch.num_layers
+        self.shape = (1, arch.num_kv_heads, capacity, arch.head_dim)
+        self.min_width = min_width
+
+    def empty(self) -> dict[str, np.ndarray]:
+        return {
+            n: np.zeros(self.shape, np.float32) for i in range(self.layers) for n in past_names(i)
+        }
+
+    def forward(self, tokens: Sequence[int], past: int, cache: dict[str, np.ndarray]) -> np.ndarray:
+        count = len(tokens)
+        ids = list(tokens) + [tokens[-1]] * max(self.min_width - count, 0)
+        feeds = {
+            IO["input_ids"]: np.array([ids], np.int64),
+            IO["seqlens_k"]: np.array([past + len(ids) - 1], np.int32),
+            IO["total_sequence_length"]: np.array(past + len(ids), np.int32),
+            **cache,
+        }
+        presents = [n for i in range(self.layers) for n in present_names(i)]
+        outputs = self.session.run([IO["logits"], *presents], feeds)
+        pasts = [n for i in range(self.layers) for n in past_names(i)]
+        cache.update(zip(pasts, outputs[1:], strict=True))
+        return np.asarray(outputs[0][0, :count])
+
+    def greedy(self, prompt: Sequence[int], count: int) -> list[int]:
+        cache = self.empty()
+        logits = self.forward(prompt, 0, cache)
+        produced = [int(logits[-1].argmax())]
+        while len(produced) < count:
+            logits = self.forward(produced[-1:], len(prompt) + len(produced) - 1, cache)
+            produced.append(int(logits[-1].argmax()))
+        return produced
+
+
+def reference_logits(source: GGUFFile, tokens: Sequence[int]) -> np.ndarray:
+    """Logits [len(tokens), vocab] of the file's weights in float64 numpy (causal, no cache)."""
+    arch = source.architecture
+    weight = _WeightCache(source)
+    length, d = len(tokens), arch.head_dim
+    cos, sin = rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=length)
+    x = weight("token_embd.weight")[list(tokens)]
+    mask = np.triu(np.full((length, length), -np.inf), 1)
+    for layer in range(arch.num_layers):
+        p = f"blk.{layer}."
+        h = _rms(x, weight(p + "attn_norm.weight"), arch.rms_norm_eps)
+        q, k, v = (_project(weight, h, p, part, arch) for part in ("q", "k", "v"))
+        q = _rope(q.reshape(length, arch.num_heads, d), cos, sin, arch.rope_interleaved)
+        k = _rope(k.reshape(length, arch.num_kv_heads, d), cos, sin, arch.rope_interleaved)
+        v = v.reshape(length, arch.num_kv_heads, d)
+        group = arch.num_heads // arch.num_kv_heads
+        heads = []
+        for head in range(arch.num_heads):
+            scores = q[:, head] @ k[:, head // group].T / np.sqrt(d) + mask
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, head // group])
+        x = x + np.concatenate(heads, axis=-1) @ weight(p + "attn_output.weight").T
+        h = _rms(x, weight(p + "ffn_norm.weight"), arch.rms_norm_eps)
+        gate, up = h @ weight(p + "ffn_gate.weight").T, h @ weight(p + "ffn_up.weight").T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ weight(p + "ffn_down.weight").T
+    lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
+    return _rms(x, weight("output_norm.weight"), arch.rms_norm_eps) @ weight(lm_head).T
+
+
+class _WeightCache:
+    def __init__(self, source: GGUFFile) -> None:
+        self.source = source
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name not in self.cache:
+            self.cache[name] = float_tensor(self.source.tensor(name)).astype(np.float64)
+        return self.cache[name]
+
+
+def _project(weight: Any, h: np.ndarray, prefix: str, part: str, arch: Any) -> np.ndarray:
+    out = h @ weight(f"{prefix}attn_{part}.weight").T
+    if arch.qkv_bias:
+        out = out + weight(f"{prefix}attn_{part}.bias")
+    if arch.qk_norm and part in ("q", "k"):
+        heads = arch.num_heads if part == "q" else arch.num_kv_heads
+        shaped = out.reshape(len(h), heads, arch.head_dim)
+        out = _rms(shaped, weight(f"{prefix}attn_{part}_norm.weight"), arch.rms_norm_eps)
+        out = out.reshape(len(h), -1)
+    return out
+
+
+def _rms(x: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * scale
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """x [S, heads, D]: rotate pairs (adjacent when interleaved, else first/second halves)."""
+    c, s = cos[: len(x), None, :], sin[: len(x), None, :]
+    half = x.shape[-1] // 2
+    first, second = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
+    rotated = np.empty_like(x)
+    if interleaved:
+        rotated[..., 0::2], rotated[..., 1::2] = first * c - second * s, first * s + second * c
+    else:
+        rotated[..., :half], rotated[..., half:] = first * c - second * s, first * s + second * c
+    return rotated
+
+
+def check_parity(
+    runner: GraphRunner, source: GGUFFile, prompts: Sequence[Sequence[int]], *, min_top1: float
+) -> ParityResult:
+    diffs, agree, positions, greedy_match = [], 0, 0, 0
+    for prompt in prompts:
+        expected = reference_logits(source, prompt)
+        got = runner.forward(prompt, 0, runner.empty())
+        diffs.append(float(np.abs(got - expected).max()))
+        agree += int((got.argmax(-1) == expected.argmax(-1)).sum())
+        positions += len(prompt)
+        produced = runner.greedy(prompt, GREEDY_TOKENS)
+        full = reference_logits(source, [*prompt, *produced[:-1]])
+        exact = [int(row.argmax()) for row in full[len(prompt) - 1 :]]
+        greedy_match += next(
+            (i for i, (a, b) in enumerate(zip(produced, exact, strict=True)) if a != b),
+            len(exact),
+        )
+    top1 = agree / positions
+    return ParityResult(
+        prompts=len(prompts),
+        positions=positions,
+        max_abs_logit_diff=max(diffs),
+        logit_tolerance=None,
+        top1_agreement=top1,
+        min_top1_agreement=min_top1,
+        greedy_tokens=GREEDY_TOKENS * len(prompts),
+        greedy_match_tokens=greedy_match,
+        greedy_divergence_margins=(),
+        required=("top1",),
+        passed=top1 >= min_top1,
+    )
+
+
+def check_batch_invariance(runner: GraphRunner, tokens: Sequence[int]) -> BatchInvarianceResult:
+    prefill = list(tokens[:16])
+    mismatched, compared, max_diff, by_width = 0, 0, 0.0, {}
+    for width in WIDTHS:
+        wide, narrow = runner.empty(), runner.empty()
+        runner.forward(prefill, 0, wide)
+        runner.forward(prefill, 0, narrow)
+        past, wrong = len(prefill), 0
+        for start in range(len(prefill), len(tokens) - width + 1, width):
+            chunk = list(tokens[start : start + width])
+            together = runner.forward(chunk, past, wide)
+            alone = np.stack(
+                [runner.forward([t], past + i, narrow)[0] for i, t in enumerate(chunk)]
+            )
+            max_diff = max(max_diff, float(np.abs(together - alone).max()))
+            wrong += int((together.argmax(-1) != alone.argmax(-1)).sum())
+            compared += width
+            past += width
+        mismatched += wrong
+        by_width[str(width)] = wrong / max(compared, 1)
+    fraction = mismatched / max(compared, 1)
+    return BatchInvarianceResult(
+        widths=WIDTHS,
+        positions=compared,
+        argmax_mismatch_fraction=fraction,
+        max_abs_logit_diff=max_diff,
+        mismatch_fraction_by_width=by_width,
+        passed=mismatched == 0,
+    )
+
+
+def llama_cpp_agreement(
+    path: Path, prompts: Sequence[Sequence[int]], runner: GraphRunner
+) -> dict[str, Any]:
+    """Top-1 agreement and max |Δlogit| with llama.cpp's logits (None figures without it)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return {"checked": False, "reason": "llama-cpp-python is not installed"}
+    llm = Llama(model_path=str(path), n_ctx=512, logits_all=True, n_threads=2, verbose=False)
+    agree, positions, diff = 0, 0, 0.0
+    for prompt in prompts:
+        llm.reset()
+        llm.eval(list(prompt))
+        theirs = np.asarray(llm.scores[: len(prompt)])
+        ours = runner.forward(prompt, 0, runner.empty())
+        agree += int((theirs.argmax(-1) == ours.argmax(-1)).sum())
+        positions += len(prompt)
+        diff = max(diff, float(np.abs(theirs - ours).max()))
+    return {"checked": True, "top1_agreement": agree / positions, "max_abs_logit_diff": diff}

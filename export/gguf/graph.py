@@ -1,0 +1,309 @@
+"""The ONNX graph of a GGUF Llama-family model, with an in-place KV cache.
+
+Per layer: RMSNorm → Q, K, V (MatMulNBits on llama.cpp's own blocks) → GroupQueryAttention
+(rotary inside, past and present one buffer of ``capacity`` positions) → output projection →
+residual → RMSNorm → SwiGLU MLP → residual. Then the final norm and the LM head (the embedding
+table itself when tied).
+
+I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1;
+``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
+``.value`` float32 [1, kv_heads, capacity, head_dim], whose outputs ``present.{i}.key`` /
+``.value`` are bound to the same buffers, so a step writes its S new positions in place and a
+rollback is a change of length; ``logits`` float32 [1, S, vocab].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.gguf.reader import GGUFFile, float_tensor
+from edgespec.export.gguf.weights import BlockWeights, block_weights
+
+OPSET = 21
+IO = {
+    "input_ids": "input_ids",
+    "seqlens_k": "seqlens_k",
+    "total_sequence_length": "total_sequence_length",
+    "logits": "logits",
+}
+
+
+def past_names(layer: int) -> tuple[str, str]:
+    return f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"
+
+
+def present_names(layer: int) -> tuple[str, str]:
+    return f"present.{layer}.key", f"present.{layer}.value"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockNames:
+    """The initializer names of one block-quantized weight."""
+
+    packed: str
+    scales: str
+    offsets_t: str | None
+
+
+@dataclass
+class GraphBuilder:
+    """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type."""
+
+    accuracy_level: int
+    nodes: list[Any] = field(default_factory=list)
+    initializers: list[Any] = field(default_factory=list)
+    quantized: list[BlockWeights] = field(default_factory=list)
+    float_weights: int = 0
+
+    def node(self, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
+        from onnx import helper
+
+        domain = attributes.pop("domain", "")
+        self.nodes.append(
+            helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes)
+        )
+        return output
+
+    def constant(self, name: str, value: np.ndarray | np.generic) -> str:
+        from onnx import numpy_helper
+
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def block_initializers(self, name: str, weights: BlockWeights) -> BlockNames:
+        self.quantized.append(weights)
+        offsets = weights.offsets
+        return BlockNames(
+            packed=self.constant(f"{name}.qweight", weights.packed),
+            scales=self.constant(f"{name}.scales", weights.scales),
+            # [K / 32, N]: the offsets term is blocksum(x) [.., K / 32] @ this.
+            offsets_t=None if offsets is None else self.constant(f"{name}.offsets_t", offsets.T),
+        )
+
+    def linear(self, x: str, tensor: Any, name: str) -> str:
+        """x [.., K] @ weight.T → [.., N]: MatMulNBits on the file's blocks, else MatMul."""
+        weights = block_weights(tensor)
+        if weights is None:
+            matrix = float_tensor(tensor)  # [N, K]
+            self.float_weights += matrix.size
+            return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
+        return self.matmul_nbits(x, self.block_initializers(name, weights), weights, name)
+
+    def matmul_nbits(self, x: str, names: BlockNames, weights: BlockWeights, output: str) -> str:
+        product = self.node(
+            "MatMulNBits",
+            [x, names.packed, names.scales],
+            output if names.offsets_t is None else f"{output}.blocks",
+            domain="com.microsoft",
+            K=weights.columns,
+            N=weights.rows,
+            bits=weights.bits,
+            block_size=32,
+            accuracy_level=self.accuracy_level,
+        )
+        if names.offsets_t is None:
+            return product
+        # Q4_1's per-block minimum: sum x over each block of 32, then one small float MatMul.
+        shape = self.constant(f"{output}.block_shape", np.array([1, -1, weights.columns // 32, 32]))
+        blocks = self.node("Reshape", [x, shape], f"{output}.x_blocks")
+        sums = self.node(
+            "ReduceSum",
+            [blocks, self.constant(f"{output}.axis", np.array([-1]))],
+            f"{output}.sums",
+            keepdims=0,
+        )
+        offsets = self.node("MatMul", [sums, names.offsets_t], f"{output}.offsets")
+        return self.node("Add", [product, offsets], output)
+
+    def rms_norm(self, x: str, tensor: Any, name: str, epsilon: float) -> str:
+        scale = self.constant(f"{name}.weight", float_tensor(tensor))
+        return self.node("SimplifiedLayerNormalization", [x, scale], name, axis=-1, epsilon=epsilon)
+
+
+def _embedding(builder: GraphBuilder, source: GGUFFile) -> tuple[str, Any]:
+    """The embedding lookup [1, S, hidden], and what the tied LM head reuses: the same block
+    initializers (rows are tokens), dequantized in the graph for the S looked-up tokens only."""
+    tensor = source.tensor("token_embd.weight")
+    weights = block_weights(tensor)
+    ids = IO["input_ids"]
+    if weights is None:
+        table = float_tensor(tensor)
+        builder.float_weights += table.size
+        return builder.node("Gather", [builder.constant("embed.table", table), ids], "embed"), (
+            table
+        )
+    names = builder.block_initializers("embed", weights)
+    last_axis = builder.constant("c.axis", np.array([-1]))
+    codes = builder.node("Gather", [names.packed, ids], "embed.codes")  # [1, S, blocks, bytes]
+    if weights.bits == 4:
+        low = builder.node("BitwiseAnd", [codes, builder.constant("c.15", np.uint8(15))], "e.lo")
+        high = builder.node(
+            "BitShift", [codes, builder.constant("c.4", np.uint8(4))], "e.hi", direction="RIGHT"
+        )
+        pairs = [builder.node("Unsqueeze", [part, last_axis], f"{part}1") for part in (low, high)]
+        codes = builder.node("Concat", pairs, "e.pairs", axis=-1)  # [1, S, blocks, 16, 2]
+    shape = builder.constant("embed.block_shape", np.array([1, -1, weights.columns // 32, 32]))
+    codes = builder.node("Reshape", [codes, shape], "e.blocks")
+    codes = builder.node("Cast", [codes], "e.float", to=1)
+    zero_point = builder.constant("embed.zero_point", np.float32(2 ** (weights.bits - 1)))
+    scales = builder.node(
+        "Unsqueeze", [builder.node("Gather", [names.scales, ids], "e.scales"), last_axis], "e.s"
+    )
+    centred = builder.node("Sub", [codes, zero_point], "e.centred")
+    values = builder.node("Mul", [centred, scales], "e.scaled")
+    if names.offsets_t is not None:  # stored [K / 32, N]: gather columns, then [1, S, blocks, 1]
+        offsets = builder.node("Gather", [names.offsets_t, ids], "e.off", axis=1)
+        offsets = builder.node("Transpose", [offsets], "e.off_t", perm=[1, 2, 0])
+        offsets = builder.node("Unsqueeze", [offsets, last_axis], "e.off_u")
+        values = builder.node("Add", [values, offsets], "e.values")
+    flat = builder.constant("embed.shape", np.array([1, -1, weights.columns]))
+    return builder.node("Reshape", [values, flat], "embed"), (names, weights)
+
+
+def _attention(
+    builder: GraphBuilder, source: GGUFFile, x: str, layer: int, caches: dict[str, str]
+) -> str:
+    arch = source.architecture
+    prefix = f"blk.{layer}"
+    normed = builder.rms_norm(
+        x, source.tensor(f"{prefix}.attn_norm.weight"), f"l{layer}.attn_norm", arch.rms_norm_eps
+    )
+    projections = []
+    for part, heads in (("q", arch.num_heads), ("k", arch.num_kv_heads), ("v", arch.num_kv_heads)):
+        out = builder.linear(
+            normed, source.tensor(f"{prefix}.attn_{part}.weight"), f"l{layer}.{part}"
+        )
+        if arch.qkv_bias:
+            bias = builder.constant(
+                f"l{layer}.{part}.bias", float_tensor(source.tensor(f"{prefix}.attn_{part}.bias"))
+            )
+            out = builder.node("Add", [out, bias], f"l{layer}.{part}.biased")
+        if arch.qk_norm and part in ("q", "k"):
+            out = _head_norm(builder, source, out, layer, part, heads)
+        projections.append(out)
+    past_key, past_value = past_names(layer)
+    present_key, present_value = present_names(layer)
+    from onnx import helper
+
+    attended = f"l{layer}.attn"
+    builder.nodes.append(
+        helper.make_node(
+            "GroupQueryAttention",
+            [
+                *projections,
+                past_key,
+                past_value,
+                IO["seqlens_k"],
+                IO["total_sequence_length"],
+                caches["cos"],
+                caches["sin"],
+            ],
+            [attended, present_key, present_value],
+            name=attended,
+            domain="com.microsoft",
+            num_heads=arch.num_heads,
+            kv_num_heads=arch.num_kv_heads,
+            do_rotary=1,
+            rotary_interleaved=int(arch.rope_interleaved),
+        )
+    )
+    out = builder.linear(attended, source.tensor(f"{prefix}.attn_output.weight"), f"l{layer}.o")
+    return builder.node("Add", [x, out], f"l{layer}.attn_residual")
+
+
+def _head_norm(
+    builder: GraphBuilder, source: GGUFFile, x: str, layer: int, part: str, heads: int
+) -> str:
+    """Qwen3's per-head RMSNorm of Q and K: [1, S, heads * D] → [1, S, heads, D] → norm."""
+    arch = source.architecture
+    split = builder.constant(f"l{layer}.{part}.heads", np.array([1, -1, heads, arch.head_dim]))
+    merged = builder.constant(f"l{layer}.{part}.merged", np.array([1, -1, heads * arch.head_dim]))
+    shaped = builder.node("Reshape", [x, split], f"l{layer}.{part}.split")
+    normed = builder.rms_norm(
+        shaped,
+        source.tensor(f"blk.{layer}.attn_{part}_norm.weight"),
+        f"l{layer}.{part}.norm",
+        arch.rms_norm_eps,
+    )
+    return builder.node("Reshape", [normed, merged], f"l{layer}.{part}.normed")
+
+
+def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
+    arch = source.architecture
+    prefix = f"blk.{layer}"
+    normed = builder.rms_norm(
+        x, source.tensor(f"{prefix}.ffn_norm.weight"), f"l{layer}.ffn_norm", arch.rms_norm_eps
+    )
+    gate = builder.linear(normed, source.tensor(f"{prefix}.ffn_gate.weight"), f"l{layer}.gate")
+    up = builder.linear(normed, source.tensor(f"{prefix}.ffn_up.weight"), f"l{layer}.up")
+    silu = builder.node(
+        "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
+    )
+    hidden = builder.node("Mul", [silu, up], f"l{layer}.swiglu")
+    down = builder.linear(hidden, source.tensor(f"{prefix}.ffn_down.weight"), f"l{layer}.down")
+    return builder.node("Add", [x, down], f"l{layer}.mlp_residual")
+
+
+def rotary_caches(*, head_dim: int, theta: float, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [capacity, head_dim / 2] of llama.cpp's rope: angle p * theta^(-2i / D)."""
+    inverse = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.arange(capacity, dtype=np.float64)[:, None] * inverse[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def build_graph(
+    source: GGUFFile, *, capacity: int, accuracy_level: int
+) -> tuple[Any, GraphBuilder]:
+    """The ONNX ModelProto and the builder (which knows what was quantized how)."""
+    from onnx import TensorProto, helper
+
+    arch = source.architecture
+    builder = GraphBuilder(accuracy_level=accuracy_level)
+    cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
+    caches = {
+        "cos": builder.constant("rotary.cos", cos),
+        "sin": builder.constant("rotary.sin", sin),
+    }
+    x, tied = _embedding(builder, source)
+    for layer in range(arch.num_layers):
+        x = _attention(builder, source, x, layer, caches)
+        x = _mlp(builder, source, x, layer)
+    x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
+    logits = _lm_head(builder, source, x, tied)
+    kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
+    inputs = [
+        helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
+        helper.make_tensor_value_info(IO["seqlens_k"], TensorProto.INT32, [1]),
+        helper.make_tensor_value_info(IO["total_sequence_length"], TensorProto.INT32, []),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "sequence", arch.vocab_size])
+    ]
+    for layer in range(arch.num_layers):
+        inputs += [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in past_names(layer)
+        ]
+        outputs += [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in present_names(layer)
+        ]
+    graph = helper.make_graph(builder.nodes, "edgespec-gguf", inputs, outputs, builder.initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+        producer_name="edgespec",
+    )
+    model.ir_version = 10
+    return model, builder
+
+
+def _lm_head(builder: GraphBuilder, source: GGUFFile, x: str, tied: Any) -> str:
+    logits = IO["logits"]
+    if not source.architecture.tied_embeddings:
+        return builder.linear(x, source.tensor("output.weight"), logits)
+    if isinstance(tied, np.ndarray):  # a float embedding table [vocab, hidden]
+        return builder.node("MatMul", [x, builder.constant("lm_head.weight_t", tied.T)], logits)
+    names, weights = tied
+    return builder.matmul_nbits(x, names, weights, logits)

@@ -1,0 +1,165 @@
+"""Reading a GGUF file (llama.cpp's model format) with the ``gguf`` package: the architecture
+facts an ONNX graph needs, the tokenizer metadata, and the tensors, each checked and named in
+one-line errors. No torch, no transformers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.errors import ModelSourceError, UnsupportedModelError
+
+#: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
+#: attention with grouped KV heads, SwiGLU MLP). Mistral files say "llama" too.
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+#: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
+#: (its converter permuted HF's Q/K rows for that); Qwen's "neox" rope rotates halves.
+INTERLEAVED_ROPE = {"llama": True, "mistral": True, "qwen2": False, "qwen3": False}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GGUFArchitecture:
+    """The numbers the graph is built from (llama.cpp's metadata keys, prefixed by ``arch``)."""
+
+    arch: str
+    name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    rope_theta: float
+    rope_interleaved: bool
+    rms_norm_eps: float
+    tied_embeddings: bool
+    #: Qwen2 has biases on Q, K and V; Qwen3 normalises Q and K per head.
+    qkv_bias: bool
+    qk_norm: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class GGUFFile:
+    """An opened GGUF: its architecture, metadata fields and tensors by name."""
+
+    path: Path
+    architecture: GGUFArchitecture
+    fields: dict[str, Any]
+    tensors: dict[str, Any]
+    file_type: str
+
+    def tensor(self, name: str) -> Any:
+        if name not in self.tensors:
+            raise UnsupportedModelError(
+                f"{self.path.name} has no tensor {name!r}",
+                fix="export a GGUF written by llama.cpp's converter for a supported architecture",
+            )
+        return self.tensors[name]
+
+
+def field_value(fields: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A metadata value as Python data (strings decoded, arrays as lists)."""
+    field = fields.get(key)
+    if field is None:
+        return default
+    return field.contents()
+
+
+def open_gguf(path: Path) -> GGUFFile:
+    """Opens and checks ``path``; a damaged file or an unsupported model is one clear error."""
+    from gguf import GGUFReader
+
+    if not path.is_file():
+        raise ModelSourceError(f"GGUF file {path} does not exist", fix="check the path")
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as error:  # gguf raises ValueError, struct.error, IndexError...
+        raise ModelSourceError(
+            f"{path.name} is not a readable GGUF file ({type(error).__name__}: {str(error)[:120]})",
+            fix="download the file again (it may be truncated or not a GGUF)",
+        ) from error
+    fields = dict(reader.fields)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    architecture = _architecture(path, fields, tensors)
+    file_type = field_value(fields, "general.file_type", None)
+    return GGUFFile(
+        path=path,
+        architecture=architecture,
+        fields=fields,
+        tensors=tensors,
+        file_type=str(file_type),
+    )
+
+
+def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -> GGUFArchitecture:
+    arch = field_value(fields, "general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{path.name} is a {arch!r} model; the GGUF importer covers "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}",
+            fix="export the Hugging Face checkpoint with edgespec export MODEL_DIR instead",
+        )
+
+    def number(key: str, default: Any = None) -> Any:
+        value = field_value(fields, f"{arch}.{key}", default)
+        if value is None:
+            raise UnsupportedModelError(
+                f"{path.name} lacks the metadata key {arch}.{key}",
+                fix="re-convert the model with a current llama.cpp converter",
+            )
+        return value
+
+    heads = int(number("attention.head_count"))
+    hidden = int(number("embedding_length"))
+    head_dim = int(number("attention.key_length", hidden // heads))
+    tokens = field_value(fields, "tokenizer.ggml.tokens")
+    if tokens is None:
+        raise UnsupportedModelError(
+            f"{path.name} has no tokenizer metadata (tokenizer.ggml.tokens)",
+            fix="use a GGUF that embeds its tokenizer, as llama.cpp's converter writes it",
+        )
+    return GGUFArchitecture(
+        arch=arch,
+        name=str(field_value(fields, "general.name", path.stem)),
+        num_layers=int(number("block_count")),
+        hidden_size=hidden,
+        intermediate_size=int(number("feed_forward_length")),
+        num_heads=heads,
+        num_kv_heads=int(number("attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        vocab_size=len(tokens),
+        context_length=int(number("context_length")),
+        rope_theta=float(number("rope.freq_base", 10000.0)),
+        rope_interleaved=INTERLEAVED_ROPE[arch],
+        rms_norm_eps=float(number("attention.layer_norm_rms_epsilon")),
+        tied_embeddings="output.weight" not in tensors,
+        qkv_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
+    )
+
+
+def tensor_rows(tensor: Any) -> tuple[int, int]:
+    """(rows, columns) of a 2-D weight as llama.cpp lays it out: ``ne[1]`` rows (the output
+    features) of ``ne[0]`` columns (the input features)."""
+    columns, rows = (int(n) for n in tensor.shape[:2])
+    return rows, columns
+
+
+def float_tensor(tensor: Any) -> np.ndarray:
+    """A weight as float32 in its logical shape (rows, columns) or (n,): F32 and F16 as stored,
+    quantized types dequantized with the ``gguf`` package's reference code."""
+    from gguf import GGMLQuantizationType, quants
+
+    if tensor.tensor_type == GGMLQuantizationType.F32:
+        data = np.asarray(tensor.data, dtype=np.float32)
+    elif tensor.tensor_type == GGMLQuantizationType.F16:
+        data = np.asarray(tensor.data, dtype=np.float16).astype(np.float32)
+    else:
+        data = quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
+    shape = tuple(int(n) for n in reversed(tensor.shape))
+    return data.reshape(shape)

@@ -1,0 +1,95 @@
+"""Passes of a graph whose KV cache is one in-place buffer per layer (``kv_sharing`` "shared",
+GroupQueryAttention): a pass of n tokens after ``length`` positions writes positions
+length .. length + n - 1 of each buffer and returns logits [n, vocab].
+
+* :func:`forward_shared`: IO binding; past and present of a layer are bound to one ONNX Runtime
+  value over the cache's numpy buffer, so nothing is copied; the logits go into a preallocated
+  buffer (a view valid until the next call).
+* :func:`forward_shared_reference`: the plain path (``session.run`` with numpy feeds; the
+  returned presents are copied back into the buffers), kept to test the fast path against.
+
+Both pad a pass narrower than the graph's ``min_pass_width`` by repeating its last token: the
+padded positions are written past ``length`` and overwritten by the next pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from edgespec.manifest import GraphSpec
+from edgespec.runtime.kv_cache import SharedKVCache
+
+
+def padded(token_ids: Sequence[int], width: int) -> list[int]:
+    tokens = list(token_ids)
+    return tokens + [tokens[-1]] * (width - len(tokens)) if len(tokens) < width else tokens
+
+
+def _lengths(graph: GraphSpec, past: int, count: int) -> dict[str, np.ndarray]:
+    assert graph.seqlens_k is not None and graph.total_sequence_length is not None
+    return {
+        graph.seqlens_k: np.array([past + count - 1], dtype=np.int32),
+        graph.total_sequence_length: np.array(past + count, dtype=np.int32),
+    }
+
+
+def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
+    if cache.ort_values is None:
+        import onnxruntime
+
+        cache.ort_values = [
+            [onnxruntime.OrtValue.ortvalue_from_numpy(buffer) for buffer in kind]
+            for kind in cache.buffers
+        ]
+    return cache.ort_values
+
+
+def forward_shared(
+    session: Any,
+    graph: GraphSpec,
+    token_ids: Sequence[int],
+    cache: SharedKVCache,
+    *,
+    logits: np.ndarray,
+    vocab: int,
+) -> np.ndarray:
+    """One bound pass; ``logits`` is a flat float32 buffer of at least width × vocab."""
+    tokens = padded(token_ids, graph.min_pass_width)
+    binding = session.io_binding()
+    binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
+    for name, value in _lengths(graph, cache.length, len(tokens)).items():
+        binding.bind_cpu_input(name, value)
+    values = _ort_values(cache)
+    for kind, (past_names, present_names) in enumerate(
+        ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
+    ):
+        for layer, value in enumerate(values[kind]):
+            binding.bind_ortvalue_input(past_names[layer], value)
+            binding.bind_ortvalue_output(present_names[layer], value)
+    view = logits[: len(tokens) * vocab].reshape(1, len(tokens), vocab)
+    binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
+    session.run_with_iobinding(binding)
+    cache.advance(len(token_ids))
+    return view[0, : len(token_ids)]
+
+
+def forward_shared_reference(
+    session: Any, graph: GraphSpec, token_ids: Sequence[int], cache: SharedKVCache
+) -> np.ndarray:
+    tokens = padded(token_ids, graph.min_pass_width)
+    feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
+    feeds.update(_lengths(graph, cache.length, len(tokens)))
+    for kind, names in enumerate((graph.past_key, graph.past_value)):
+        for layer, name in enumerate(names):
+            feeds[name] = cache.buffers[kind][layer]
+    outputs = [graph.logits, *graph.present_key, *graph.present_value]
+    results = session.run(outputs, feeds)
+    layers = cache.layers
+    for kind in (0, 1):
+        for layer in range(layers):
+            np.copyto(cache.buffers[kind][layer], results[1 + kind * layers + layer])
+    cache.advance(len(token_ids))
+    return np.asarray(results[0][0, : len(token_ids)], dtype=np.float32)

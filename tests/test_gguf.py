@@ -1,0 +1,175 @@
+"""GGUF import: llama.cpp's blocks kept, the in-place KV graph checked and run, bad files refused.
+
+Tiny Llama checkpoints are written as GGUF files with the ``gguf`` package's reference
+quantizers (Q4_0, Q4_1, Q8_0), then imported with ``edgespec export FILE.gguf``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("gguf")
+
+PROMPTS = ("def add(a, b):\n    return", "import os\nimport sys\n\n", "class Point:\n    def")
+FORMATS = ("Q4_0", "Q4_1", "Q8_0")
+
+
+@pytest.fixture(scope="module")
+def gguf_files(
+    tiny_model: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    from gguf_model import write_llama_gguf
+
+    root = tmp_path_factory.mktemp("gguf")
+    model = tiny_model("llama")
+    files = {
+        kind: write_llama_gguf(model, root / f"{kind}.gguf", weight_type=kind) for kind in FORMATS
+    }
+    files["F32"] = write_llama_gguf(model, root / "F32.gguf")
+    return files
+
+
+@pytest.fixture(scope="module")
+def gguf_bundles(
+    gguf_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gguf_bundles")
+    bundles = {}
+    for kind, path in gguf_files.items():
+        out = root / kind
+        assert main(["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]) == 0
+        bundles[kind] = out
+    return bundles
+
+
+@pytest.mark.parametrize("kind", [*FORMATS, "F32"])
+def test_import_keeps_the_grid_and_passes_its_checks(
+    gguf_bundles: dict[str, Path], kind: str
+) -> None:
+    manifest = load_bundle(gguf_bundles[kind]).manifest
+    record = manifest.extra["gguf"]
+    assert record["grid_kept"] is True and record["requantized_types"] == []
+    assert manifest.graph.kv_sharing == "shared" and manifest.graph.min_pass_width == 2
+    parity, invariance = manifest.verification.parity, manifest.verification.batch_invariance
+    assert parity is not None and parity.passed and parity.top1_agreement >= 0.9
+    assert invariance is not None and invariance.passed and invariance.max_abs_logit_diff == 0.0
+    expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32}[kind]
+    assert manifest.quantization.bits == expected_bits
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], kind: str) -> None:
+    engine = Engine.load(target=gguf_bundles[kind])
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=40)
+        for k in (1, 3, 8):
+            result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=40)
+            assert result.tokens == expected.tokens, (prompt, k)
+    with_draft = Engine.load(target=gguf_bundles[kind], draft=gguf_bundles["Q8_0"])
+    for prompt in PROMPTS:
+        expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)
+        result = with_draft.generate(prompt, drafter="model", k=4, max_new_tokens=30)
+        assert result.tokens == expected.tokens and result.stats.drafted > 0
+
+
+def test_in_place_path_equals_the_plain_path_through_rollbacks(
+    gguf_bundles: dict[str, Path],
+) -> None:
+    from edgespec.runtime.model import ModelOptions, OnnxModel
+
+    bundle = load_bundle(gguf_bundles["Q4_1"])
+    fast = OnnxModel(bundle, options=ModelOptions(io_binding=True))
+    plain = OnnxModel(bundle, options=ModelOptions(io_binding=False))
+    caches = [fast.new_cache(), plain.new_cache()]
+    rng = np.random.default_rng(0)
+    steps = [list(rng.integers(3, 200, size=n)) for n in (7, 1, 4, 1, 9, 2)]
+    for step, tokens in enumerate(steps):
+        got = [np.array(m.forward(tokens, c)) for m, c in zip((fast, plain), caches, strict=True)]
+        assert np.array_equal(got[0], got[1]), step
+        if step % 2:  # a rejection: keep all but the last two positions
+            for cache in caches:
+                cache.crop(cache.length - 2)
+    assert caches[0].length == caches[1].length
+
+
+def test_tokenizer_and_logits_agree_with_llama_cpp(
+    gguf_files: dict[str, Path], gguf_bundles: dict[str, Path]
+) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from tokenizers import Tokenizer
+
+    llm = llama_cpp.Llama(model_path=str(gguf_files["Q8_0"]), n_ctx=256, verbose=False)
+    ours = Tokenizer.from_file(str(gguf_bundles["Q8_0"] / "tokenizer.json"))
+    for text in (*PROMPTS, "  spaces\tand tabs\n\n12345 <|endoftext|>"):
+        assert ours.encode(text).ids == llm.tokenize(text.encode(), add_bos=False, special=True)
+    agreement = load_bundle(gguf_bundles["Q8_0"]).manifest.extra["llama_cpp_agreement"]
+    assert agreement["checked"] and agreement["top1_agreement"] >= 0.9
+
+
+def test_the_importer_needs_no_torch(gguf_files: dict[str, Path], tmp_path: Path) -> None:
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('torch', 'transformers', 'optimum'):\n"
+        "        raise ImportError(name)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "from edgespec.cli import main\n"
+        f"sys.exit(main(['export', {str(gguf_files['Q4_0'])!r}, '--out', {str(tmp_path / 'b')!r},"
+        " '--quiet', '--max-length', '128']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["source"]["kind"] == "gguf"
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main([*argv, "--quiet"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgespec: error: "), lines
+    return lines[0]
+
+
+def test_bad_gguf_files_are_one_line_and_write_nothing(
+    gguf_files: dict[str, Path],
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gguf_model import write_llama_gguf
+
+    out = tmp_path / "out"
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(gguf_files["Q4_0"].read_bytes()[:5000])
+    assert "is not a readable GGUF file" in _one_error_line(
+        capsys, "export", str(truncated), "--out", str(out)
+    )
+    other = write_llama_gguf(tiny_model("llama"), tmp_path / "gpt.gguf", architecture="gpt2")
+    assert "is a 'gpt2' model" in _one_error_line(capsys, "export", str(other), "--out", str(out))
+    bare = write_llama_gguf(tiny_model("llama"), tmp_path / "bare.gguf", with_tokenizer=False)
+    assert "has no tokenizer metadata" in _one_error_line(
+        capsys, "export", str(bare), "--out", str(out)
+    )
+    line = _one_error_line(
+        capsys, "export", str(gguf_files["Q4_0"]), "--out", str(out), "--quant", "int4"
+    )
+    assert "keeps the file's own quantization" in line
+    assert "package nonexistent-model-pkg is not installed" in _one_error_line(
+        capsys, "export", "--from-package", "nonexistent-model-pkg", "--out", str(out)
+    )
+    assert not out.exists()
