@@ -39,8 +39,10 @@ def write_llama_gguf(
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = model.config
-    if config.model_type != "llama":
-        raise ValueError(f"only Llama checkpoints are written, not {config.model_type}")
+    if config.model_type not in ("llama", "qwen2"):
+        raise ValueError(f"only Llama and Qwen2 checkpoints are written, not {config.model_type}")
+    # llama.cpp's Qwen2 uses NeoX rotary (halves), so its Q/K rows keep Hugging Face's order.
+    interleave = config.model_type == "llama"
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
     vocab: dict[str, int] = dict(tokenizer["model"]["vocab"])
     specials = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
@@ -55,7 +57,9 @@ def write_llama_gguf(
         merges = ["\u0100 \u0101"]
     head_dim = config.hidden_size // config.num_attention_heads
 
-    writer = gguf.GGUFWriter(str(out_path), architecture)
+    writer = gguf.GGUFWriter(
+        str(out_path), config.model_type if architecture == "llama" else architecture
+    )
     writer.add_name("edgespec-test-llama")
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -111,11 +115,14 @@ def write_llama_gguf(
     for layer in range(config.num_hidden_layers):
         for hf_name, gguf_name in layer_names.items():
             weight = state[f"model.layers.{layer}.{hf_name}.weight"]
-            if hf_name == "self_attn.q_proj":
+            if hf_name == "self_attn.q_proj" and interleave:
                 weight = _unrotate(weight, config.num_attention_heads)
-            elif hf_name == "self_attn.k_proj":
+            elif hf_name == "self_attn.k_proj" and interleave:
                 weight = _unrotate(weight, config.num_key_value_heads)
             add(f"blk.{layer}.{gguf_name}.weight", np.ascontiguousarray(weight), weight_type)
+            bias = state.get(f"model.layers.{layer}.{hf_name}.bias")
+            if bias is not None:
+                writer.add_tensor(f"blk.{layer}.{gguf_name}.bias", bias)
     writer.add_tensor("output_norm.weight", state["model.norm.weight"])
     lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
     add("output.weight", lm_head, weight_type and "Q8_0")

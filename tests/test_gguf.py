@@ -38,6 +38,9 @@ def gguf_files(
         kind: write_llama_gguf(model, root / f"{kind}.gguf", weight_type=kind) for kind in FORMATS
     }
     files["F32"] = write_llama_gguf(model, root / "F32.gguf")
+    files["qwen2-Q4_1"] = write_llama_gguf(
+        tiny_model("qwen2"), root / "qwen2.gguf", weight_type="Q4_1"
+    )
     return files
 
 
@@ -54,7 +57,7 @@ def gguf_bundles(
     return bundles
 
 
-@pytest.mark.parametrize("kind", [*FORMATS, "F32"])
+@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1"])
 def test_import_keeps_the_grid_and_passes_its_checks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -65,11 +68,11 @@ def test_import_keeps_the_grid_and_passes_its_checks(
     parity, invariance = manifest.verification.parity, manifest.verification.batch_invariance
     assert parity is not None and parity.passed and parity.top1_agreement >= 0.9
     assert invariance is not None and invariance.passed and invariance.max_abs_logit_diff == 0.0
-    expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32}[kind]
+    expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4}[kind]
     assert manifest.quantization.bits == expected_bits
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1"])
 def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], kind: str) -> None:
     engine = Engine.load(target=gguf_bundles[kind])
     for prompt in PROMPTS:
@@ -77,7 +80,8 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         for k in (1, 3, 8):
             result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=40)
             assert result.tokens == expected.tokens, (prompt, k)
-    with_draft = Engine.load(target=gguf_bundles[kind], draft=gguf_bundles["Q8_0"])
+    draft = gguf_bundles["Q8_0" if kind != "qwen2-Q4_1" else "qwen2-Q4_1"]
+    with_draft = Engine.load(target=gguf_bundles[kind], draft=draft)
     for prompt in PROMPTS:
         expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)
         result = with_draft.generate(prompt, drafter="model", k=4, max_new_tokens=30)

@@ -122,11 +122,6 @@ def _project(weight: Any, h: np.ndarray, prefix: str, part: str, arch: Any) -> n
     out = h @ weight(f"{prefix}attn_{part}.weight").T
     if arch.qkv_bias:
         out = out + weight(f"{prefix}attn_{part}.bias")
-    if arch.qk_norm and part in ("q", "k"):
-        heads = arch.num_heads if part == "q" else arch.num_kv_heads
-        shaped = out.reshape(len(h), heads, arch.head_dim)
-        out = _rms(shaped, weight(f"{prefix}attn_{part}_norm.weight"), arch.rms_norm_eps)
-        out = out.reshape(len(h), -1)
     return out
 
 

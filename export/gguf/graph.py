@@ -172,7 +172,7 @@ def _attention(
         x, source.tensor(f"{prefix}.attn_norm.weight"), f"l{layer}.attn_norm", arch.rms_norm_eps
     )
     projections = []
-    for part, heads in (("q", arch.num_heads), ("k", arch.num_kv_heads), ("v", arch.num_kv_heads)):
+    for part in ("q", "k", "v"):
         out = builder.linear(
             normed, source.tensor(f"{prefix}.attn_{part}.weight"), f"l{layer}.{part}"
         )
@@ -181,8 +181,6 @@ def _attention(
                 f"l{layer}.{part}.bias", float_tensor(source.tensor(f"{prefix}.attn_{part}.bias"))
             )
             out = builder.node("Add", [out, bias], f"l{layer}.{part}.biased")
-        if arch.qk_norm and part in ("q", "k"):
-            out = _head_norm(builder, source, out, layer, part, heads)
         projections.append(out)
     past_key, past_value = past_names(layer)
     present_key, present_value = present_names(layer)
@@ -212,23 +210,6 @@ def _attention(
     )
     out = builder.linear(attended, source.tensor(f"{prefix}.attn_output.weight"), f"l{layer}.o")
     return builder.node("Add", [x, out], f"l{layer}.attn_residual")
-
-
-def _head_norm(
-    builder: GraphBuilder, source: GGUFFile, x: str, layer: int, part: str, heads: int
-) -> str:
-    """Qwen3's per-head RMSNorm of Q and K: [1, S, heads * D] → [1, S, heads, D] → norm."""
-    arch = source.architecture
-    split = builder.constant(f"l{layer}.{part}.heads", np.array([1, -1, heads, arch.head_dim]))
-    merged = builder.constant(f"l{layer}.{part}.merged", np.array([1, -1, heads * arch.head_dim]))
-    shaped = builder.node("Reshape", [x, split], f"l{layer}.{part}.split")
-    normed = builder.rms_norm(
-        shaped,
-        source.tensor(f"blk.{layer}.attn_{part}_norm.weight"),
-        f"l{layer}.{part}.norm",
-        arch.rms_norm_eps,
-    )
-    return builder.node("Reshape", [normed, merged], f"l{layer}.{part}.normed")
 
 
 def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:

@@ -13,11 +13,12 @@ import numpy as np
 from edgespec.errors import ModelSourceError, UnsupportedModelError
 
 #: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
-#: attention with grouped KV heads, SwiGLU MLP). Mistral files say "llama" too.
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+#: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases). llama.cpp writes
+#: Llama, SmolLM2 and Mistral checkpoints as "llama".
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
 #: (its converter permuted HF's Q/K rows for that); Qwen's "neox" rope rotates halves.
-INTERLEAVED_ROPE = {"llama": True, "mistral": True, "qwen2": False, "qwen3": False}
+INTERLEAVED_ROPE = {"llama": True, "qwen2": False}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,9 +39,8 @@ class GGUFArchitecture:
     rope_interleaved: bool
     rms_norm_eps: float
     tied_embeddings: bool
-    #: Qwen2 has biases on Q, K and V; Qwen3 normalises Q and K per head.
+    #: Qwen2 has biases on Q, K and V.
     qkv_bias: bool
-    qk_norm: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +139,6 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         rms_norm_eps=float(number("attention.layer_norm_rms_epsilon")),
         tied_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
-        qk_norm="blk.0.attn_q_norm.weight" in tensors,
     )
 
 
