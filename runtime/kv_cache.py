@@ -125,8 +125,10 @@ class SharedKVCache:
         shape = (1, kv_heads, capacity, head_dim)
         # buffers[kind][layer], kind 0 = key, 1 = value.
         self.buffers = [[np.zeros(shape, dtype=dtype) for _ in range(layers)] for _ in range(2)]
-        #: ONNX Runtime values over the same memory, made once by the bound path.
+        #: ONNX Runtime values over the same memory, and the (session, IO binding) that binds
+        #: them, made once by the bound path.
         self.ort_values: list[list[object]] | None = None
+        self.binding: tuple[object, object] | None = None
         self.length = 0
 
     @property

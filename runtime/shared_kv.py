@@ -47,6 +47,22 @@ def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
     return cache.ort_values
 
 
+def _binding(session: Any, graph: GraphSpec, cache: SharedKVCache) -> Any:
+    """The cache's IO binding for ``session``, with every layer's past and present bound to
+    the same buffer once; a pass rebinds only the token ids, the lengths and the logits."""
+    if cache.binding is None or cache.binding[0] is not session:
+        binding = session.io_binding()
+        values = _ort_values(cache)
+        for kind, (past_names, present_names) in enumerate(
+            ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
+        ):
+            for layer, value in enumerate(values[kind]):
+                binding.bind_ortvalue_input(past_names[layer], value)
+                binding.bind_ortvalue_output(present_names[layer], value)
+        cache.binding = (session, binding)
+    return cache.binding[1]
+
+
 def forward_shared(
     session: Any,
     graph: GraphSpec,
@@ -58,17 +74,10 @@ def forward_shared(
 ) -> np.ndarray:
     """One bound pass; ``logits`` is a flat float32 buffer of at least width × vocab."""
     tokens = padded(token_ids, graph.min_pass_width)
-    binding = session.io_binding()
+    binding = _binding(session, graph, cache)
     binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
     for name, value in _lengths(graph, cache.length, len(tokens)).items():
         binding.bind_cpu_input(name, value)
-    values = _ort_values(cache)
-    for kind, (past_names, present_names) in enumerate(
-        ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
-    ):
-        for layer, value in enumerate(values[kind]):
-            binding.bind_ortvalue_input(past_names[layer], value)
-            binding.bind_ortvalue_output(present_names[layer], value)
     view = logits[: len(tokens) * vocab].reshape(1, len(tokens), vocab)
     binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
     session.run_with_iobinding(binding)

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.reader import GGUFFile, float_tensor
-from edgespec.export.gguf.weights import BlockWeights, block_weights
+from edgespec.export.gguf.weights import BlockWeights, block_weights, concatenate
 
 OPSET = 21
+#: Bumped when the graph's structure changes (caches of exported bundles key on it).
+GRAPH_REVISION = 2
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -91,6 +93,16 @@ class GraphBuilder:
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         return self.matmul_nbits(x, self.block_initializers(name, weights), weights, name)
+
+    def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
+        """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
+        when the weights allow it (fewer kernel calls per layer), else one linear each."""
+        parts = [block_weights(tensor) for tensor in tensors]
+        stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]
+        if stacked is None:
+            outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]
+            return self.node("Concat", outputs, name, axis=-1)
+        return self.matmul_nbits(x, self.block_initializers(name, stacked), stacked, name)
 
     def matmul_nbits(self, x: str, names: BlockNames, weights: BlockWeights, output: str) -> str:
         product = self.node(
@@ -171,17 +183,14 @@ def _attention(
     normed = builder.rms_norm(
         x, source.tensor(f"{prefix}.attn_norm.weight"), f"l{layer}.attn_norm", arch.rms_norm_eps
     )
-    projections = []
-    for part in ("q", "k", "v"):
-        out = builder.linear(
-            normed, source.tensor(f"{prefix}.attn_{part}.weight"), f"l{layer}.{part}"
-        )
-        if arch.qkv_bias:
-            bias = builder.constant(
-                f"l{layer}.{part}.bias", float_tensor(source.tensor(f"{prefix}.attn_{part}.bias"))
-            )
-            out = builder.node("Add", [out, bias], f"l{layer}.{part}.biased")
-        projections.append(out)
+    # Q, K and V in one product [1, S, (heads + 2 kv_heads) * D]: GroupQueryAttention takes
+    # them packed (its key and value inputs left empty).
+    tensors = [source.tensor(f"{prefix}.attn_{part}.weight") for part in ("q", "k", "v")]
+    qkv = builder.linear_stacked(normed, tensors, f"l{layer}.qkv")
+    if arch.qkv_bias:
+        biases = [float_tensor(source.tensor(f"{prefix}.attn_{part}.bias")) for part in "qkv"]
+        bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
+        qkv = builder.node("Add", [qkv, bias], f"l{layer}.qkv.biased")
     past_key, past_value = past_names(layer)
     present_key, present_value = present_names(layer)
     from onnx import helper
@@ -191,7 +200,9 @@ def _attention(
         helper.make_node(
             "GroupQueryAttention",
             [
-                *projections,
+                qkv,
+                "",
+                "",
                 past_key,
                 past_value,
                 IO["seqlens_k"],
@@ -218,8 +229,16 @@ def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
     normed = builder.rms_norm(
         x, source.tensor(f"{prefix}.ffn_norm.weight"), f"l{layer}.ffn_norm", arch.rms_norm_eps
     )
-    gate = builder.linear(normed, source.tensor(f"{prefix}.ffn_gate.weight"), f"l{layer}.gate")
-    up = builder.linear(normed, source.tensor(f"{prefix}.ffn_up.weight"), f"l{layer}.up")
+    tensors = [source.tensor(f"{prefix}.ffn_{part}.weight") for part in ("gate", "up")]
+    both = builder.linear_stacked(normed, tensors, f"l{layer}.gate_up")  # [1, S, 2 * ffn]
+    width = arch.intermediate_size
+    halves = builder.constant(f"l{layer}.halves", np.array([width, width]))
+    gate, up = f"l{layer}.gate", f"l{layer}.up"
+    from onnx import helper
+
+    builder.nodes.append(
+        helper.make_node("Split", [both, halves], [gate, up], name=f"l{layer}.split", axis=-1)
+    )
     silu = builder.node(
         "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
     )

@@ -167,3 +167,24 @@ def dequantized(weights: BlockWeights) -> np.ndarray:
     if weights.offsets is not None:
         values += weights.offsets[..., None]
     return values.reshape(weights.rows, weights.columns)
+
+
+def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
+    """Weights sharing an input stacked along the outputs (Q|K|V, gate|up) for one MatMulNBits
+    call instead of several; None when their widths or bit widths differ. A part without
+    offsets gets zero offsets, which adds nothing."""
+    if len({(p.bits, p.columns) for p in parts}) != 1:
+        return None
+    with_offsets = any(p.offsets is not None for p in parts)
+    return BlockWeights(
+        bits=parts[0].bits,
+        packed=np.concatenate([p.packed for p in parts]),
+        scales=np.concatenate([p.scales for p in parts]),
+        offsets=np.concatenate(
+            [p.offsets if p.offsets is not None else np.zeros_like(p.scales) for p in parts]
+        )
+        if with_offsets
+        else None,
+        source_type="+".join(sorted({p.source_type for p in parts})),
+        grid_kept=all(p.grid_kept for p in parts),
+    )
