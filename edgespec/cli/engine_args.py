@@ -75,6 +75,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="bearer token for --remote (default: $EDGESPEC_API_KEY)",
     )
     parser.add_argument(
+        "--remote-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long each --remote request is retried (with jittered backoff) before the "
+        "server counts as gone: a server restarted within it loses no generation "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--fallback",
         default="fail",
         choices=FALLBACKS,
@@ -177,6 +186,7 @@ def load_engine(args: argparse.Namespace) -> Any:
         remote_api=args.remote_api,
         remote_model=args.remote_model,
         api_key=args.api_key,
+        remote_timeout_s=args.remote_timeout,
         fallback=args.fallback,
         remote_when=args.remote_when,
     )
