@@ -160,7 +160,7 @@ class OpenResponse:
         _check_version(data)
         secret = data.get("session_secret")
         if secret is not None and not isinstance(secret, str):
-            raise ProtocolError("'session_secret' must be str")
+            raise ProtocolError(f"'session_secret' must be str, not {type(secret).__name__}")
         return cls(
             session_id=_field(data, "session_id", str),
             length=_field(data, "length", int),

@@ -47,6 +47,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
     add_budget_arguments(parser)
+    add_remote_arguments(parser)
+
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where verification runs when it is not local, and how a remote target is used."""
     parser.add_argument(
         "--remote",
         default=None,

@@ -155,12 +155,14 @@ def _add_error_answers(app: FastAPI, *, store: SessionStore) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        return refusal(error.status_code, str(error.detail), **(error.headers or {}))
+        return refusal(error.status_code, str(error.detail), headers=error.headers)
 
     @app.exception_handler(ServerStoppingError)
     async def stopping(request: Request, error: ServerStoppingError) -> JSONResponse:
         return refusal(
-            503, "the server is stopping; retry: its replacement will answer", retry_after="1"
+            503,
+            "the server is stopping; retry: its replacement will answer",
+            headers={"Retry-After": "1"},
         )
 
     @app.exception_handler(Exception)

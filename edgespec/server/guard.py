@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +56,12 @@ def bounded(detail: str) -> str:
     return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
 
 
-def refusal(status: int, detail: str, *, close: bool = False, **headers: str) -> JSONResponse:
+def refusal(
+    status: int, detail: str, *, close: bool = False, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     """An error answer; ``close`` when the request's body was not read to its end (the
     connection cannot carry another request, and must not read the rest)."""
-    extra = {name.replace("_", "-"): value for name, value in headers.items()}
+    extra = dict(headers or {})
     if close:
         extra["connection"] = "close"
     return JSONResponse({"detail": bounded(detail)}, status_code=status, headers=extra)
@@ -151,7 +153,7 @@ class RequestGuard:
                 401,
                 "missing or wrong API key; send Authorization: Bearer KEY",
                 close=True,
-                www_authenticate="Bearer",
+                headers={"WWW-Authenticate": "Bearer"},
             )
             await answer(scope, receive, send)
             return

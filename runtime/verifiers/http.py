@@ -127,14 +127,14 @@ class Connection:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (limit is not None and attempts >= limit):
                 break
-            time.sleep(min(self._pause(attempts), remaining))
+            time.sleep(min(self.backoff(attempts), remaining))
         raise RemoteUnavailableError(
             f"{self.peer} {self.url} did not answer {method} {path} after {attempts} "
             f"attempt(s) in {time.monotonic() - started:.1f} s ({problem})",
             fix=self.fix,
         )
 
-    def _pause(self, attempts: int) -> float:
+    def backoff(self, attempts: int) -> float:
         """The pause after the ``attempts``-th failure: exponential, capped, jittered."""
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** (attempts - 1))
         return ceiling * self._jitter.uniform(0.5, 1.0)

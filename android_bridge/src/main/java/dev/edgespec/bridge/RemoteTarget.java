@@ -2,6 +2,7 @@ package dev.edgespec.bridge;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.Map;
 import org.json.JSONObject;
@@ -95,8 +96,14 @@ public final class RemoteTarget {
 
     /** Sends one request, retrying transport failures and 429/5xx with backoff. */
     public Exchange request(String method, String path, JSONObject body, boolean retry) {
+        return request(method, path, body, retry, Collections.<String, String>emptyMap());
+    }
+
+    /** {@link #request(String, String, JSONObject, boolean)} with {@code extra} headers. */
+    public Exchange request(
+            String method, String path, JSONObject body, boolean retry, Map<String, String> extra) {
         String content = body == null ? null : body.toString();
-        Map<String, String> headers = new HashMap<>();
+        Map<String, String> headers = new HashMap<>(extra);
         if (apiKey != null && !apiKey.isEmpty()) {
             headers.put("Authorization", "Bearer " + apiKey);
         }
