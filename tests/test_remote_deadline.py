@@ -87,3 +87,14 @@ def test_the_serve_cache_budget_defaults_to_a_share_of_available_memory() -> Non
     assert default_cache_mb() > 0
     assert build_parser().parse_args(["serve"]).max_cache_mb is None
     assert build_parser().parse_args(["serve", "--max-cache-mb", "0"]).max_cache_mb == 0.0
+
+
+def test_idle_connections_outlast_the_clients_pools() -> None:
+    """A server that closes idle connections when its clients' pools may still reuse them
+    loses requests without a trace (benchmarks/keepalive_race.py shows it)."""
+    pytest.importorskip("uvicorn")
+    from edgespec.server.app import ServerOptions
+    from edgespec.server.run import uvicorn_config
+
+    config = uvicorn_config(object(), host="127.0.0.1", port=1, options=ServerOptions())
+    assert config.timeout_keep_alive > httpx.Limits().keepalive_expiry  # httpx: 5 s

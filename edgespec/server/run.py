@@ -135,7 +135,11 @@ def uvicorn_config(app: Any, *, host: str, port: int, options: ServerOptions) ->
         port=port,
         log_level="warning",
         http=Protocol,
-        timeout_keep_alive=5,
+        # An idle kept-alive connection is closed after header_timeout_s (10 s): longer than
+        # clients keep idle connections (httpx and Java: 5 s). When both are 5 s (uvicorn's
+        # default), a request sent as the server closes the connection fails with a read
+        # error and nothing in the server's log.
+        timeout_keep_alive=max(1, round(options.header_timeout_s)),
         timeout_graceful_shutdown=max(1, round(options.shutdown_grace_s)),
     )
 

@@ -108,6 +108,25 @@ public class DecoderTest {
     }
 
     @Test
+    public void retriesFollowTheDeadlineWithJitteredBackoff() {
+        server.down = true;
+        RemoteTarget patient =
+                new RemoteTarget("http://fake:1", null, server, Integer.MAX_VALUE, 1,
+                        millis -> Thread.sleep(Math.max(millis, 1)), 200);
+        try {
+            patient.request("GET", "/health", null, true);
+            fail("a server that stays down answered");
+        } catch (RemoteUnavailableException error) {
+            assertTrue(server.requests > 5); // the deadline, not a count, ended the retries
+        }
+        for (int attempts = 1; attempts < 30; attempts++) {
+            long ceiling = Math.min(RemoteTarget.MAX_BACKOFF_MS, 1L << Math.min(attempts - 1, 20));
+            long pause = patient.backoff(attempts);
+            assertTrue(pause >= ceiling / 2 && pause <= ceiling);
+        }
+    }
+
+    @Test
     public void sessionsNeedTheirSecret() {
         RemoteSession owner = new RemoteSession(target);
         owner.begin(PROMPT, Sampling.GREEDY);
