@@ -382,6 +382,18 @@ def test_a_chunked_body_over_the_limit_stops_being_read(wire_server: ThreadServe
     assert sent < HUGE
 
 
+def test_health_reads_no_body(wire_server: ThreadServer) -> None:
+    head = "GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    sock = raw_request(wire_server.port, head)
+    answer: list[bytes] = []
+    reader = threading.Thread(target=lambda: answer.append(read_answer(sock)))
+    reader.start()
+    sent = send_until_refused(sock, HUGE)
+    reader.join()
+    sock.close()
+    assert answer[0].startswith(b"HTTP/1.1 413") and sent < HUGE
+
+
 def test_slow_headers_and_slow_bodies_are_cut_off(wire_server: ThreadServer) -> None:
     half_headers = raw_request(wire_server.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     assert half_headers.recv(1024) == b""  # closed by the server, no answer

@@ -148,7 +148,14 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if scope["path"] not in PUBLIC_PATHS and not authorized(headers, self.api_key):
+        public = scope["path"] in PUBLIC_PATHS
+        if public and _declares_body(headers):
+            # Anyone may ask for /health: it reads nothing (a body would be read for no one).
+            await refusal(413, "this route takes no body; send none", close=True)(
+                scope, receive, send
+            )
+            return
+        if not public and not authorized(headers, self.api_key):
             answer = refusal(
                 401,
                 "missing or wrong API key; send Authorization: Bearer KEY",
@@ -175,8 +182,7 @@ class RequestGuard:
         """The whole body, or :class:`_Refused` (413 past the limit, 408 past the time)."""
         limits = self.limits
         declared = headers.get("content-length")
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        if declared is None and not chunked:
+        if not _declares_body(headers):
             return b""
         over = declared is not None and (
             not declared.isdigit() or int(declared) > limits.max_body_bytes
@@ -214,6 +220,12 @@ class RequestGuard:
         return refusal(
             413, f"the request body is over {limit} bytes; send a smaller one", close=not ended
         )
+
+
+def _declares_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    return chunked or (length is not None and length != "0")
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
