@@ -36,6 +36,7 @@ from edgespec.server.bodies import (
     Common,
     CompletionBody,
 )
+from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:
     from edgespec.server.app import ServerOptions
@@ -255,8 +256,11 @@ def _events(
             choice = {"index": 0, "text": piece or "", "finish_reason": finish, "logprobs": None}
         return f"data: {json.dumps({**head, 'object': kind, 'choices': [choice]})}\n\n"
 
-    for delta in deltas:
-        yield event(delta.text, None)
+    try:
+        for delta in deltas:
+            yield event(delta.text, None)
+    except ServerStoppingError:
+        return  # past the shutdown grace: no [DONE], so the client knows the stream was cut
     result = generation.result
     finish = _FINISH.get(result.finish_reason, "stop") if result is not None else "stop"
     yield event(None, finish)
