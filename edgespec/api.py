@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.engine import assembly
-from edgespec.engine.generation import Delta, Generation, GenerationStats, Plan, Result
+from edgespec.engine.generation import (
+    Delta,
+    Generation,
+    GenerationStats,
+    ModelTurn,
+    Plan,
+    Result,
+)
 from edgespec.engine.loading import LoadedPair, LoadRequest, load_pair
 from edgespec.engine.options import DEFAULT_K, GenerationOptions, RemoteOptions
 from edgespec.engine.remote import RemoteTarget, remote_profile
@@ -21,6 +28,7 @@ from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableErr
 from edgespec.protocol import ServerInfo
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.profile import measure_costs
+from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.telemetry.guard import Telemetry
 
@@ -94,6 +102,7 @@ class Engine:
         remote_api: str = "edgespec",
         remote_model: str | None = None,
         api_key: str | None = None,
+        remote_timeout_s: float = DEFAULT_TIMEOUT_S,
         fallback: str = "fail",
         remote_when: str = "always",
         measure_energy: bool = True,
@@ -108,12 +117,18 @@ class Engine:
         ``edgespec serve`` (``remote_api`` "edgespec") or of an OpenAI-compatible engine such
         as vLLM or llama-cpp-python's server ("openai": greedy only). A local target is then
         loaded only when ``target`` is given or the remote options need one (``fallback``
-        "local", ``remote_when`` "budget"; see :class:`RemoteOptions`).
+        "local", ``remote_when`` "budget"; see :class:`RemoteOptions`). ``remote_timeout_s``
+        is the deadline of each request to ``remote``, retries included: a server that is
+        back within it (a restart) loses no generation.
         """
         request = LoadRequest(target=target, draft=draft, **load_options)
         remote_options = RemoteOptions(fallback=fallback, remote_when=remote_when)
         remote_target = assembly.remote_target(
-            remote, api=remote_api, model=remote_model, api_key=api_key
+            remote,
+            api=remote_api,
+            model=remote_model,
+            api_key=api_key,
+            timeout_s=remote_timeout_s,
         )
         wants_target = remote_target is None or remote_options.needs_local_target
         pair = load_pair(request, wants_target=wants_target)
@@ -259,15 +274,18 @@ class Engine:
         self,
         prompt: str | Sequence[int],
         options: GenerationOptions | None = None,
+        *,
+        model_turn: ModelTurn | None = None,
         **fields: Any,
     ) -> Generation:
         """Validates everything first (nothing is generated on bad input), then streams
         :class:`Delta` pieces; ``generation.result`` is set once the iteration ends. Pass
-        ``options`` or their fields as keywords, not both."""
+        ``options`` or their fields as keywords, not both. ``model_turn`` runs each round's
+        model work (see :class:`Generation`)."""
         if options is not None and fields:
             raise ConfigError("pass options or keyword fields, not both", fix="merge them")
         chosen = options if options is not None else GenerationOptions(**fields)
-        return Generation(self._plan(prompt, chosen), self.tokenizer)
+        return Generation(self._plan(prompt, chosen), self.tokenizer, model_turn=model_turn)
 
     def _prompt_ids(self, prompt: str | Sequence[int], options: GenerationOptions) -> list[int]:
         ids = (

@@ -12,6 +12,11 @@ small when the draft samples from a top-k or top-p truncated distribution) or as
 rows (base64, little-endian; compact but rounded). Greedy and match rounds send no q_draft.
 Rejection rounds also send ``uniforms``: the k + 1 next draws of the client's generator, which
 the server's acceptance test consumes in order, so that remote sampling equals local sampling.
+
+A session belongs to the client that opened it: the open answer carries a ``session_secret``
+that every round and delete of the session sends back in the ``SESSION_SECRET_HEADER`` header
+(a header, not the path, so that proxies' access logs do not record it). A server that
+answers no secret (older than the field) needs none.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ MAX_K = 32
 #: Rows with at most this many nonzero probabilities travel sparse by default.
 MAX_SPARSE = 1024
 Q_FORMATS = ("sparse", "fp16")
+#: The header rounds and deletes carry a session's secret in (from ``OpenResponse``).
+SESSION_SECRET_HEADER = "Edgespec-Session-Secret"
 
 
 def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -129,25 +136,36 @@ class OpenRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class OpenResponse:
+    """``session_secret``: what the session's rounds and delete must send back (None from a
+    server older than the field)."""
+
     session_id: str
     length: int
     suggested_k: int
+    session_secret: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "protocol": PROTOCOL_VERSION,
             "session_id": self.session_id,
             "length": self.length,
             "suggested_k": self.suggested_k,
         }
+        if self.session_secret is not None:
+            data["session_secret"] = self.session_secret
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> OpenResponse:
         _check_version(data)
+        secret = data.get("session_secret")
+        if secret is not None and not isinstance(secret, str):
+            raise ProtocolError(f"'session_secret' must be str, not {type(secret).__name__}")
         return cls(
             session_id=_field(data, "session_id", str),
             length=_field(data, "length", int),
             suggested_k=_field(data, "suggested_k", int),
+            session_secret=secret,
         )
 
 

@@ -29,16 +29,21 @@ def free_port() -> int:
 
 
 class ThreadServer:
-    """uvicorn serving ``app`` in a daemon thread; a context manager that stops it."""
+    """uvicorn serving ``app`` in a daemon thread, configured as ``edgespec serve`` configures
+    it (``options``: its time limits); a context manager that stops it."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, options: Any = None) -> None:
         import uvicorn
+
+        from edgespec.server.app import ServerOptions
+        from edgespec.server.run import uvicorn_config
 
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+        chosen = options or ServerOptions(shutdown_grace_s=1)
+        config = uvicorn_config(app, host="127.0.0.1", port=self.port, options=chosen)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -104,7 +109,9 @@ class ServerProcess:
 class ProcessServer(ServerProcess):
     """``edgespec serve`` as a subprocess on ``port``."""
 
-    def __init__(self, *, target: Path, draft: Path, port: int) -> None:
+    def __init__(
+        self, *, target: Path, draft: Path, port: int, extra: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(
             [
                 sys.executable,
@@ -119,6 +126,7 @@ class ProcessServer(ServerProcess):
                 str(port),
                 "--max-k",
                 "8",
+                *extra,
             ],
             port=port,
         )

@@ -76,7 +76,10 @@ def test_fallback_local_when_the_server_is_down_from_the_start(
     prompt, options = "def add(a, b):", ["--max-new-tokens", "12", "--json"]
     assert main(["generate", prompt, *options]) == 0
     local = json.loads(capsys.readouterr().out)
-    assert main(["generate", prompt, *options, "--remote", url, "--fallback", "local"]) == 0
+    # The client waits for the server until --remote-timeout (30 s by default: a server that
+    # starts meanwhile loses nothing), then falls back; 2 s keeps the test short.
+    remote = ["--remote", url, "--remote-timeout", "2", "--fallback", "local"]
+    assert main(["generate", prompt, *options, *remote]) == 0
     captured = capsys.readouterr()
     hybrid = json.loads(captured.out)
     assert hybrid["tokens"] == local["tokens"]

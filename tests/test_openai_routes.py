@@ -205,12 +205,12 @@ def test_unknown_models_are_refused_and_neutral_fields_accepted(server: ThreadSe
     assert served == ["edgespec"]
     with pytest.raises(openai.NotFoundError) as refused:
         client.completions.create(model="gpt-4o", prompt="def add(a, b):", max_tokens=2)
-    assert "model 'gpt-4o' is not served" in refused.value.response.json()["detail"]
+    assert 'model "gpt-4o" is not served' in refused.value.response.json()["detail"]
     with pytest.raises(openai.NotFoundError) as refused:
         client.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "hi"}], max_tokens=2
         )
-    assert "model 'gpt-4o' is not served" in refused.value.response.json()["detail"]
+    assert 'model "gpt-4o" is not served' in refused.value.response.json()["detail"]
     headers = {"Authorization": "Bearer sk-test"}
     # No model, and the values that change nothing (n=1, zero penalties, no bias, no tools),
     # are answered as before; the answer names the served model.

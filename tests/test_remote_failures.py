@@ -1,12 +1,17 @@
-"""A real ``edgespec serve`` subprocess killed mid-generation: recovery, or the fallbacks."""
+"""A real ``edgespec serve`` subprocess killed mid-generation: recovery, or the fallbacks;
+and stopped with SIGTERM."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from edgespec.api import Engine
+from edgespec.api import Engine, Result
 from edgespec.runtime.verifiers.remote import ServerTarget
 
 from servers import ProcessServer, free_port
@@ -39,8 +44,7 @@ def test_server_restarted_mid_generation_loses_nothing(
     pair: tuple[Path, Path], expected: tuple[int, ...]
 ) -> None:
     with ProcessServer(target=pair[0], draft=pair[1], port=free_port()) as server:
-        remote = ServerTarget(server.url, retries=10, backoff_s=0.1, timeout_s=30)
-        engine = Engine.load(draft=pair[1], remote=remote)
+        engine = Engine.load(draft=pair[1], remote=server.url)
         _, result = run_with_kill(engine, server, restart=True)
         assert result.error is None  # type: ignore[attr-defined]
         assert result.tokens == expected  # type: ignore[attr-defined]
@@ -74,3 +78,63 @@ def test_fallbacks_when_the_server_stays_down(
         _, result = run_with_kill(drafting, server, restart=False)
         assert len(result.tokens) == NEW_TOKENS or result.finish_reason == "eos"  # type: ignore[attr-defined]
         assert result.stats.fell_back and result.stats.lossy  # type: ignore[attr-defined]
+
+
+CLIENTS = 16
+#: How long the server stays down: longer than the old client's whole retry window (6.2 s
+#: counting from the first failure, less the time the restarted server takes to answer).
+DOWN_S = 5.0
+
+
+def test_sixteen_clients_ride_out_a_restart(
+    pair: tuple[Path, Path], expected: tuple[int, ...]
+) -> None:
+    """Killed while 16 clients are mid-generation, restarted 5 s later: within the clients'
+    default deadline (30 s), so every one finishes with the local greedy tokens."""
+    with ProcessServer(target=pair[0], draft=pair[1], port=free_port()) as server:
+        engines = [Engine.load(draft=pair[1], remote=server.url) for _ in range(CLIENTS)]
+        started = threading.Barrier(CLIENTS + 1)
+        killed = threading.Event()
+        results: list[Result | None] = [None] * CLIENTS
+
+        def client(index: int) -> None:
+            generation = engines[index].stream_deltas(PROMPT, k=3, max_new_tokens=NEW_TOKENS)
+            for count, _ in enumerate(generation):
+                if count == 0:
+                    started.wait()
+                    killed.wait()
+            results[index] = generation.result
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        started.wait()  # every client holds a session, mid-generation
+        server.kill()
+        killed.set()  # their next rounds meet a dead server
+        time.sleep(DOWN_S)
+        server.start()
+        for thread in threads:
+            thread.join()
+    for result in results:
+        assert result is not None and result.error is None, result and result.error
+        assert result.tokens == expected
+        assert result.stats.remote["reopens"] >= 1  # type: ignore[index]
+
+
+def test_sigterm_drains_within_the_grace_and_exits_0(pair: tuple[Path, Path]) -> None:
+    server = ProcessServer(
+        target=pair[0], draft=pair[1], port=free_port(), extra=("--shutdown-grace", "1")
+    )
+    with server:
+        # A request in flight that never ends on its own: its body is never finished.
+        stuck = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+        stuck.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"prompt": '
+        )
+        remote = Engine.load(draft=pair[1], remote=server.url)
+        assert remote.generate(PROMPT, k=3, max_new_tokens=8).error is None
+        assert server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=120) == 0  # a hang guard, not a speed check
+        stuck.close()

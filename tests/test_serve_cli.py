@@ -33,7 +33,13 @@ def test_serve_help_shows_the_defaults(tmp_path: Path) -> None:
     text = " ".join(result.stdout.split())
     assert "--host HOST address to listen on (default: 127.0.0.1;" in text
     assert "--port PORT port to listen on (default: 8700)" in text
-    for default in ("(default: 64)", "(default: 300.0)", "(default: 8)", "(default: 0, no cap)"):
+    for default in (
+        "(default: 64)",
+        "(default: 300.0)",
+        "(default: 8)",
+        "(default: a quarter of the memory available at start; 0: no cap)",
+        "(default: 10.0)",  # --shutdown-grace
+    ):
         assert default in text
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError, UnknownSessionError
+from edgespec.protocol import SESSION_SECRET_HEADER
 from edgespec.server.app import ServerOptions, create_app
 from edgespec.server.run import check_binding
 from edgespec.server.sessions import StoreLimits
@@ -41,23 +42,28 @@ def client(engine: Engine) -> Any:
     return client_for(engine)
 
 
-def open_session(client: Any, prompt: list[int] | None = None) -> str:
+def open_session(
+    client: Any, prompt: list[int] | None = None, sampling: dict[str, Any] = GREEDY
+) -> tuple[str, dict[str, str]]:
+    """A session's id and the header its rounds and delete must carry (its secret)."""
     answer = client.post(
-        "/v1/verify/sessions", json={"prompt": prompt or [5, 6, 7], "sampling": GREEDY}
+        "/v1/verify/sessions", json={"prompt": prompt or [5, 6, 7], "sampling": sampling}
     )
     assert answer.status_code == 200, answer.text
-    return str(answer.json()["session_id"])
+    opened = answer.json()
+    return str(opened["session_id"]), {SESSION_SECRET_HEADER: opened["session_secret"]}
 
 
 def test_round_trip_and_idempotent_retry(client: Any) -> None:
-    session = open_session(client)
+    session, secret = open_session(client)
     body = {"position": 2, "last_token": 7, "draft": [8, 9, 10]}
-    first = client.post(f"/v1/verify/sessions/{session}/rounds", json=body).json()
-    again = client.post(f"/v1/verify/sessions/{session}/rounds", json=body).json()
+    path = f"/v1/verify/sessions/{session}/rounds"
+    first = client.post(path, json=body, headers=secret).json()
+    again = client.post(path, json=body, headers=secret).json()
     assert first["tokens"] == again["tokens"] and first["length"] == again["length"]
     assert first["length"] == 3 + first["n_accepted"]
-    assert client.delete(f"/v1/verify/sessions/{session}").status_code == 200
-    assert client.post(f"/v1/verify/sessions/{session}/rounds", json=body).status_code == 404
+    assert client.delete(f"/v1/verify/sessions/{session}", headers=secret).status_code == 200
+    assert client.post(path, json=body, headers=secret).status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -79,11 +85,11 @@ def test_round_trip_and_idempotent_retry(client: Any) -> None:
     ],
 )
 def test_malformed_rounds_get_a_4xx_with_a_message(client: Any, body: bytes, status: int) -> None:
-    session = open_session(client)
+    session, secret = open_session(client)
     answer = client.post(
         f"/v1/verify/sessions/{session}/rounds",
         content=body,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **secret},
     )
     assert answer.status_code == status, answer.text
     assert answer.json()["detail"]
@@ -108,10 +114,9 @@ def test_malformed_opens_get_a_4xx(client: Any, body: dict[str, Any]) -> None:
 
 
 def test_rejection_round_without_q_draft_is_refused(client: Any) -> None:
-    sampling = {**GREEDY, "temperature": 0.8}
-    session = client.post("/v1/verify/sessions", json={"prompt": [1, 2], "sampling": sampling})
-    path = f"/v1/verify/sessions/{session.json()['session_id']}/rounds"
-    answer = client.post(path, json={"position": 1, "last_token": 2, "draft": [3]})
+    session, secret = open_session(client, [1, 2], {**GREEDY, "temperature": 0.8})
+    path = f"/v1/verify/sessions/{session}/rounds"
+    answer = client.post(path, json={"position": 1, "last_token": 2, "draft": [3]}, headers=secret)
     assert answer.status_code == 422 and "q_draft" in answer.json()["detail"]
 
 
@@ -151,9 +156,11 @@ def test_non_loopback_binding_needs_an_api_key() -> None:
 
 
 def test_metrics_are_prometheus_text(client: Any) -> None:
-    session = open_session(client)
+    session, secret = open_session(client)
     client.post(
-        f"/v1/verify/sessions/{session}/rounds", json={"position": 2, "last_token": 7, "draft": [1]}
+        f"/v1/verify/sessions/{session}/rounds",
+        json={"position": 2, "last_token": 7, "draft": [1]},
+        headers=secret,
     )
     client.post("/v1/verify/sessions/none/rounds", json={"position": 2, "last_token": 7})
     text = client.get("/metrics").text
@@ -187,19 +194,18 @@ def test_idle_sessions_expire_and_the_least_recently_used_is_evicted(engine: Eng
     request = OpenRequest.from_json(
         {"prompt": [1, 2, 3], "sampling": GREEDY}, vocab_size=384, max_length=256
     )
-    first = store.open(request).session_id
-    second = store.open(request).session_id
+    first = store.open(request)
+    second = store.open(request)
     clock.now = 5
-    store._get(first)  # touch: second is now the least recently used
-    third = store.open(request).session_id
+    store._get(first.session_id, first.session_secret)  # touch: second is now the LRU
+    third = store.open(request)
     assert store.count == 2 and store.counters["sessions_evicted"] == 1
     with pytest.raises(UnknownSessionError):
-        store._get(second)
+        store._get(second.session_id, second.session_secret)
     clock.now = 16  # first was used at 5, third opened at 5: both idle for 11 s
     with pytest.raises(UnknownSessionError):
-        store._get(third)
+        store._get(third.session_id, third.session_secret)
     assert store.count == 0 and store.counters["sessions_expired"] == 2
-    _ = first
 
 
 def test_suggested_k_shrinks_as_the_queue_grows(engine: Engine) -> None:
@@ -243,10 +249,11 @@ round_bodies = st.fixed_dictionaries(
 )
 
 
-def post_json(client: Any, path: str, body: Any) -> Any:
+def post_json(client: Any, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
     """Posts ``body`` as Python's json writes it: NaN and Infinity included."""
     content = json.dumps(body).encode()
-    return client.post(path, content=content, headers={"Content-Type": "application/json"})
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    return client.post(path, content=content, headers=sent)
 
 
 @given(body=round_bodies, sampling=st.sampled_from(["greedy", "rejection", "match"]))
@@ -255,11 +262,9 @@ def test_fuzzed_rounds_never_get_a_5xx(client: Any, body: dict[str, Any], sampli
     settings_json = {**GREEDY, "temperature": 0.0 if sampling == "greedy" else 0.9}
     if sampling == "match":
         settings_json["mode"] = "match"
-    opened = client.post(
-        "/v1/verify/sessions", json={"prompt": [1, 2, 3], "sampling": settings_json}
-    )
-    path = f"/v1/verify/sessions/{opened.json()['session_id']}/rounds"
-    answer = post_json(client, path, body)
+    session, secret = open_session(client, [1, 2, 3], settings_json)
+    path = f"/v1/verify/sessions/{session}/rounds"
+    answer = post_json(client, path, body, headers=secret)
     assert answer.status_code < 500, (body, answer.text)
 
 

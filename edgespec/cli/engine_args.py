@@ -47,6 +47,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
     add_budget_arguments(parser)
+    add_remote_arguments(parser)
+
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where verification runs when it is not local, and how a remote target is used."""
     parser.add_argument(
         "--remote",
         default=None,
@@ -73,6 +78,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-key",
         default=os.environ.get("EDGESPEC_API_KEY"),
         help="bearer token for --remote (default: $EDGESPEC_API_KEY)",
+    )
+    parser.add_argument(
+        "--remote-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long each --remote request is retried (with jittered backoff) before the "
+        "server counts as gone: a server restarted within it loses no generation "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--fallback",
@@ -177,6 +191,7 @@ def load_engine(args: argparse.Namespace) -> Any:
         remote_api=args.remote_api,
         remote_model=args.remote_model,
         api_key=args.api_key,
+        remote_timeout_s=args.remote_timeout,
         fallback=args.fallback,
         remote_when=args.remote_when,
     )

@@ -67,8 +67,9 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--max-cache-mb",
         type=float,
-        default=0.0,
-        help="KV cache memory cap over all sessions (default: 0, no cap)",
+        default=None,
+        help="KV cache memory cap over all sessions; the least recently used are evicted "
+        "beyond it (default: a quarter of the memory available at start; 0: no cap)",
     )
     serve.add_argument(
         "--idle-ttl",
@@ -83,34 +84,49 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
         default=8,
         help="the draft length suggested to clients when the server is idle (default: %(default)s)",
     )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, requests in flight get this long to finish; the rest are "
+        "cut and the server exits with status 0 (default: %(default)s)",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
         from edgespec.server.app import ServerOptions
-        from edgespec.server.run import check_binding, check_port, serve
+        from edgespec.server.run import check_binding, check_port, default_cache_mb, serve
         from edgespec.server.sessions import StoreLimits
     except ImportError as error:
         raise MissingDependencyError(
             f"edgespec serve needs the [server] extra ({error.name} is missing)",
             fix=install_fix("server"),
         ) from error
+    cache_mb = default_cache_mb() if args.max_cache_mb is None else args.max_cache_mb
     limits = StoreLimits(
         max_sessions=args.max_sessions,
-        max_cache_bytes=int(args.max_cache_mb * 1024 * 1024),
+        max_cache_bytes=int(cache_mb * 1024 * 1024),
         idle_ttl_s=args.idle_ttl,
         max_k=args.max_k,
     )
     check_binding(args.host, args.api_key)
     check_port(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address in a URL
-    print(f"edgespec: serving on http://{host}:{args.port}", file=sys.stderr)
+    budget = f"{cache_mb:g} MB" if cache_mb else "no cap"
+    print(
+        f"edgespec: serving on http://{host}:{args.port} (KV cache budget: {budget})",
+        file=sys.stderr,
+    )
     serve(
         target=args.target,
         draft=args.draft,
         host=args.host,
         port=args.port,
-        options=ServerOptions(api_key=args.api_key, limits=limits),
+        options=ServerOptions(
+            api_key=args.api_key, limits=limits, shutdown_grace_s=args.shutdown_grace
+        ),
         threads=args.threads,
     )
     return 0

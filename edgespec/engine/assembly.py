@@ -20,6 +20,7 @@ from edgespec.runtime.k_policy import AutoK, CappedK, CostProfile, FixedK
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
+from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.local import LocalVerifier
 from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
@@ -73,15 +74,17 @@ def remote_target(
     api: str = "edgespec",
     model: str | None = None,
     api_key: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> RemoteTarget | None:
-    """A remote target from a URL (``api`` says what it speaks), or the one given."""
+    """A remote target from a URL (``api`` says what it speaks), or the one given.
+    ``timeout_s``: the deadline of each request, retries included."""
     if remote is None or not isinstance(remote, str):
         return remote
     if api not in REMOTE_APIS:
         raise ConfigError(f"unknown remote api {api!r}", fix=f"use one of {REMOTE_APIS}")
     if model is not None and api != "openai":
         raise ConfigError("a remote model name needs remote_api 'openai'", fix="add it")
-    options: dict[str, Any] = {"api_key": api_key}
+    options: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}
     if api == "openai":
         options["model"] = model
     return REMOTE_TARGETS[api](remote, **options)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,10 @@ from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.telemetry.guard import Watch
+
+T = TypeVar("T")
+#: Runs one round's model work and returns its result (a server's scheduler); see Generation.
+ModelTurn = Callable[[Callable[[], T]], T]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,11 +171,17 @@ class TextEmitter:
 
 
 class Generation:
-    """Iterates over :class:`Delta` pieces as tokens are committed; ``result`` once done."""
+    """Iterates over :class:`Delta` pieces as tokens are committed; ``result`` once done.
 
-    def __init__(self, plan: Plan, tokenizer: Any) -> None:
+    ``model_turn`` runs each round's model work (prefill, drafting, verification): a server
+    passes its scheduler, so that only the model passes wait for and hold its turn, while
+    detokenization and stop strings run outside it. None: the round runs as it is.
+    """
+
+    def __init__(self, plan: Plan, tokenizer: Any, *, model_turn: ModelTurn | None = None) -> None:
         self.plan = plan
         self.result: Result | None = None
+        self._model_turn = model_turn
         self._pieces = self._run(tokenizer)
 
     def __iter__(self) -> Iterator[Delta]:
@@ -194,11 +204,12 @@ class Generation:
             observers=(stats,),
         )
         error: str | None = None
+        turns = rounds if self._model_turn is None else _in_turns(rounds, self._model_turn)
         try:
-            for committed in rounds:
+            for committed in turns:
                 yield from emitter.push(committed, stats.records[-1].n_accepted)
                 if emitter.stopped:
-                    rounds.close()
+                    turns.close()
                     break
         except RemoteError as failure:
             # fallback "fail", or an engine that cannot verify on: what was verified so far,
@@ -226,3 +237,17 @@ class Generation:
             stats=GenerationStats(**decoded, providers=plan.providers, **extra),
             error=error,
         )
+
+
+def _in_turns(
+    rounds: Generator[tuple[int, ...], None, None], model_turn: ModelTurn
+) -> Generator[tuple[int, ...], None, None]:
+    """``rounds``, each advanced inside one ``model_turn``; closing this closes them."""
+    try:
+        while True:
+            committed = model_turn(lambda: next(rounds, None))
+            if committed is None:
+                return
+            yield committed
+    finally:
+        rounds.close()

@@ -1,78 +1,81 @@
 """The HTTP face of ``edgespec serve``: protocol v1, health, metrics, OpenAI-compatible routes.
 
-Request bodies are declared as pydantic models (so the OpenAPI schema describes them for
-fuzzing) and then validated by the protocol module (``edgespec.protocol``), whose
-errors become 4xx answers with a message. With an API key every route but ``/health`` needs
-``Authorization: Bearer KEY`` (compared in constant time).
+Request bodies are declared as pydantic models (``bodies``: the OpenAPI schema describes them
+for fuzzing) and then validated by the protocol module (``edgespec.protocol``), whose errors
+become 4xx answers with a message. In front of every route, ``guard.RequestGuard`` checks the
+API key (every path but ``/health`` needs ``Authorization: Bearer KEY`` when one is set, the
+OpenAPI pages included) and reads the body under its limits; ``guard.StatusCounter`` counts
+every answer for ``/metrics``. No input gets a 5xx: an unexpected failure is a bug, answered
+with a short 500 that is counted too.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError, EdgespecError, PositionConflictError, UnknownSessionError
 from edgespec.protocol import (
     MAX_K,
     PROTOCOL_VERSION,
+    SESSION_SECRET_HEADER,
     OpenRequest,
     ServerInfo,
     VerifyRequest,
 )
 from edgespec.runtime.k_policy import CostProfile
+from edgespec.server.bodies import OpenBody, VerifyBody
+from edgespec.server.guard import (
+    RequestGuard,
+    RequestLimits,
+    StatusCounter,
+    authorized,
+    count_status,
+    refusal,
+)
 from edgespec.server.metrics import prometheus_text
 from edgespec.server.openai_routes import add_openai_routes
-from edgespec.server.sessions import SessionStore, StoreLimits
+from edgespec.server.sessions import ServerStoppingError, SessionStore, StoreLimits
+
+#: Problems of an invalid body shown in the 422: the first few say what to fix.
+SHOWN_PROBLEMS = 3
+SessionSecret = Annotated[str | None, Header(alias=SESSION_SECRET_HEADER)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServerOptions:
-    """``api_key`` None: no authentication (loopback only, checked by ``edgespec serve``)."""
+    """``api_key`` None: no authentication (loopback only, checked by ``edgespec serve``).
+
+    ``read_timeout_s`` bounds the time a client takes to send a body, ``header_timeout_s``
+    the time to send a request's headers (on a new or a kept-alive connection), and
+    ``shutdown_grace_s`` how long a stopping server lets requests in flight finish."""
 
     api_key: str | None = None
     limits: StoreLimits = field(default_factory=StoreLimits)
     max_body_bytes: int = 4 * 1024 * 1024
     #: Longest completion the OpenAI-compatible routes generate.
     max_new_tokens: int = 1024
+    read_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    shutdown_grace_s: float = 10.0
 
-
-class SamplingBody(BaseModel):
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    mode: str = "rejection"
-
-
-class OpenBody(BaseModel):
-    protocol: int = PROTOCOL_VERSION
-    prompt: list[int]
-    sampling: SamplingBody = Field(default_factory=SamplingBody)
-
-
-class QDraftBody(BaseModel):
-    format: str
-    ids: list[list[int]] | None = None
-    probs: list[list[float]] | None = None
-    rows: str | None = None
-    vocab_size: int | None = None
-
-
-class VerifyBody(BaseModel):
-    protocol: int = PROTOCOL_VERSION
-    position: int
-    last_token: int
-    draft: list[int] = Field(default_factory=list, max_length=MAX_K)
-    q_draft: QDraftBody | None = None
-    uniforms: list[float] = Field(default_factory=list)
+    def __post_init__(self) -> None:
+        times = (self.read_timeout_s, self.header_timeout_s, self.shutdown_grace_s)
+        if self.max_body_bytes < 1 or min(times) <= 0:
+            raise ConfigError(
+                "the body limit and the time limits must be positive",
+                fix="e.g. --shutdown-grace 10",
+            )
 
 
 def create_app(
@@ -82,8 +85,19 @@ def create_app(
     target = engine.target
     if target is None:
         raise ConfigError("the server needs a local target", fix="load the engine with target=")
-    app = FastAPI(title="edgespec verification server", version=f"protocol-{PROTOCOL_VERSION}")
     store = SessionStore(target, limits=options.limits)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # After uvicorn's grace: requests still running stop at their next model turn.
+        store.stop(timeout_s=options.shutdown_grace_s)
+
+    app = FastAPI(
+        title="edgespec verification server",
+        version=f"protocol-{PROTOCOL_VERSION}",
+        lifespan=lifespan,
+    )
     app.state.store = store
     tokenizer_sha = hashlib.sha256(target.bundle.tokenizer_path.read_bytes()).hexdigest()
     info = ServerInfo(
@@ -95,55 +109,40 @@ def create_app(
         target_step_s=profile.target_step_s,
         verify_cost=profile.verify_cost,
     )
-
-    def authorize(request: Request) -> None:
-        if options.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        expected = f"Bearer {options.api_key}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise _Unauthorized()
-
-    guarded = [Depends(authorize)]
-    _add_error_answers(app, store=store, options=options)
-    _add_verify_routes(app, store=store, info=info, guarded=guarded)
-    add_openai_routes(app, engine, store=store, guarded=guarded, options=options)
+    _add_error_answers(app, store=store)
+    _add_verify_routes(app, store=store, info=info, api_key=options.api_key)
+    add_openai_routes(app, engine, store=store, options=options)
+    # The longest list a valid body holds: a prompt of the whole context, or a q_draft row of
+    # the whole vocabulary.
+    limits = RequestLimits(
+        max_body_bytes=options.max_body_bytes,
+        max_items=max(info.max_length, info.vocab_size),
+        read_timeout_s=options.read_timeout_s,
+        drain_bytes=options.max_body_bytes // 4,
+    )
+    # Added last, so outermost: the counter sees the guard's refusals too.
+    app.add_middleware(RequestGuard, api_key=options.api_key, limits=limits)
+    app.add_middleware(StatusCounter, counters=store.counters)
     return app
 
 
-def _add_error_answers(app: FastAPI, *, store: SessionStore, options: ServerOptions) -> None:
-    """The body limit, error counters, and one JSON answer per kind of refusal."""
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > options.max_body_bytes:
-            store.counters["errors_413"] += 1
-            return JSONResponse(
-                {"detail": f"the request body is over {options.max_body_bytes} bytes"}, 413
-            )
-        response = await call_next(request)
-        if response.status_code >= 400:
-            store.counters[f"errors_{response.status_code}"] += 1
-        return response
-
-    @app.exception_handler(_Unauthorized)
-    async def unauthorized(request: Request, error: _Unauthorized) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "missing or wrong API key (send Authorization: Bearer KEY)"},
-            status_code=401,
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+def _add_error_answers(app: FastAPI, *, store: SessionStore) -> None:
+    """One short JSON answer per kind of refusal: never the input echoed, at most a few KB."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        # FastAPI's own answer echoes the input, which may hold NaN or Infinity: JSON cannot
-        # carry those, so the answer would be a 500. The location and message suffice.
-        problems = [
-            f"{'.'.join(str(part) for part in problem.get('loc', ()))}: {problem.get('msg', '')}"
-            for problem in error.errors()
+        # FastAPI's own answer echoes the input (NaN cannot be written as JSON, and a list of
+        # a million wrong items would be answered with a million errors): the first
+        # problems' locations and messages suffice.
+        problems = error.errors()
+        shown = [
+            f"{'.'.join(str(part) for part in problem.get('loc', ()))}: "
+            f"{str(problem.get('msg', ''))[:200]}"
+            for problem in problems[:SHOWN_PROBLEMS]
         ]
-        return JSONResponse({"detail": "; ".join(problems) or "invalid request"}, 422)
+        if len(problems) > SHOWN_PROBLEMS:
+            shown.append(f"and {len(problems) - SHOWN_PROBLEMS} more")
+        return refusal(422, "; ".join(shown) or "invalid request")
 
     @app.exception_handler(EdgespecError)
     async def refused(request: Request, error: EdgespecError) -> JSONResponse:
@@ -152,47 +151,67 @@ def _add_error_answers(app: FastAPI, *, store: SessionStore, options: ServerOpti
             status = 404
         elif isinstance(error, PositionConflictError):
             status = 409
-        return JSONResponse({"detail": str(error)}, status_code=status)
+        return refusal(status, str(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return refusal(error.status_code, str(error.detail), headers=error.headers)
+
+    @app.exception_handler(ServerStoppingError)
+    async def stopping(request: Request, error: ServerStoppingError) -> JSONResponse:
+        return refusal(
+            503,
+            "the server is stopping; retry: its replacement will answer",
+            headers={"Retry-After": "1"},
+        )
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, error: Exception) -> JSONResponse:
+        # Runs outside StatusCounter (Starlette answers escaped exceptions outermost), so the
+        # 500 is counted here. uvicorn logs the traceback.
+        count_status(store.counters, 500)
+        logging.getLogger("edgespec.server").error("unexpected failure: %r", error)
+        return refusal(500, "the server failed unexpectedly (a bug: the server log has it)")
 
 
 def _add_verify_routes(
-    app: FastAPI, *, store: SessionStore, info: ServerInfo, guarded: list[Any]
+    app: FastAPI, *, store: SessionStore, info: ServerInfo, api_key: str | None
 ) -> None:
     """Protocol v1: health, metrics, the target's description, and sessions with rounds."""
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "protocol": PROTOCOL_VERSION, "sessions": store.count}
+    def health(request: Request) -> dict[str, Any]:
+        """Up or down for anyone; the session count only with the key."""
+        answer: dict[str, Any] = {"status": "ok", "protocol": PROTOCOL_VERSION}
+        if authorized(request.headers, api_key):
+            answer["sessions"] = store.count
+        return answer
 
-    @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
+    @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
         return prometheus_text(store)
 
-    @app.get("/v1/verify/info", dependencies=guarded)
+    @app.get("/v1/verify/info")
     def verify_info() -> dict[str, Any]:
         return info.to_json()
 
-    @app.post("/v1/verify/sessions", dependencies=guarded)
+    @app.post("/v1/verify/sessions")
     def open_session(body: OpenBody) -> dict[str, Any]:
         request = OpenRequest.from_json(
             body.model_dump(), vocab_size=info.vocab_size, max_length=info.max_length
         )
         return store.open(request).to_json()
 
-    @app.post("/v1/verify/sessions/{session_id}/rounds", dependencies=guarded)
-    def verify_round(session_id: str, body: VerifyBody) -> dict[str, Any]:
+    @app.post("/v1/verify/sessions/{session_id}/rounds")
+    def verify_round(session_id: str, body: VerifyBody, secret: SessionSecret = None) -> Any:
         request = VerifyRequest.from_json(
             body.model_dump(exclude_none=True),
             vocab_size=info.vocab_size,
             max_length=info.max_length,
         )
-        return store.verify(session_id, request).to_json()
+        return store.verify(session_id, secret, request).to_json()
 
-    @app.delete("/v1/verify/sessions/{session_id}", dependencies=guarded)
-    def close_session(session_id: str) -> dict[str, Any]:
-        store.close(session_id)
+    @app.delete("/v1/verify/sessions/{session_id}")
+    def close_session(session_id: str, secret: SessionSecret = None) -> dict[str, Any]:
+        store.close(session_id, secret)
         return {"closed": session_id}
-
-
-class _Unauthorized(Exception):
-    """Raised by the API key check; answered with 401."""

@@ -42,13 +42,26 @@ def prometheus_text(store: SessionStore) -> str:
         "# TYPE edgespec_verify_seconds summary",
         f"edgespec_verify_seconds_sum {store.verify_s_sum:.6f}",
         f"edgespec_verify_seconds_count {store.counters['rounds']}",
-        "# HELP edgespec_errors_total Requests answered with an error, by HTTP status.",
-        "# TYPE edgespec_errors_total counter",
     ]
-    errors = sorted(
-        (name.removeprefix("errors_"), count)
-        for name, count in store.counters.items()
-        if name.startswith("errors_")
-    )
-    lines += [f'edgespec_errors_total{{status="{status}"}} {count}' for status, count in errors]
+    for name, help_text in (
+        ("responses", "Requests answered, by HTTP status (every status, 500 included)."),
+        ("errors", "Requests answered with an error (400 and above), by HTTP status."),
+    ):
+        lines += [
+            f"# HELP edgespec_{name}_total {help_text}",
+            f"# TYPE edgespec_{name}_total counter",
+        ]
+        lines += [
+            f'edgespec_{name}_total{{status="{status}"}} {count}'
+            for status, count in _by_status(store, f"{name}_")
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _by_status(store: SessionStore, prefix: str) -> list[tuple[str, int]]:
+    counters = dict(store.counters)  # a copy: the event loop may add a status meanwhile
+    return sorted(
+        (name.removeprefix(prefix), count)
+        for name, count in counters.items()
+        if name.startswith(prefix)
+    )

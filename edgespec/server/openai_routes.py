@@ -1,13 +1,14 @@
 """OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` (with SSE streaming).
 
-They run speculative decoding on the server with its own engine (local draft and target).
-Each round runs as one exclusive model turn of the session store, so verification clients and
-completion requests share the model fairly. Only the fields below are honoured. Other fields are
-accepted and ignored, as the OpenAI clients send many (``user``, ``metadata``...), except the
-ones in ``_NEUTRAL`` that would change the answer (``n``, penalties, ``logit_bias``, tools...):
-those are refused with a 422 naming the field unless they hold a value that changes nothing. A
-``model`` other than the one served (what ``/v1/models`` lists) is refused with a 404, as
-OpenAI does.
+They run speculative decoding on the server with its own engine (local draft and target). Each
+round's model passes run as one exclusive turn of the session store, so verification clients
+and completion requests share the model fairly; detokenization and stop strings run outside
+that turn, so that one request's text work never holds the others up. Only the fields below are
+honoured. Other fields are accepted and ignored, as the OpenAI clients send many (``user``,
+``metadata``...), except the ones in ``_NEUTRAL`` that would change the answer (``n``,
+penalties, ``logit_bias``, tools...): those are refused with a 422 naming the field unless they
+hold a value that changes nothing. A ``model`` other than the one served (what ``/v1/models``
+lists) is refused with a 404, as OpenAI does.
 
 ``/v1/completions`` also takes a prompt of token ids and the legacy ``logprobs`` (top tokens
 per position) with ``echo`` (the prompt's positions too) and vLLM's
@@ -26,9 +27,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from edgespec.api import Delta, Engine, Generation
+from edgespec.server.bodies import (
+    CHARS_PER_TOKEN,
+    SERVED_MODEL,
+    ChatBody,
+    Common,
+    CompletionBody,
+)
+from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:
     from edgespec.server.app import ServerOptions
@@ -36,8 +44,6 @@ if TYPE_CHECKING:
 
 #: finish reasons of the engine → OpenAI's
 _FINISH = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length"}
-#: The one model name served (``/v1/models``); a request may also leave ``model`` out.
-SERVED_MODEL = "edgespec"
 #: OpenAI (and common vLLM) fields these routes do not implement, each with the values that
 #: leave the answer as if the field were absent. Silently ignoring any other value would hand
 #: the client something it did not ask for (one choice for n=2, no penalties, no tools).
@@ -66,38 +72,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 }
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str = SERVED_MODEL
-    max_tokens: int | None = Field(default=None, ge=1)
-    #: chat's newer name for ``max_tokens``; wins when both are sent
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0, le=100.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
-    stop: str | list[str] | None = None
-    stream: bool = False
-
-
-class CompletionBody(_Common):
-    prompt: str | list[int] = Field(min_length=1)
-    echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=20)
-    return_tokens_as_token_ids: bool = False
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str
-    content: str
-
-
-class ChatBody(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-
-
 class Completions:
     """The OpenAI-compatible answers of one engine: generations run one model turn at a time
     (``store.run_exclusive``), as whole replies or as server-sent events."""
@@ -107,10 +81,20 @@ class Completions:
         self.store = store
         self.options = options
 
-    def start(self, prompt: list[int], body: _Common) -> Generation:
+    def start(self, prompt: list[int], body: Common) -> Generation:
+        """The generation: at most the server's ``max_new_tokens`` and what the context leaves;
+        a ``max_tokens`` beyond the whole context is refused (it can never be honoured)."""
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        room = self.engine.max_length - len(prompt)
-        wanted = body.max_completion_tokens or body.max_tokens or self.options.max_new_tokens
+        context = self.engine.max_length
+        asked = body.max_completion_tokens or body.max_tokens
+        if asked is not None and asked > context:
+            raise HTTPException(
+                422,
+                detail=f"max_tokens {asked} is more than the context of {context} tokens; "
+                f"ask for at most {context}",
+            )
+        wanted = min(asked or self.options.max_new_tokens, self.options.max_new_tokens)
+        room = context - len(prompt)
         return self.engine.stream_deltas(
             prompt,
             max_new_tokens=min(wanted, max(room, 1)),
@@ -118,27 +102,19 @@ class Completions:
             top_p=body.top_p,
             seed=body.seed or 0,
             stop=stop,
+            model_turn=self.store.run_exclusive,
         )
 
-    def pieces(self, generation: Generation) -> Iterator[Delta]:
-        """The generation's deltas, each round run as an exclusive model turn."""
-        iterator = iter(generation)
-        while True:
-            delta = self.store.run_exclusive(lambda: next(iterator, None))
-            if delta is None:
-                return
-            yield delta
-
-    def answer(self, generation: Generation, body: _Common, *, chat: bool) -> Any:
+    def answer(self, generation: Generation, body: Common, *, chat: bool) -> Any:
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        head = {"id": ident, "created": int(time.time()), "model": body.model}
+        head = {"id": ident, "created": int(time.time()), "model": SERVED_MODEL}
         self.store.counters["completions"] += 1
         if body.stream:
             return StreamingResponse(
-                _events(head, self.pieces(generation), generation, chat=chat),
+                _events(head, iter(generation), generation, chat=chat),
                 media_type="text/event-stream",
             )
-        text = "".join(delta.text for delta in self.pieces(generation))
+        text = "".join(delta.text for delta in generation)
         result = generation.result
         assert result is not None
         finish = _FINISH.get(result.finish_reason, "stop")
@@ -160,6 +136,7 @@ class Completions:
     def prompt_ids(self, body: CompletionBody) -> list[int]:
         engine = self.engine
         if isinstance(body.prompt, str):
+            self.check_text_length(len(body.prompt))
             return engine.encode(body.prompt)
         bad = [t for t in body.prompt if not 0 <= t < engine.vocab_size]
         if bad or len(body.prompt) >= engine.max_length:
@@ -200,6 +177,7 @@ class Completions:
     def chat_completion(self, body: ChatBody) -> Any:
         refuse_unsupported(body)
         engine = self.engine
+        self.check_text_length(sum(len(m.content) for m in body.messages))
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
         if engine.chat_template:
             text = engine.apply_chat_template(messages)
@@ -209,49 +187,60 @@ class Completions:
             prompt = engine.encode(text)
         return self.answer(self.start(prompt, body), body, chat=True)
 
+    def check_text_length(self, chars: int) -> None:
+        """Refuses text that cannot fit the context before it is tokenized (tokenizing
+        megabytes would cost seconds of a core for a certain refusal)."""
+        limit = CHARS_PER_TOKEN * self.engine.max_length
+        if chars > limit:
+            raise HTTPException(
+                422,
+                detail=f"the prompt's {chars} characters cannot fit the context of "
+                f"{self.engine.max_length} tokens; send at most {limit}",
+            )
+
 
 def add_openai_routes(
-    app: FastAPI,
-    engine: Engine,
-    *,
-    store: SessionStore,
-    guarded: Sequence[Any],
-    options: ServerOptions,
+    app: FastAPI, engine: Engine, *, store: SessionStore, options: ServerOptions
 ) -> None:
+    """The routes; the API key is checked in front of them (``guard.RequestGuard``)."""
     service = Completions(engine, store=store, options=options)
 
-    @app.post("/v1/completions", dependencies=list(guarded))
+    @app.post("/v1/completions")
     def completions(body: CompletionBody) -> Any:
         return service.completion(body)
 
-    @app.post("/v1/chat/completions", dependencies=list(guarded))
+    @app.post("/v1/chat/completions")
     def chat_completions(body: ChatBody) -> Any:
         return service.chat_completion(body)
 
-    @app.get("/v1/models", dependencies=list(guarded))
+    @app.get("/v1/models")
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
 
 
-def refuse_unsupported(body: _Common) -> None:
+def refuse_unsupported(body: Common) -> None:
     """404 for a model not served; 422 naming the first field of ``_NEUTRAL`` whose value would
     change the answer. Runs before anything is generated (a stream cannot turn into an error)."""
     if body.model != SERVED_MODEL:
         raise HTTPException(
             404,
-            detail=f"model {body.model!r} is not served here; send model '{SERVED_MODEL}' "
-            "or leave it out (GET /v1/models lists it)",
+            detail=f"model {_shown(body.model)} is not served here; send model "
+            f"'{SERVED_MODEL}' or leave it out (GET /v1/models lists it)",
         )
     for name, value in (body.model_extra or {}).items():
         neutral = _NEUTRAL.get(name)
         if neutral is not None and value not in neutral:
-            shown = json.dumps(value)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
             fix = f"leave '{name}' out"
             if len(neutral) > 1:
                 fix += f" or send {json.dumps(neutral[1])}"
-            problem = f"'{name}' = {shown} is not supported by edgespec serve"
+            problem = f"'{name}' = {_shown(value)} is not supported by edgespec serve"
             raise HTTPException(422, detail=f"{problem}; {fix}")
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an answer: JSON (ASCII, escaped), cut at 40 characters."""
+    shown = json.dumps(value, default=str)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def _events(
@@ -267,8 +256,11 @@ def _events(
             choice = {"index": 0, "text": piece or "", "finish_reason": finish, "logprobs": None}
         return f"data: {json.dumps({**head, 'object': kind, 'choices': [choice]})}\n\n"
 
-    for delta in deltas:
-        yield event(delta.text, None)
+    try:
+        for delta in deltas:
+            yield event(delta.text, None)
+    except ServerStoppingError:
+        return  # past the shutdown grace: no [DONE], so the client knows the stream was cut
     result = generation.result
     finish = _FINISH.get(result.finish_reason, "stop") if result is not None else "stop"
     yield event(None, finish)

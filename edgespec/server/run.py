@@ -1,11 +1,28 @@
-"""Starts the server: loads the engine, measures its target's cost curve, runs uvicorn."""
+"""Starts the server: loads the engine, measures its target's cost curve, runs uvicorn.
+
+uvicorn is adjusted in two places. Its HTTP protocol closes a connection whose request headers
+do not arrive in time (uvicorn times out only idle kept-alive connections, so a client could
+hold a connection open by sending headers a byte at a time). And its server ends the process
+normally after a signal-driven shutdown (uvicorn re-raises the signal, so SIGTERM, which it
+drains gracefully, ended with the exit status of a killed process).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import ipaddress
+import signal
 import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import psutil
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError
@@ -54,6 +71,79 @@ def check_port(host: str, port: int) -> None:
             raise ConfigError(f"cannot listen on {address}: {reason}", fix=fix) from error
 
 
+#: Share of the memory available at start that the sessions' KV caches may hold by default.
+DEFAULT_CACHE_SHARE = 0.25
+
+
+def default_cache_mb(available_bytes: int | None = None) -> float:
+    """The default ``--max-cache-mb``: a quarter of the memory available now."""
+    if available_bytes is None:
+        available_bytes = int(psutil.virtual_memory().available)
+    return round(DEFAULT_CACHE_SHARE * available_bytes / 2**20, 1)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection when a request's headers have not arrived
+    ``header_timeout_s`` after it opened or after its previous answer."""
+
+    header_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        # A new request replaces ``cycle``: the same cycle at the deadline means no request
+        # began meanwhile (uvicorn's own keep-alive timer is reset by every byte received).
+        waiting_after = self.cycle
+
+        def expire() -> None:
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()
+
+        self.loop.call_later(self.header_timeout_s, expire)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server; a SIGINT or SIGTERM drains it and the process then exits normally."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def uvicorn_config(app: Any, *, host: str, port: int, options: ServerOptions) -> uvicorn.Config:
+    class Protocol(GuardedH11Protocol):
+        header_timeout_s = options.header_timeout_s
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=Protocol,
+        # An idle kept-alive connection is closed after header_timeout_s (10 s): longer than
+        # clients keep idle connections (httpx and Java: 5 s). When both are 5 s (uvicorn's
+        # default), a request sent as the server closes the connection fails with a read
+        # error and nothing in the server's log.
+        timeout_keep_alive=max(1, round(options.header_timeout_s)),
+        timeout_graceful_shutdown=max(1, round(options.shutdown_grace_s)),
+    )
+
+
 def serve(
     *,
     target: Path | None,
@@ -63,13 +153,11 @@ def serve(
     options: ServerOptions,
     threads: int = 0,
 ) -> None:
-    """Blocks serving until interrupted."""
-    import uvicorn
-
+    """Blocks serving until SIGINT or SIGTERM, then drains (``options.shutdown_grace_s``)."""
     check_binding(host, options.api_key)
     check_port(host, port)
     engine = Engine.load(target=target, draft=draft, threads=threads)
     assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)
     app = create_app(engine, options=options, profile=profile)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    Server(uvicorn_config(app, host=host, port=port, options=options)).run()

@@ -3,12 +3,16 @@
 No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (the local verifier's
 :func:`~edgespec.runtime.verifiers.local.verify_round` from the round's absolute position, on the
 session's cache), closes them, expires idle ones and evicts the least recently used at the
-session or memory cap. Model passes run one at a time (``run_exclusive``); the number of
-requests waiting for that turn is the queue the suggested k shrinks with.
+session or memory cap. Each session has a secret, handed to its opener only: rounds and closes
+without it are answered as for an unknown session, so that no other client (even one with the
+server's API key) can read or end it. Model passes run one at a time (``run_exclusive``); the
+number of requests waiting for that turn is the queue the suggested k shrinks with.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 import time
 import uuid
@@ -22,7 +26,13 @@ import numpy as np
 from edgespec.config import SamplingConfig
 from edgespec.engine.options import K_RULE, MAX_K
 from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
-from edgespec.protocol import OpenRequest, OpenResponse, VerifyRequest, VerifyResponse
+from edgespec.protocol import (
+    SESSION_SECRET_HEADER,
+    OpenRequest,
+    OpenResponse,
+    VerifyRequest,
+    VerifyResponse,
+)
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.model import AnyCache, OnnxModel
 from edgespec.runtime.sampling import Uniforms
@@ -42,6 +52,10 @@ class StoreLimits:
     max_k: int = 8
 
     def __post_init__(self) -> None:
+        if self.max_cache_bytes < 0:
+            raise ConfigError(
+                "--max-cache-mb is negative", fix="pass a budget in MB, or 0 for no cap"
+            )
         if self.max_sessions < 1 or self.idle_ttl_s <= 0 or self.max_k < 1:
             raise ConfigError(
                 "--max-sessions, --idle-ttl and --max-k must be positive",
@@ -53,11 +67,32 @@ class StoreLimits:
             )
 
 
+class ServerStoppingError(Exception):
+    """Raised for model work asked for once the server stops (answered with 503: the client
+    retries, and reaches the server that replaces this one)."""
+
+
+def full_session_bytes(target: OnnxModel) -> int:
+    """The KV cache of one session at the target's whole context (two buffers per layer when
+    the cache is bound to the graph's outputs)."""
+    model = target.model
+    per_token = (
+        2 * model.num_layers * model.num_kv_heads * model.head_dim * target.kv_dtype.itemsize
+    )
+    return per_token * target.max_length * (2 if target.io_binding else 1)
+
+
 class _Session:
-    def __init__(self, cache: AnyCache, sampling: SamplingConfig) -> None:
+    def __init__(self, cache: AnyCache, sampling: SamplingConfig, *, secret: str) -> None:
         self.cache = cache
         self.sampling = sampling
+        self.secret = secret
         self.last_used = time.monotonic()
+
+    def opened_by(self, secret: str | None) -> bool:
+        """Whether ``secret`` is this session's (compared in constant time)."""
+        given = (secret or "").encode("utf-8", "replace")
+        return hmac.compare_digest(given, self.secret.encode())
 
 
 class _Uniforms:
@@ -86,22 +121,42 @@ class SessionStore:
         self.target = target
         self.limits = limits
         self.clock = clock
+        needed = full_session_bytes(target)
+        if limits.max_cache_bytes and limits.max_cache_bytes < needed:
+            raise ConfigError(
+                f"--max-cache-mb {limits.max_cache_bytes / 2**20:.1f} holds no session: one at "
+                f"the target's context of {target.max_length} tokens takes {needed / 2**20:.1f} MB",
+                fix=f"pass --max-cache-mb {needed / 2**20:.0f} or more (0: no cap)",
+            )
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._model_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self.waiting = 0
         self.counters: Counter[str] = Counter()
         self.verify_s_sum = 0.0
+        self.stopping = False
 
     # --- scheduling -------------------------------------------------------------------------
     def run_exclusive(self, work: Callable[[], T]) -> T:
-        """Runs ``work`` when no other model pass runs; counts the requests waiting meanwhile."""
+        """Runs ``work`` when no other model pass runs; counts the requests waiting meanwhile.
+        Raises :class:`ServerStoppingError` once :meth:`stop` was called."""
+        if self.stopping:
+            raise ServerStoppingError("the server is stopping")
         with self._state_lock:
             self.waiting += 1
         with self._model_lock:
             with self._state_lock:
                 self.waiting -= 1
+            if self.stopping:
+                raise ServerStoppingError("the server is stopping")
             return work()
+
+    def stop(self, *, timeout_s: float) -> None:
+        """Refuses model work from now on and waits (at most ``timeout_s``) for the pass that
+        runs now: the request threads then end, so the process can exit."""
+        self.stopping = True
+        if self._model_lock.acquire(timeout=timeout_s):
+            self._model_lock.release()
 
     def suggested_k(self) -> int:
         """``max_k`` when idle, divided by one plus the number of requests waiting."""
@@ -134,15 +189,14 @@ class SessionStore:
     def _total_bytes(self) -> int:
         return sum(s.cache.nbytes for s in self._sessions.values())
 
-    def _get(self, session_id: str) -> _Session:
+    def _get(self, session_id: str, secret: str | None) -> _Session:
+        """The session, touched; unknown when ``secret`` is not its opener's (the same answer
+        as for a closed one: nothing tells another client that the id exists)."""
         with self._state_lock:
             self._expire()
             session = self._sessions.get(session_id)
-            if session is None:
-                raise UnknownSessionError(
-                    f"session {session_id!r} is unknown (closed, expired or evicted)",
-                    fix="open it again with the whole token history",
-                )
+            if session is None or not session.opened_by(secret):
+                raise _unknown()
             session.last_used = self.clock()
             self._sessions.move_to_end(session_id)
             return session
@@ -150,7 +204,7 @@ class SessionStore:
     def open(self, request: OpenRequest) -> OpenResponse:
         cache = self.target.new_cache()
         self.run_exclusive(lambda: self.target.start(request.prompt, cache))
-        session = _Session(cache, request.sampling)
+        session = _Session(cache, request.sampling, secret=secrets.token_urlsafe(24))
         session.last_used = self.clock()
         session_id = uuid.uuid4().hex
         with self._state_lock:
@@ -158,18 +212,23 @@ class SessionStore:
             self.counters["sessions_opened"] += 1
             self._expire()
         return OpenResponse(
-            session_id=session_id, length=cache.length, suggested_k=self.suggested_k()
+            session_id=session_id,
+            length=cache.length,
+            suggested_k=self.suggested_k(),
+            session_secret=session.secret,
         )
 
-    def close(self, session_id: str) -> None:
+    def close(self, session_id: str, secret: str | None) -> None:
         with self._state_lock:
-            if self._sessions.pop(session_id, None) is None:
-                raise UnknownSessionError(f"session {session_id!r} is unknown")
+            session = self._sessions.get(session_id)
+            if session is None or not session.opened_by(secret):
+                raise _unknown()
+            del self._sessions[session_id]
             self.counters["sessions_closed"] += 1
 
     # --- rounds ------------------------------------------------------------------------------
-    def verify(self, session_id: str, request: VerifyRequest) -> VerifyResponse:
-        session = self._get(session_id)
+    def verify(self, session_id: str, secret: str | None, request: VerifyRequest) -> VerifyResponse:
+        session = self._get(session_id, secret)
         sampling = session.sampling
         rejection = not sampling.greedy and sampling.mode == "rejection"
         if request.draft and rejection and request.q_draft is None:
@@ -213,3 +272,12 @@ class SessionStore:
             suggested_k=self.suggested_k(),
             verify_s=elapsed,
         )
+
+
+def _unknown() -> UnknownSessionError:
+    # The id is not echoed: it came from the request path, unvalidated.
+    return UnknownSessionError(
+        "the session is unknown (closed, expired or evicted), or the request lacks its secret",
+        fix="open it again with the whole token history, and send the session_secret it "
+        f"answers in the {SESSION_SECRET_HEADER} header",
+    )

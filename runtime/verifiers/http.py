@@ -1,14 +1,20 @@
-"""The HTTP connection under every remote verifier: one ``httpx.Client`` (keep-alive),
-timeouts, retries with exponential backoff, and the bytes each exchange sent and received.
+"""The HTTP connection under every remote verifier: one ``httpx.Client`` (keep-alive), a
+deadline per request with retries inside it (jittered exponential backoff), and the bytes each
+exchange sent and received.
 
 Retrying is safe because every verification request names absolute positions: a resent
-request gives the answer the first one would have.
+request gives the answer the first one would have. The deadline, not a count of retries, is
+the guarantee: a server that is back (restarted, reloaded) within ``timeout_s`` of a request's
+first attempt answers it. The jitter keeps clients that lost the same server from all coming
+back at the same instant.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +25,11 @@ from edgespec.errors import ConfigError, RemoteError, RemoteUnavailableError
 
 #: Statuses worth retrying: the server is restarting, overloaded or behind a failing proxy.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: The default deadline of one request, retries included: long enough for a server to restart
+#: (a cold ``edgespec serve`` answers after 2 to 5 s on a 2-core machine).
+DEFAULT_TIMEOUT_S = 30.0
+#: The least time one attempt is given, even at the deadline (to connect and be answered).
+MIN_ATTEMPT_S = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +44,11 @@ class Exchange:
 
 
 class Connection:
-    """A verifying peer at base ``url`` with bearer ``api_key``, a per-request timeout and a
-    retry policy.
+    """A verifying peer at base ``url`` with bearer ``api_key``.
+
+    A request is tried until ``timeout_s`` after its first attempt (or ``retries`` + 1
+    attempts, when a count is given), pausing ``backoff_s``, then twice as long each time up to
+    ``max_backoff_s``, each pause drawn between half and all of that.
 
     Subclasses name the peer and the fix for :class:`RemoteUnavailableError`, and the cheap
     ``health_path`` that :meth:`measure_rtt` times.
@@ -49,9 +63,10 @@ class Connection:
         url: str,
         *,
         api_key: str | None = None,
-        timeout_s: float = 10.0,
-        retries: int = 5,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retries: int | None = None,
         backoff_s: float = 0.2,
+        max_backoff_s: float = 2.0,
         client: httpx.Client | None = None,
     ) -> None:
         parts = urlsplit(url)
@@ -60,50 +75,69 @@ class Connection:
                 f"{url!r} is not an http:// or https:// URL",
                 fix="pass the server's address, e.g. http://127.0.0.1:8700",
             )
+        if not timeout_s > 0 or (retries is not None and retries < 0):
+            raise ConfigError(
+                f"a remote timeout of {timeout_s} s with {retries} retries cannot be tried",
+                fix="pass --remote-timeout SECONDS above 0 (default 30)",
+            )
         self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._jitter = random.Random()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.Client(timeout=timeout_s)
         self.client.headers.update(headers)
 
-    def request(self, method: str, path: str, body: Any = None, *, retry: bool = True) -> Exchange:
-        """Sends one request, retrying transport failures and 429/5xx with backoff."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        retry: bool = True,
+        headers: Mapping[str, str] | None = None,
+    ) -> Exchange:
+        """Sends one request, retrying transport failures and 429/5xx until the deadline."""
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        attempts = 1 + (self.retries if retry else 0)
-        problem = ""
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        sent_headers = dict(headers or {})
+        if content:
+            sent_headers["Content-Type"] = "application/json"
+        started = time.monotonic()
+        deadline = started + self.timeout_s
+        limit = 1 if not retry else None if self.retries is None else 1 + self.retries
+        attempts, problem = 0, ""
+        while True:
+            attempts += 1
             try:
                 response = self.client.request(
                     method,
                     self.url + path,
                     content=content,
-                    headers={"Content-Type": "application/json"} if content else None,
+                    headers=sent_headers,
+                    timeout=max(deadline - time.monotonic(), MIN_ATTEMPT_S),
                 )
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}: {error}"
-                continue
-            if response.status_code in RETRY_STATUSES or response.status_code >= 500:
+            else:
+                if response.status_code not in RETRY_STATUSES and response.status_code < 500:
+                    return _exchange(response, sent=len(content or b""), attempts=attempts)
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
-                continue
-            try:
-                data = response.json()
-            except ValueError:
-                data = {"detail": response.text}
-            return Exchange(
-                status=response.status_code,
-                data=data,
-                sent=len(content or b""),
-                received=len(response.content),
-                attempts=attempt + 1,
-            )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (limit is not None and attempts >= limit):
+                break
+            time.sleep(min(self.backoff(attempts), remaining))
         raise RemoteUnavailableError(
-            f"{self.peer} {self.url} did not answer {method} {path} after "
-            f"{attempts} attempt(s) ({problem})",
+            f"{self.peer} {self.url} did not answer {method} {path} after {attempts} "
+            f"attempt(s) in {time.monotonic() - started:.1f} s ({problem})",
             fix=self.fix,
         )
+
+    def backoff(self, attempts: int) -> float:
+        """The pause after the ``attempts``-th failure: exponential, capped, jittered."""
+        ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** (attempts - 1))
+        return ceiling * self._jitter.uniform(0.5, 1.0)
 
     def measure_rtt(self, *, repeats: int = 3) -> float:
         """The fastest of ``repeats`` ``GET health_path`` exchanges, in seconds."""
@@ -116,6 +150,20 @@ class Connection:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _exchange(response: httpx.Response, *, sent: int, attempts: int) -> Exchange:
+    try:
+        data = response.json()
+    except ValueError:
+        data = {"detail": response.text}
+    return Exchange(
+        status=response.status_code,
+        data=data,
+        sent=sent,
+        received=len(response.content),
+        attempts=attempts,
+    )
 
 
 def raise_for_status(

@@ -1,12 +1,12 @@
 """Verification by a remote target (``edgespec serve``) over protocol v1 (see ``wire``).
 
 :class:`ServerTarget` is the connection (a :class:`~edgespec.runtime.verifiers.http.Connection`:
-keep-alive, timeouts, retries with backoff). :class:`RemoteVerifier` is one generation's session on
-it. The client owns the token history: when the server lost the session (restart, idle TTL,
-eviction) it re-opens it from its own tokens and resends the round, and because a round names
-the absolute position of its last token, a resent round is idempotent. Nothing is lost or
-duplicated. When the server stays unreachable, :class:`RemoteUnavailableError` is raised
-before anything of the failed round is committed.
+keep-alive, retries with jittered backoff until a deadline, 30 s by default).
+:class:`RemoteVerifier` is one generation's session on it. The client owns the token history:
+when the server lost the session (restart, idle TTL, eviction) it re-opens it from its own
+tokens and resends the round, and because a round names the absolute position of its last token,
+a resent round is idempotent. Nothing is lost or duplicated. When the server stays unreachable,
+:class:`RemoteUnavailableError` is raised before anything of the failed round is committed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from edgespec.config import SamplingConfig
 from edgespec.errors import ProtocolError, RemoteError, RemoteUnavailableError
 from edgespec.protocol import (
+    SESSION_SECRET_HEADER,
     OpenRequest,
     OpenResponse,
     ServerInfo,
@@ -45,8 +46,8 @@ MAX_REOPENS = 3
 
 
 class ServerTarget(Connection):
-    """A verification server (``edgespec serve``): base ``url``, bearer ``api_key``, retry
-    and timeout policy (see :class:`Connection`)."""
+    """A verification server (``edgespec serve``): base ``url``, bearer ``api_key``, and
+    ``timeout_s``, the deadline of each request, retries included (see :class:`Connection`)."""
 
     peer = "the verification server"
     fix = "check that 'edgespec serve' runs there, or use --fallback local/draft"
@@ -82,6 +83,8 @@ class RemoteVerifier:
         self.suggested_k = target.info().max_k
         self._history: list[int] = []
         self._session_id: str | None = None
+        #: The session's secret, sent with its rounds and delete (none from an older server).
+        self._secret: dict[str, str] = {}
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
         self.meter = TrafficMeter()
@@ -94,14 +97,17 @@ class RemoteVerifier:
         self._open()
 
     def _exchange(self, method: str, path: str, body: Any = None) -> Exchange:
-        return self.meter.record(self.target.request(method, path, body))
+        return self.meter.record(self.target.request(method, path, body, headers=self._secret))
 
     def _open(self) -> None:
         request = OpenRequest(prompt=tuple(self._history), sampling=self._sampling)
+        self._secret = {}
         exchange = self._exchange("POST", "/v1/verify/sessions", request.to_json())
         raise_for_status(exchange, "opening a session")
         opened = OpenResponse.from_json(exchange.data)
         self._session_id = opened.session_id
+        if opened.session_secret is not None:
+            self._secret = {SESSION_SECRET_HEADER: opened.session_secret}
         self.suggested_k = opened.suggested_k
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
@@ -152,5 +158,10 @@ class RemoteVerifier:
         if self._session_id is None:
             return
         with contextlib.suppress(RemoteUnavailableError):
-            self.target.request("DELETE", f"/v1/verify/sessions/{self._session_id}", retry=False)
+            self.target.request(
+                "DELETE",
+                f"/v1/verify/sessions/{self._session_id}",
+                retry=False,
+                headers=self._secret,
+            )
         self._session_id = None

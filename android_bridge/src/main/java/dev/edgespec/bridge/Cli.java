@@ -15,7 +15,8 @@ import org.json.JSONObject;
  * java -cp edgespec-bridge.jar:json.jar dev.edgespec.bridge.Cli --url http://127.0.0.1:8000 \
  *     --prompt-ids 1,2,3 [--max-new-tokens 64] [--k 4|auto] [--drafter lookup|none]
  *     [--temperature T --top-k N --top-p P --seed S --mode rejection|match]
- *     [--api-key KEY] [--retries 5] [--backoff-ms 200] [--pause-after-round N]
+ *     [--api-key KEY] [--deadline-ms 30000] [--retries N] [--backoff-ms 200]
+ *     [--pause-after-round N]
  * </pre>
  *
  * It prints one JSON line: the new tokens, the finish reason and the session counters, or
@@ -52,9 +53,14 @@ public final class Cli {
                         options.get("url"),
                         options.get("api-key"),
                         new HttpTransport(5_000, 60_000),
-                        Integer.parseInt(options.getOrDefault("retries", "5")),
+                        options.containsKey("retries")
+                                ? Integer.parseInt(options.get("retries"))
+                                : Integer.MAX_VALUE,
                         Long.parseLong(options.getOrDefault("backoff-ms", "200")),
-                        Thread::sleep);
+                        Thread::sleep,
+                        Long.parseLong(
+                                options.getOrDefault(
+                                        "deadline-ms", String.valueOf(RemoteTarget.DEADLINE_MS))));
         Sampling sampling =
                 new Sampling(
                         Double.parseDouble(options.getOrDefault("temperature", "0")),

@@ -1,6 +1,8 @@
 package dev.edgespec.bridge;
 
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.Map;
 import org.json.JSONObject;
 
 /**
@@ -9,7 +11,8 @@ import org.json.JSONObject;
  * <p>The client owns the token history. When the server lost the session (restart, idle TTL,
  * eviction: HTTP 404/409) it is re-opened from the client's own tokens and the round is sent
  * again; a round names the absolute position of its last token, so the resent round is
- * idempotent. Nothing is lost or duplicated.
+ * idempotent. Nothing is lost or duplicated. Rounds and the delete carry the session's secret
+ * (from the open answer), without which the server answers as for an unknown session.
  */
 public final class RemoteSession implements AutoCloseable {
     private final RemoteTarget target;
@@ -17,6 +20,8 @@ public final class RemoteSession implements AutoCloseable {
     private int[] history = new int[0];
     private int length;
     private String sessionId;
+    /** The session's secret header (empty from a server that sends none). */
+    private Map<String, String> secret = Collections.emptyMap();
     private Sampling sampling = Sampling.GREEDY;
     private Uniforms uniforms;
     private int suggestedK;
@@ -51,7 +56,7 @@ public final class RemoteSession implements AutoCloseable {
     }
 
     private RemoteTarget.Exchange exchange(String method, String path, JSONObject body) {
-        RemoteTarget.Exchange exchange = target.request(method, path, body, true);
+        RemoteTarget.Exchange exchange = target.request(method, path, body, true, secret);
         roundTrips++;
         bytesSent += exchange.sent;
         bytesReceived += exchange.received;
@@ -60,6 +65,7 @@ public final class RemoteSession implements AutoCloseable {
     }
 
     private void open() {
+        secret = Collections.emptyMap();
         Wire.OpenRequest request =
                 new Wire.OpenRequest(Arrays.copyOf(history, length), sampling);
         JSONObject data =
@@ -67,6 +73,9 @@ public final class RemoteSession implements AutoCloseable {
         Wire.OpenResponse opened = Wire.OpenResponse.fromJson(data);
         sessionId = opened.sessionId;
         suggestedK = opened.suggestedK;
+        if (opened.sessionSecret != null) {
+            secret = Collections.singletonMap(Wire.SESSION_SECRET_HEADER, opened.sessionSecret);
+        }
     }
 
     private boolean rejection() {
@@ -178,7 +187,7 @@ public final class RemoteSession implements AutoCloseable {
             return;
         }
         try {
-            target.request("DELETE", "/v1/verify/sessions/" + sessionId, null, false);
+            target.request("DELETE", "/v1/verify/sessions/" + sessionId, null, false, secret);
         } catch (RemoteUnavailableException ignored) {
             // The server is gone: its sessions went with it.
         }

@@ -11,9 +11,14 @@ import org.json.JSONObject;
  * <p>A round verifies {@code [lastToken] + draft} where {@code lastToken} sits at absolute
  * {@code position}: the server crops its cache to {@code position} tokens first, so a retried
  * round is idempotent.
+ *
+ * <p>A session belongs to the client that opened it: the open answer's {@code session_secret}
+ * goes back in the {@link #SESSION_SECRET_HEADER} header of every round and delete.
  */
 public final class Wire {
     public static final int PROTOCOL_VERSION = 1;
+    /** The header rounds and deletes carry a session's secret in. */
+    public static final String SESSION_SECRET_HEADER = "Edgespec-Session-Secret";
     /** The longest draft a round may carry. */
     public static final int MAX_K = 32;
     /** Rows with at most this many nonzero probabilities travel sparse by default. */
@@ -69,22 +74,26 @@ public final class Wire {
         }
     }
 
+    /** {@code sessionSecret}: null from a server older than the field (it needs none). */
     public static final class OpenResponse {
         public final String sessionId;
         public final int length;
         public final int suggestedK;
+        public final String sessionSecret;
 
-        public OpenResponse(String sessionId, int length, int suggestedK) {
+        public OpenResponse(String sessionId, int length, int suggestedK, String sessionSecret) {
             this.sessionId = sessionId;
             this.length = length;
             this.suggestedK = suggestedK;
+            this.sessionSecret = sessionSecret;
         }
 
         public JSONObject toJson() {
             JSONObject data = header();
             Json.put(data, "session_id", sessionId);
             Json.put(data, "length", length);
-            return Json.put(data, "suggested_k", suggestedK);
+            Json.put(data, "suggested_k", suggestedK);
+            return sessionSecret == null ? data : Json.put(data, "session_secret", sessionSecret);
         }
 
         public static OpenResponse fromJson(JSONObject data) {
@@ -92,7 +101,10 @@ public final class Wire {
             return new OpenResponse(
                     Json.stringField(data, "session_id"),
                     Json.intField(data, "length"),
-                    Json.intField(data, "suggested_k"));
+                    Json.intField(data, "suggested_k"),
+                    data.has("session_secret") && !data.isNull("session_secret")
+                            ? Json.stringField(data, "session_secret")
+                            : null);
         }
     }
 

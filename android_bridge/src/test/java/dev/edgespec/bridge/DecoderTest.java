@@ -6,6 +6,7 @@ import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
 import java.util.Arrays;
+import org.json.JSONObject;
 import org.junit.Test;
 
 /** The loop and the remote session against the in-process {@link FakeServer}. */
@@ -104,6 +105,40 @@ public class DecoderTest {
                 .generate(PROMPT, new PromptLookupDrafter(), KPolicy.fixed(3), Sampling.GREEDY, 10, null)
                 .tokens;
         assertArrayEquals(FakeServer.greedy(PROMPT, 10), tokens);
+    }
+
+    @Test
+    public void retriesFollowTheDeadlineWithJitteredBackoff() {
+        server.down = true;
+        RemoteTarget patient =
+                new RemoteTarget("http://fake:1", null, server, Integer.MAX_VALUE, 1,
+                        millis -> Thread.sleep(Math.max(millis, 1)), 200);
+        try {
+            patient.request("GET", "/health", null, true);
+            fail("a server that stays down answered");
+        } catch (RemoteUnavailableException error) {
+            assertTrue(server.requests > 5); // the deadline, not a count, ended the retries
+        }
+        for (int attempts = 1; attempts < 30; attempts++) {
+            long ceiling = Math.min(RemoteTarget.MAX_BACKOFF_MS, 1L << Math.min(attempts - 1, 20));
+            long pause = patient.backoff(attempts);
+            assertTrue(pause >= ceiling / 2 && pause <= ceiling);
+        }
+    }
+
+    @Test
+    public void sessionsNeedTheirSecret() {
+        RemoteSession owner = new RemoteSession(target);
+        owner.begin(PROMPT, Sampling.GREEDY);
+        String rounds = "/v1/verify/sessions/s0/rounds";
+        JSONObject round =
+                new Wire.VerifyRequest(PROMPT.length - 1, PROMPT[PROMPT.length - 1], new int[0],
+                        null, new double[0]).toJson(null);
+        assertEquals(404, target.request("POST", rounds, round, false).status);
+        assertEquals(404, target.request("DELETE", "/v1/verify/sessions/s0", null, false).status);
+        Verdict verdict = owner.verify(PROMPT[PROMPT.length - 1], Draft.EMPTY);
+        assertArrayEquals(FakeServer.greedy(PROMPT, 1), verdict.tokens);
+        owner.close();
     }
 
     @Test

@@ -11,7 +11,8 @@ import org.json.JSONObject;
  * An in-process verification server (a {@link Transport}) over a made-up greedy target:
  * next token = a fixed function of the last two. It speaks protocol v1 through {@link Wire},
  * forgets its sessions on {@link #restart()}, answers nothing while {@link #down}, and 503
- * for the next {@link #failures} requests.
+ * for the next {@link #failures} requests. Each session has a secret that its rounds and delete
+ * must send, as {@code edgespec serve} does (404 otherwise).
  */
 final class FakeServer implements Transport {
     static final int VOCAB = 50;
@@ -19,6 +20,7 @@ final class FakeServer implements Transport {
     static final int MAX_LENGTH = 256;
 
     private final Map<String, int[]> sessions = new HashMap<>();
+    private final Map<String, String> secrets = new HashMap<>();
     private final String apiKey;
     private int nextId;
     boolean down;
@@ -67,7 +69,7 @@ final class FakeServer implements Transport {
             return new Reply(401, "{\"detail\": \"missing or wrong API key\"}");
         }
         try {
-            return new Reply(200, route(method, path, body).toString());
+            return new Reply(200, route(method, path, body, headers).toString());
         } catch (WireException error) {
             return new Reply(422, Json.put(new JSONObject(), "detail", error.getMessage()).toString());
         } catch (IllegalStateException error) {
@@ -75,7 +77,8 @@ final class FakeServer implements Transport {
         }
     }
 
-    private JSONObject route(String method, String path, String body) {
+    private JSONObject route(
+            String method, String path, String body, Map<String, String> headers) {
         if (path.equals("/health")) {
             return Json.put(new JSONObject(), "status", "ok");
         }
@@ -87,14 +90,16 @@ final class FakeServer implements Transport {
         }
         if (path.equals("/v1/verify/sessions") && method.equals("POST")) {
             Wire.OpenRequest open = Wire.OpenRequest.fromJson(Json.parse(body), VOCAB, MAX_LENGTH);
-            String id = "s" + nextId++;
+            String id = "s" + nextId;
+            String secret = "secret-" + nextId++;
             sessions.put(id, open.prompt.clone());
-            return new Wire.OpenResponse(id, open.prompt.length - 1, suggestedK).toJson();
+            secrets.put(id, secret);
+            return new Wire.OpenResponse(id, open.prompt.length - 1, suggestedK, secret).toJson();
         }
         String id = path.split("/")[4];
         int[] history = sessions.get(id);
-        if (history == null) {
-            throw new IllegalStateException("no session " + id);
+        if (history == null || !secrets.get(id).equals(headers.get(Wire.SESSION_SECRET_HEADER))) {
+            throw new IllegalStateException("no session " + id + " with that secret");
         }
         if (method.equals("DELETE")) {
             sessions.remove(id);
