@@ -132,16 +132,14 @@ def chunked(total: int, *, key: bool) -> Callable[[], int]:
 
 
 def _read_head(sock: socket.socket) -> bytes:
-    received = b""
-    try:
-        while b"\r\n\r\n" not in received:
-            piece = sock.recv(65536)
-            if not piece:
+    """The answer's status line and headers (empty when the server closed first)."""
+    lines = []
+    with contextlib.suppress(OSError), sock.makefile("rb") as stream:
+        for line in stream:
+            if line == b"\r\n":
                 break
-            received += piece
-    except OSError:
-        pass
-    return received
+            lines.append(line)
+    return b"".join(lines)
 
 
 URL: list[str] = [""]
