@@ -102,7 +102,8 @@ def add_export_command(commands: Any) -> None:
         type=int,
         default=None,
         help="context limit recorded for the runtime (default: the model's "
-        "max positions, at most 4096)",
+        "max positions, at most 4096; for a GGUF 2048, because its in-place KV buffer is "
+        "allocated whole)",
     )
     export.add_argument("--revision", default="main", help="hub revision (default main)")
     export.add_argument(
