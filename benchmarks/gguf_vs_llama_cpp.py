@@ -2,6 +2,7 @@
 one process.
 
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF [--prompts 9] [--tokens 128] [--threads 2]
+    python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --contexts 64,1024,3000 [--tokens 32]
 
 BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
 given function: answers repeat the prompt, where prompt lookup pays), in turn: llama.cpp
@@ -10,6 +11,10 @@ decoding, and edgespec with prompt lookup (``--k``). Decode time only (prefill e
 same token ids for every engine. Prints one JSON line per measurement, then a summary line
 with tok/s totals, the ratios, and whether edgespec's speculative output equalled its own
 target-only output on every prompt.
+
+With ``--contexts``, target-only greedy decoding of ``--tokens`` tokens after a context of each
+length (the start of this repository's README, repeated), both engines alternating, two rounds:
+how the step grows with the context (the bundle needs ``--max-length`` above the longest).
 """
 
 from __future__ import annotations
@@ -51,6 +56,24 @@ def llama_cpp_decode(
     return produced, time.perf_counter() - started
 
 
+def context_scaling(engine: Engine, llm: Any, contexts: list[int], tokens: int) -> None:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    ids = engine.encode(text * 20)
+    eos: set[int] = set()  # decode the full count whatever comes
+    for round_index in range(2):
+        for context in contexts:
+            prompt = ids[:context]
+            _, seconds = llama_cpp_decode(llm, prompt, tokens, eos)
+            plain = engine.generate(prompt, drafter="none", max_new_tokens=tokens)
+            rates = {
+                "llama.cpp": (tokens - 1) / seconds,
+                "edgespec": plain.stats.new_tokens / (plain.stats.decode_ms / 1e3),
+            }
+            for name, rate in rates.items():
+                line = {"round": round_index, "context": context, "engine": name, "tok_s": rate}
+                print(json.dumps(line), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
@@ -59,11 +82,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--contexts", default=None, help="e.g. 64,1024,3000")
     args = parser.parse_args()
     from llama_cpp import Llama
 
     engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
-    llm = Llama(model_path=str(args.gguf), n_ctx=2048, n_threads=args.threads, verbose=False)
+    n_ctx = engine.max_length
+    llm = Llama(model_path=str(args.gguf), n_ctx=n_ctx, n_threads=args.threads, verbose=False)
+    if args.contexts:
+        contexts = [int(c) for c in args.contexts.split(",")]
+        context_scaling(engine, llm, contexts, args.tokens)
+        return
     prompts = chat_prompts(engine, args.prompts)
     eos = set(engine.eos_ids)
     engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up, both engines
