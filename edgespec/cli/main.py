@@ -3,7 +3,7 @@
 Every failure prints one line, ``edgespec: error: <problem>; <fix>``, to stderr and exits
 non-zero (1 for errors edgespec detects, 2 for command-line usage errors). Progress goes to
 stderr; results go to stdout (``--json`` for machines). Each command group lives in its own
-module: export, bundles (pair, inspect, info), decode (generate, bench), budget (doctor),
+module: export, bundles (pair, inspect, info), decode (generate, bench), chat, budget (doctor),
 serve, mobile.
 """
 
@@ -18,6 +18,7 @@ from typing import NoReturn
 from edgespec._version import __version__
 from edgespec.cli.budget import add_doctor_command
 from edgespec.cli.bundles import add_bundle_commands
+from edgespec.cli.chat import add_chat_command
 from edgespec.cli.decode import add_decode_commands
 from edgespec.cli.export import add_export_command
 from edgespec.cli.mobile import add_mobile_command
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(commands)
     add_bundle_commands(commands)
     add_decode_commands(commands)
+    add_chat_command(commands)
     add_doctor_command(commands)
     add_serve_command(commands)
     add_mobile_command(commands)

@@ -1,0 +1,154 @@
+"""``edgespec chat``: a conversation through the bundle's chat template.
+
+Answers stream as they are committed (accepted draft tokens coloured, as in ``generate``).
+Commands: ``/reset`` (forget the history), ``/stats`` (the last answer's tokens/s, alpha and
+k), ``/exit``. Ctrl-C stops the current answer and keeps the session; Ctrl-C at the prompt or
+Ctrl-D leaves. When stdin is not a terminal, each line is one message and gets one answer.
+The history is cut from the front, with a notice, when it would pass the context limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from edgespec.cli.engine_args import (
+    add_decoding_arguments,
+    add_engine_arguments,
+    generation_options,
+    load_engine,
+)
+
+COMMANDS = "/reset forgets the conversation, /stats shows the last answer's figures, /exit leaves"
+
+
+def add_chat_command(commands: Any) -> None:
+    chat = commands.add_parser(
+        "chat",
+        help="an interactive conversation through the bundle's chat template (streams)",
+        description="Chat with the target through its chat template, with speculative "
+        f"decoding. {COMMANDS}. Ctrl-C stops an answer; Ctrl-C again or Ctrl-D leaves. With "
+        "stdin not a terminal, each line is one message.",
+    )
+    add_engine_arguments(chat)
+    add_decoding_arguments(chat)
+    chat.add_argument(
+        "--system", default=None, metavar="TEXT", help="a system message opening the conversation"
+    )
+    chat.add_argument(
+        "--no-color", action="store_true", help="do not colour text that came from accepted drafts"
+    )
+    chat.set_defaults(handler=run_chat, chat=False)
+
+
+@dataclass
+class Conversation:
+    """The messages so far (the system message first, if any) and the last answer's stats."""
+
+    system: str | None
+    messages: list[dict[str, str]] = field(default_factory=list)
+    last_stats: Any = None
+
+    def turns(self, user: str) -> list[dict[str, str]]:
+        opening = [{"role": "system", "content": self.system}] if self.system else []
+        return [*opening, *self.messages, {"role": "user", "content": user}]
+
+    def reset(self) -> None:
+        self.messages.clear()
+        self.last_stats = None
+
+
+def prompt_ids(engine: Any, conversation: Conversation, user: str, room: int) -> list[int]:
+    """The templated conversation's token ids, dropping the oldest exchanges until it leaves
+    ``room`` tokens for the answer (a notice says how many were dropped)."""
+    dropped = 0
+    while True:
+        text = engine.apply_chat_template(conversation.turns(user))
+        ids = list(engine.tokenizer.encode(text, add_special_tokens=False).ids)
+        if len(ids) + room <= engine.max_length or not conversation.messages:
+            break
+        del conversation.messages[:2]  # one user message and its answer
+        dropped += 1
+    if dropped:
+        notice = f"[the {dropped} oldest exchange(s) were dropped to fit the context]"
+        print(notice, file=sys.stderr, flush=True)
+    return ids
+
+
+def answer(engine: Any, ids: list[int], options: dict[str, Any], out: TextIO, color: bool) -> Any:
+    """Streams one answer and returns its Result."""
+    generation = engine.stream_deltas(ids, **options)
+    for delta in generation:
+        out.write(f"\033[36m{delta.text}\033[0m" if color and delta.drafted else delta.text)
+        out.flush()
+    out.write("\n")
+    out.flush()
+    return generation.result
+
+
+def turn(
+    engine: Any, conversation: Conversation, message: str, options: dict[str, Any], *, color: bool
+) -> None:
+    """One exchange; Ctrl-C stops it (the message is then not kept) and the session goes on."""
+    try:
+        ids = prompt_ids(engine, conversation, message, options["max_new_tokens"])
+        result = answer(engine, ids, options, sys.stdout, color)
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        print("[answer stopped; Ctrl-C again or Ctrl-D leaves]", file=sys.stderr, flush=True)
+        return
+    conversation.messages += [
+        {"role": "user", "content": message},
+        {"role": "assistant", "content": result.text},
+    ]
+    conversation.last_stats = result.stats
+
+
+def stats_line(stats: Any) -> str:
+    if stats is None:
+        return "[no answer yet]"
+    alpha = "n/a" if stats.alpha is None else f"{stats.alpha:.0%}"
+    k = ", ".join(f"{k}×{n}" for k, n in stats.k_counts.items()) or "n/a"
+    return (
+        f"[{stats.new_tokens} tokens, {stats.tokens_per_s or 0:.1f} tokens/s, alpha {alpha}, k {k}]"
+    )
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    from edgespec.errors import ConfigError
+
+    options = generation_options(args)
+    engine = load_engine(args)
+    if not engine.chat_template:
+        raise ConfigError(
+            "this bundle's tokenizer has no chat template", fix="use edgespec generate instead"
+        )
+    interactive = sys.stdin.isatty()
+    color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    conversation = Conversation(system=args.system)
+    if interactive:
+        print(f"[{COMMANDS}]", file=sys.stderr)
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except (EOFError, KeyboardInterrupt):
+            if interactive:
+                print(file=sys.stderr)
+            return 0
+        message = line.strip()
+        if not message:
+            continue
+        if message == "/exit":
+            return 0
+        if message == "/reset":
+            conversation.reset()
+            print("[conversation reset]", file=sys.stderr, flush=True)
+            continue
+        if message == "/stats":
+            print(stats_line(conversation.last_stats), file=sys.stderr, flush=True)
+            continue
+        turn(engine, conversation, message, options, color=color)

@@ -1,0 +1,126 @@
+"""``edgespec chat``: piped messages, commands, the history cut, and Ctrl-C on a terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgespec.api import Engine
+
+
+def _chat(stdin: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", "chat", "--no-color", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        cwd=cwd,
+    )
+
+
+def test_piped_messages_get_one_answer_each_and_commands_work(tmp_path: Path) -> None:
+    result = _chat(
+        "/stats\ndef add(a, b):\n/stats\n/reset\n/exit\nnever read\n",
+        "--max-new-tokens",
+        "8",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stderr.strip().splitlines()
+    assert notes[0] == "[no answer yet]"
+    assert notes[1].startswith("[8 tokens, ") and "alpha" in notes[1]
+    assert notes[2] == "[conversation reset]"
+    engine = Engine.load()
+    text = engine.apply_chat_template([{"role": "user", "content": "def add(a, b):"}])
+    ids = list(engine.tokenizer.encode(text, add_special_tokens=False).ids)
+    expected = engine.generate(ids, max_new_tokens=8).text
+    assert result.stdout == expected + "\n"
+
+
+def test_the_history_is_cut_from_the_front_with_a_notice(tmp_path: Path) -> None:
+    long_message = "def f(x):\n    return x + 1\n" * 60  # several hundred tokens
+    result = _chat(
+        f"{long_message.replace(chr(10), ' ')}\n{long_message.replace(chr(10), ' ')}\n",
+        "--max-new-tokens",
+        "300",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[the 1 oldest exchange(s) were dropped to fit the context]" in result.stderr
+
+
+class Terminal:
+    """Reads a pseudo-terminal's output; ``until`` returns once ``needle`` appears after what
+    earlier calls consumed (bounded: at most ``limit`` waits of a second each)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.seen = b""
+        self.consumed = 0
+
+    def until(self, needle: bytes, limit: int = 120) -> None:
+        for _ in range(limit):
+            found = self.seen.find(needle, self.consumed)
+            if found >= 0:
+                self.consumed = found + len(needle)
+                return
+            ready, _, _ = select.select([self.fd], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.seen += chunk
+        raise AssertionError(f"{needle!r} never came; got {self.seen[-300:]!r}")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_ctrl_c_stops_an_answer_and_keeps_the_session(tmp_path: Path) -> None:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the chat on a terminal
+        os.chdir(tmp_path)
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "-m",
+                "edgespec",
+                "chat",
+                "--max-new-tokens",
+                "900",
+                "--no-color",
+                "--drafter",
+                "none",
+            ],
+        )
+    try:
+        terminal = Terminal(fd)
+        terminal.until(b"> ")
+        os.write(fd, b"class Point:\n")
+        terminal.until(b"class Point:\r\n")  # the terminal's echo of the message
+        terminal.until(b"")  # whatever came with it
+        while len(terminal.seen) <= terminal.consumed:  # the answer has begun streaming
+            terminal.seen += os.read(fd, 1)
+        os.kill(pid, signal.SIGINT)
+        terminal.until(b"[answer stopped; Ctrl-C again or Ctrl-D leaves]")
+        terminal.until(b"> ")
+        os.write(fd, b"/exit\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
