@@ -90,6 +90,9 @@ class Terminal:
 def test_ctrl_c_stops_an_answer_and_keeps_the_session(tmp_path: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the chat on a terminal
+        # A job started in the background inherits SIGINT ignored, and Python keeps an ignored
+        # SIGINT ignored: give the chat the terminal's default, as a user's shell does.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.chdir(tmp_path)
         os.execv(
             sys.executable,
