@@ -158,3 +158,13 @@ class LlamaCppServer(ServerProcess):
             port=port,
             health_path="/v1/models",
         )
+
+
+def client_for(engine: Any, **options: Any) -> Any:
+    """An in-process test client of ``edgespec serve``'s app for ``engine`` (no socket)."""
+    from fastapi.testclient import TestClient
+
+    from edgespec.server.app import ServerOptions, create_app
+
+    app = create_app(engine, options=ServerOptions(**options), profile=FAKE_PROFILE)
+    return TestClient(app, raise_server_exceptions=False)

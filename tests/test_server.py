@@ -18,7 +18,7 @@ from edgespec.server.app import ServerOptions, create_app
 from edgespec.server.run import check_binding
 from edgespec.server.sessions import StoreLimits
 
-from servers import FAKE_PROFILE
+from servers import FAKE_PROFILE, client_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +28,6 @@ GREEDY = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "mode": "reje
 @pytest.fixture(scope="module")
 def engine(exported: Callable[..., Path]) -> Engine:
     return Engine.load(target=exported("llama", "fp32"), draft=exported("mistral", "fp32"))
-
-
-def client_for(engine: Engine, **options: Any) -> Any:
-    from fastapi.testclient import TestClient
-
-    app = create_app(engine, options=ServerOptions(**options), profile=FAKE_PROFILE)
-    return TestClient(app, raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from edgespec.protocol import SESSION_SECRET_HEADER
 from edgespec.runtime import text as runtime_text
 from edgespec.server.app import ServerOptions, create_app
 
-from servers import FAKE_PROFILE
+from servers import FAKE_PROFILE, client_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +34,6 @@ MAX_ERROR_BYTES = 4096
 @pytest.fixture(scope="module")
 def engine(exported: Callable[..., Path]) -> Engine:
     return Engine.load(target=exported("llama", "fp32"), draft=exported("mistral", "fp32"))
-
-
-def client_for(engine: Engine, **options: Any) -> Any:
-    from fastapi.testclient import TestClient
-
-    app = create_app(engine, options=ServerOptions(**options), profile=FAKE_PROFILE)
-    return TestClient(app, raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
