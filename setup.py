@@ -26,6 +26,15 @@ if ort_choice not in ORT_PACKAGES:
         "unset it for the CPU build or pick one of those names"
     )
 
-base = ["numpy>=1.24", "tokenizers>=0.19", "psutil>=5.9", "jinja2>=3.0", "httpx>=0.27"]
+# onnx and gguf: the GGUF importer, which converts the default model on first use (no torch).
+base = [
+    "numpy>=1.24",
+    "tokenizers>=0.19",
+    "psutil>=5.9",
+    "jinja2>=3.0",
+    "httpx>=0.27",
+    "onnx>=1.16",
+    "gguf>=0.17",
+]
 ort_requirement = ORT_PACKAGES[ort_choice]
 setup(install_requires=base + ([ort_requirement] if ort_requirement else []))

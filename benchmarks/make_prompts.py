@@ -1,4 +1,4 @@
-"""Writes the fixed benchmark prompt sets ``benchmarks/prompts/{code,edit}.json``.
+"""Writes the fixed benchmark prompt sets ``benchmarks/prompts/{code,edit,chat-edit}.json``.
 
     python benchmarks/make_prompts.py
 
@@ -11,6 +11,11 @@ of those packages gives other prompts, so the versions are recorded in the files
   writes the body).
 - ``edit``: a whole short function, then the same signature under a new name and the body's
   first line (the answer repeats much of the prompt: the prompt-lookup drafter's workload).
+- ``chat-edit``: the same functions (their first 14 lines) in a chat request to rewrite them
+  with type hints and a docstring, for instruction models (``"chat": true``: the bench applies
+  the chat template).
+
+``chat.json`` (general chat requests) is written by hand.
 
 ``benchmarks/prompts`` links to ``edgespec/data/prompts`` so the sets ship in the wheel and
 ``edgespec bench --prompts code|edit`` finds them after ``pip install``.
@@ -26,6 +31,8 @@ from pathlib import Path
 PACKAGES = {"click": 12, "jinja2": 12, "packaging": 8}
 EDIT_PER_PACKAGE = {"click": 5, "jinja2": 5, "packaging": 4}
 OUT = Path(__file__).resolve().parent / "prompts"
+EDIT_REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
+EDIT_LINES = 14
 
 
 def _functions(package: str) -> list[tuple[str, ast.FunctionDef, list[str]]]:
@@ -64,6 +71,11 @@ def _edit_prompt(node: ast.FunctionDef, lines: list[str]) -> str | None:
     return "\n".join(source) + "\n\n\n" + "\n".join(copy_head) + "\n"
 
 
+def _chat_edit_prompt(edit_prompt: str) -> str:
+    code = "\n".join(edit_prompt.splitlines()[:EDIT_LINES])
+    return f"{EDIT_REQUEST}```python\n{code}\n```"
+
+
 def main() -> None:
     code, edit = [], []
     for package, count in PACKAGES.items():
@@ -83,8 +95,12 @@ def main() -> None:
                     edit.append(
                         {"source": f"{name}:{node.name} ({package} {version})", "prompt": prompt}
                     )
+    chat_edit = [
+        {"source": item["source"], "chat": True, "prompt": _chat_edit_prompt(item["prompt"])}
+        for item in edit
+    ]
     OUT.mkdir(exist_ok=True)
-    for name, prompts in (("code", code), ("edit", edit)):
+    for name, prompts in (("code", code), ("edit", edit), ("chat-edit", chat_edit)):
         (OUT / f"{name}.json").write_text(json.dumps(prompts, indent=1) + "\n")
         print(f"{name}: {len(prompts)} prompts")
 

@@ -108,7 +108,8 @@ class Engine:
         measure_energy: bool = True,
         **load_options: Any,
     ) -> Engine:
-        """Loads and validates the bundles (the built-in pair when no target is given), checks
+        """Loads and validates the bundles (the default pair when no target is given:
+        $EDGESPEC_TARGET, else SmolLM2-135M-Instruct, fetched and converted on first use), checks
         the pair, admits it against the memory budget and creates the sessions.
 
         ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
@@ -219,20 +220,33 @@ class Engine:
 
     @property
     def build_record(self) -> dict[str, Any]:
-        """How the built-in pair was trained and selected (empty for other bundles)."""
+        """How a pair built by ``tools/build_toy_pair.py`` was trained and selected (empty for
+        other bundles)."""
         model = self.target if self.target is not None else self.draft
         return {} if model is None else dict(model.bundle.manifest.extra.get("builtin_pair", {}))
 
     @property
-    def default_k(self) -> int:
-        """The draft length used when none is given: the pair's measured best, else 4."""
-        return int(self.build_record.get("selection", {}).get("recommended_k", DEFAULT_K))
+    def default_drafter(self) -> str:
+        """The drafter a generation uses when none is given: model with a draft, else ngram."""
+        return GenerationOptions().drafter_for(has_draft=self.draft is not None)
+
+    @property
+    def default_k(self) -> int | str:
+        """The draft length used when none is given: the pair's measured best; else "auto"
+        without a draft model (prompt lookup costs nothing to draft, so the target's measured
+        verify costs and the running acceptance decide), else 4."""
+        selection = self.build_record.get("selection", {})
+        if "recommended_k" in selection:
+            return int(selection["recommended_k"])
+        return "auto" if self.draft is None else DEFAULT_K
 
     @property
     def default_k_source(self) -> str:
         """Where :attr:`default_k` comes from, in words."""
         if "recommended_k" in self.build_record.get("selection", {}):
             return "the pair's build record (measured when the pair was built)"
+        if self.draft is None:
+            return "edgespec's default for prompt lookup: auto"
         return f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
 
     def cost_profile(self) -> CostProfile:
@@ -385,7 +399,7 @@ def _check_remote_models(pair: LoadedPair, options: RemoteOptions) -> None:
         raise ConfigError(
             "remote_when 'budget' verifies locally until the budget says remote: it needs a "
             "local target",
-            fix="pass --target DIR (or leave it out for the built-in pair)",
+            fix="pass --target DIR (or leave it out for the default model)",
         )
     if options.fallback == "local" and pair.target is None:
         raise ConfigError("fallback 'local' needs a local target", fix="pass --target DIR")

@@ -38,6 +38,8 @@ class ExportConfig:
     allow_batch_variance: bool = False
     min_top1_agreement: float = 0.8
     trust_remote_code: bool = False
+    #: The system message a conversation gets when it has none (recorded in the manifest).
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -244,6 +244,22 @@ class Manifest:
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
         return decode_record(cls, data, "manifest")
 
+    @property
+    def system_prompt(self) -> str | None:
+        """The system message a conversation gets when it has none (``export
+        --system-prompt``), if the exporter recorded one."""
+        value = self.extra.get(SYSTEM_PROMPT_KEY)
+        return value if isinstance(value, str) and value else None
+
+
+#: ``Manifest.extra`` key of the default system message.
+SYSTEM_PROMPT_KEY = "system_prompt"
+
+
+def system_prompt_extra(system_prompt: str | None) -> dict[str, Any]:
+    """The ``extra`` entry that records a default system message (none when not given)."""
+    return {SYSTEM_PROMPT_KEY: system_prompt} if system_prompt else {}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Bundle:

@@ -45,6 +45,7 @@ from edgespec.manifest import (
     TokenizerSpec,
     VerificationRecord,
     load_bundle,
+    system_prompt_extra,
     write_manifest,
 )
 
@@ -145,6 +146,7 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
                 ),
                 files=files,
                 toolchain=_toolchain(),
+                extra=system_prompt_extra(config.system_prompt),
             )
             write_manifest(staging, manifest)
     return load_bundle(config.out)

@@ -9,18 +9,24 @@ from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
 
 
-def _best_time(session: OnnxModel, context: Sequence[int], width: int, repeats: int) -> float:
-    """The fastest of ``repeats`` passes over ``width`` new tokens after ``context``."""
+def _best_times(
+    session: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
+) -> list[float]:
+    """The fastest of ``repeats`` passes over each of ``widths`` new tokens after ``context``
+    (one cache, prefilled once and cropped back after every pass)."""
     cache = session.new_cache()
     session.forward(context, cache)
-    best = float("inf")
-    tokens = [context[-1]] * width
-    for _ in range(repeats):
-        started = time.perf_counter()
-        session.forward(tokens, cache)
-        best = min(best, time.perf_counter() - started)
-        cache.crop(len(context))
-    return best
+    found = []
+    for width in widths:
+        best = float("inf")
+        tokens = [context[-1]] * width
+        for _ in range(repeats):
+            started = time.perf_counter()
+            session.forward(tokens, cache)
+            best = min(best, time.perf_counter() - started)
+            cache.crop(len(context))
+        found.append(best)
+    return found
 
 
 def measure_costs(
@@ -34,8 +40,8 @@ def measure_costs(
     """Times target passes of width 1..max_width and a draft step after a short context."""
     limit = min(target.max_length, draft.max_length if draft else target.max_length)
     context = list(range(1, 1 + min(context_tokens, limit - max_width - 1)))
-    widths = [_best_time(target, context, w, repeats) for w in range(1, max_width + 1)]
-    draft_step = _best_time(draft, context, 1, repeats) if draft is not None else 0.0
+    widths = _best_times(target, context, range(1, max_width + 1), repeats)
+    draft_step = _best_times(draft, context, [1], repeats)[0] if draft is not None else 0.0
     return CostProfile(
         target_step_s=widths[0],
         draft_step_s=draft_step,

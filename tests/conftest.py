@@ -13,6 +13,12 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+# Commands and Engine.load() without a target use the toy pair (19M target, 2.6M draft: fast,
+# and its draft exercises the model drafter); the default model's own tests unset these.
+TOY_PAIR = Path(__file__).resolve().parent / "fixtures" / "toy_pair"
+os.environ["EDGESPEC_TARGET"] = str(TOY_PAIR / "target")
+os.environ["EDGESPEC_DRAFT"] = str(TOY_PAIR / "draft")
+
 torch_available = True
 try:
     import optimum.exporters.onnx  # noqa: F401

@@ -16,10 +16,11 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
-from edgespec.engine.builtin import builtin_pair
 from edgespec.engine.generation import Delta
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import file_record, load_bundle, write_manifest
+
+from conftest import TOY_PAIR
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +65,7 @@ def test_export_without_the_extra_says_how_to_install_it(
 
 
 def test_python_dash_m_works_from_the_checkout_root() -> None:
-    result = _edgespec("inspect", str(builtin_pair().target), cwd=CHECKOUT)
+    result = _edgespec("inspect", str(TOY_PAIR / "target"), cwd=CHECKOUT)
     assert result.returncode == 0, result.stderr
     assert "parity" in result.stdout
 
@@ -139,7 +140,7 @@ def test_a_graph_onnx_runtime_cannot_load_is_a_bundle_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bundle_dir = tmp_path / "target"
-    shutil.copytree(builtin_pair().target, bundle_dir)
+    shutil.copytree(TOY_PAIR / "target", bundle_dir)
     manifest = load_bundle(bundle_dir).manifest
     graph = bundle_dir / manifest.graph.file
     graph.write_bytes(b"not an onnx graph" * 64)
@@ -152,7 +153,7 @@ def test_a_graph_onnx_runtime_cannot_load_is_a_bundle_error(
     line = _error_line(capsys, "inspect", str(bundle_dir))
     assert f"ONNX Runtime cannot load {graph}" in line and "re-export the bundle" in line
     with pytest.raises(BundleError, match="ONNX Runtime cannot load"):
-        Engine.load(target=bundle_dir, draft=builtin_pair().draft)
+        Engine.load(target=bundle_dir, draft=TOY_PAIR / "draft")
 
 
 def test_doctor_fails_on_a_missing_target_and_words_its_report(
@@ -171,7 +172,7 @@ def test_doctor_fails_on_a_missing_target_and_words_its_report(
 def test_options_have_help_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     expected = {
         "generate": ("--max-new-tokens N", "default 128", "--seed", "--power-budget-w W"),
-        "doctor": ("--target DIR", "default: the built-in pair", "--draft DIR"),
+        "doctor": ("--target DIR", "default: the default model", "--draft DIR"),
         "bench": ("--drafter", "--repeats", "default 1"),
         "info": ("ONNX Runtime distributions installed",),
     }

@@ -1,9 +1,9 @@
-"""Export and selection stages of ``build_default_pair.py``.
+"""Export and selection stages of ``build_toy_pair.py``.
 
 Exports the trained target in every candidate quantization (and the draft in fp32), measures
 target-only and speculative decoding for each candidate that passed the export checks in one
 process (runs alternate candidate by candidate, prompt by prompt), and installs the fastest
-exact speculative configuration that fits the size limit into ``edgespec/data/default_pair``.
+exact speculative configuration that fits the size limit into ``tests/fixtures/toy_pair``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-INSTALL_DIR = REPO / "edgespec" / "data" / "default_pair"
+INSTALL_DIR = REPO / "tests" / "fixtures" / "toy_pair"
 SIZE_LIMIT_BYTES = 40 * 1000 * 1000  # the issue's limit on the committed pair
 
 

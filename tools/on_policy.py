@@ -1,5 +1,5 @@
 """On-policy distillation of the built-in pair's draft (after ``train_pair``; used by
-``build_default_pair.py``).
+``build_toy_pair.py``).
 
 Resumable like ``train_pair``: checkpoints every ``checkpoint_every`` steps (atomic rename),
 and the prompt batches are seeded by step, so a resumed run draws the same ones.

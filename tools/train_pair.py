@@ -1,4 +1,4 @@
-"""Corpus, tokenizer and training for the built-in pair (used by ``build_default_pair.py``).
+"""Corpus, tokenizer and training for the built-in pair (used by ``build_toy_pair.py``).
 
 Needs the ``[export]`` extra (torch, transformers). Every stage writes its result into the
 work directory and is skipped when that result exists, so an interrupted build resumes;

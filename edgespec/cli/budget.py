@@ -91,7 +91,7 @@ def add_doctor_command(commands: Any) -> None:
         "pair's memory estimate with recommended quantization and k",
         description="Report ONNX Runtime providers (and which really create a session), CPU "
         "cores, memory, the energy and power sources found (and why others are unavailable), "
-        "and for the built-in or given pair its memory estimate and a recommended "
+        "and for the default or given pair its memory estimate and a recommended "
         "quantization and k.",
     )
     doctor.add_argument(
@@ -99,14 +99,14 @@ def add_doctor_command(commands: Any) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="target bundle to estimate (default: the built-in pair)",
+        help="target bundle to estimate (default: the default model)",
     )
     doctor.add_argument(
         "--draft",
         type=Path,
         default=None,
         metavar="DIR",
-        help="draft bundle (default: the built-in pair's draft with the built-in target)",
+        help="draft bundle (default: $EDGESPEC_DRAFT with the default target)",
     )
     doctor.add_argument(
         "--memory-budget-mb",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec._version import __version__
-from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError
 from edgespec.manifest import Bundle, load_bundle
@@ -33,10 +33,18 @@ def add_bundle_commands(commands: Any) -> None:
         "and token strings). Exit code 0 if compatible, 1 if not.",
     )
     pair.add_argument(
-        "draft", metavar="DRAFT", type=Path, nargs="?", help="draft bundle (default: built-in)"
+        "draft",
+        metavar="DRAFT",
+        type=Path,
+        nargs="?",
+        help="draft bundle (default: the default pair's)",
     )
     pair.add_argument(
-        "target", metavar="TARGET", type=Path, nargs="?", help="target bundle (default: built-in)"
+        "target",
+        metavar="TARGET",
+        type=Path,
+        nargs="?",
+        help="target bundle (default: the default model)",
     )
     pair.add_argument("--json", action="store_true", help="print the report as JSON")
     pair.add_argument(
@@ -71,8 +79,11 @@ def run_pair(args: argparse.Namespace) -> int:
     if args.draft is None or args.target is None:
         if args.draft is not None:
             raise ConfigError("pair got a DRAFT but no TARGET", fix="give both, or neither")
-        pair = builtin_pair()
-        args.draft, args.target = pair.draft, pair.target
+        pair = default_pair(verify_checksums=False)
+        args.target = pair.target.root
+        if pair.draft is None:
+            return _report_draftless(args)
+        args.draft = pair.draft.root
     from edgespec.measure.profile import profile_pair
 
     report = check_pair(args.draft, args.target)
@@ -88,19 +99,39 @@ def run_pair(args: argparse.Namespace) -> int:
                 "vocabulary); export a draft trained with it"
             )
         if profile is not None:
-            by_position = ", ".join(f"{a:.2f}" for a in profile["alpha_by_position"])
-            print(
-                f"alpha {profile['alpha']:.2f} (by draft position: {by_position}); c "
-                f"{profile['c']:.3f}; recommended k {profile['recommended_k']}, expected "
-                f"speedup {profile['expected_speedup']:.2f}x (measured on "
-                f"{profile['measured_on']})"
-            )
-            default, source = profile["default_k"], profile["default_k_source"]
-            print(
-                f"generate uses k {default} by default ({source}); pass --k "
-                f"{profile['recommended_k']} to use the measured one, or --k auto"
-            )
+            print("\n".join(_profile_lines(profile)))
     return 0 if report.compatible else 1
+
+
+def _report_draftless(args: argparse.Namespace) -> int:
+    """The default model has no draft model: it drafts by prompt lookup."""
+    from edgespec.measure.profile import profile_pair
+
+    reason = (
+        f"the default model ({args.target}) has no draft model: generation drafts by prompt "
+        "lookup (--drafter ngram), which needs none; pass DRAFT TARGET to check a pair"
+    )
+    profile = profile_pair(None, args.target) if args.profile else None
+    if args.json:
+        print(json.dumps({"compatible": True, "reason": reason, "profile": profile}, indent=2))
+    else:
+        print(reason)
+        if profile is not None:
+            print("\n".join(_profile_lines(profile)))
+    return 0
+
+
+def _profile_lines(profile: dict[str, Any]) -> list[str]:
+    by_position = ", ".join(f"{a:.2f}" for a in profile["alpha_by_position"])
+    default, source = profile["default_k"], profile["default_k_source"]
+    return [
+        f"alpha {profile['alpha']:.2f} (by draft position: {by_position}); c "
+        f"{profile['c']:.3f}; recommended k {profile['recommended_k']}, expected "
+        f"speedup {profile['expected_speedup']:.2f}x ({profile['drafter']} drafter, measured "
+        f"on {profile['measured_on']})",
+        f"generate uses k {default} by default ({source}); pass --k "
+        f"{profile['recommended_k']} to use the measured one, or --k auto",
+    ]
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -56,9 +56,16 @@ def add_decode_commands(commands: Any) -> None:
         "--prompts",
         default="code",
         metavar="SET|FILE",
-        help="a built-in set: code (32 held-out code-completion prompts, default) or edit "
-        "(answers repeat the prompt: for --drafter ngram); or a file with one prompt per "
+        help="a built-in set: code (32 held-out code-completion prompts, default), edit "
+        "(answers repeat the prompt: for --drafter ngram), chat (12 chat requests) or "
+        "chat-edit (14 requests to rewrite a function); or a file with one prompt per "
         "line (\\n for newlines), or a JSON list",
+    )
+    bench.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each prompt through the chat template as a user message (the chat sets "
+        "always are)",
     )
     bench.add_argument(
         "--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)"
@@ -70,9 +77,10 @@ def add_decode_commands(commands: Any) -> None:
     )
     bench.add_argument(
         "--drafter",
-        default="model",
+        default=None,
         choices=DRAFTER_NAMES,
-        help="the speculative runs' drafter (default model; none measures target-only twice)",
+        help="the speculative runs' drafter (default: model with a draft, else ngram; none "
+        "measures target-only twice)",
     )
     bench.add_argument(
         "--temperature",
@@ -133,10 +141,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from edgespec.measure.bench import BenchSettings, load_prompts, run_bench
+    from edgespec.measure.bench import BenchSettings, load_prompt_set, run_bench
 
+    prompt_set = load_prompt_set(args.prompts)
     engine = load_engine(args)
     settings = BenchSettings(
+        chat=args.chat or prompt_set.chat,
         max_new_tokens=args.max_new_tokens,
         k=args.k,
         drafter=args.drafter,
@@ -145,7 +155,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     results = run_bench(
         engine,
-        load_prompts(args.prompts),
+        prompt_set.prompts,
         settings,
         progress=lambda m: print(f"  bench: {m}", file=sys.stderr, flush=True),
     )

@@ -19,7 +19,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="target bundle directory (default: the built-in pair, draft included)",
+        help="target bundle directory (default: $EDGESPEC_TARGET, else SmolLM2-135M-Instruct, "
+        "fetched and converted on first use)",
     )
     parser.add_argument(
         "--draft",

@@ -15,19 +15,27 @@ from edgespec.events import ProgressEvent
 
 #: What the [export] extra brings; each is imported somewhere along the export.
 EXPORT_EXTRA_MODULES = ("torch", "transformers", "optimum", "onnx", "onnx_ir")
-#: What the [gguf] extra brings: the GGUF importer needs no torch.
-GGUF_EXTRA_MODULES = ("onnx", "gguf")
+#: What the GGUF importer needs beyond the runtime (no torch): edgespec's own dependencies,
+#: since the default model is converted with it on first use.
+GGUF_MODULES = ("onnx", "gguf")
 
 
-def check_extra(extra: str, modules: tuple[str, ...]) -> None:
-    """Fails with the install command when a module of ``extra`` is missing: the exporter
-    imports them lazily, deep inside the export, so a plain import would succeed."""
+def check_extra(extra: str | None, modules: tuple[str, ...]) -> None:
+    """Fails with the install command when a module of ``extra`` (None: of the base install)
+    is missing: the exporter imports them lazily, deep inside the export, so a plain import
+    would succeed."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
+    if not missing:
+        return
+    if extra is None:
         raise MissingDependencyError(
-            f"edgespec export needs the [{extra}] extra ({', '.join(missing)} not installed)",
-            fix=install_fix(extra),
+            f"edgespec export needs {', '.join(missing)} (not installed)",
+            fix=f"pip install {' '.join(missing)}, or reinstall edgespec with its dependencies",
         )
+    raise MissingDependencyError(
+        f"edgespec export needs the [{extra}] extra ({', '.join(missing)} not installed)",
+        fix=install_fix(extra),
+    )
 
 
 def gguf_model(args: argparse.Namespace) -> str | None:
@@ -51,7 +59,7 @@ def add_export_command(commands: Any) -> None:
         "(hub id or local directory) goes through optimum's text-generation-with-past task, "
         "ONNX Runtime quantization and checks against PyTorch ([export] extra). A GGUF file "
         "(llama.cpp's format; also a folder or wheel holding one, or --from-package) is read "
-        "without torch ([gguf] extra): llama.cpp's Q4_0, Q4_1 and Q8_0 blocks are kept as they "
+        "without torch: llama.cpp's Q4_0, Q4_1 and Q8_0 blocks are kept as they "
         "are, the KV cache is written in place, and the graph is checked against the file's "
         "own weights and for batch invariance.",
     )
@@ -138,6 +146,13 @@ def add_export_command(commands: Any) -> None:
         action="store_true",
         help="allow model code from the hub (only for sources you trust)",
     )
+    export.add_argument(
+        "--system-prompt",
+        default=None,
+        metavar="TEXT",
+        help="the system message chat gives the model when a conversation has none "
+        "(recorded in the manifest; default: none, the chat template's own)",
+    )
     export.add_argument("--quiet", action="store_true", help="no progress lines")
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
     export.set_defaults(handler=run_export)
@@ -180,10 +195,11 @@ def run_export(args: argparse.Namespace) -> int:
         allow_batch_variance=args.allow_batch_variance,
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
+        system_prompt=args.system_prompt,
     )
     observe = progress_printer(quiet=args.quiet, stream=sys.stderr)
     if gguf is not None:
-        check_extra("gguf", GGUF_EXTRA_MODULES)
+        check_extra(None, GGUF_MODULES)
         from edgespec.export.gguf.pipeline import export_gguf
 
         bundle = export_gguf(config, observe=observe)

@@ -24,15 +24,15 @@ def add_serve_command(commands: Any) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="target bundle (default: the built-in pair)",
+        help="target bundle (default: $EDGESPEC_TARGET, else SmolLM2-135M-Instruct)",
     )
     serve.add_argument(
         "--draft",
         type=Path,
         default=None,
         metavar="DIR",
-        help="draft bundle for the OpenAI-compatible routes (default: the built-in pair's "
-        "without --target, none with it)",
+        help="draft bundle for the OpenAI-compatible routes (default: $EDGESPEC_DRAFT "
+        "without --target, none with it: prompt lookup drafts)",
     )
     serve.add_argument(
         "--host",

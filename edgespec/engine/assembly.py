@@ -98,16 +98,18 @@ def k_policy(
     options: GenerationOptions,
     *,
     drafter_name: str,
-    default_k: int,
+    default_k: int | str,
     profile: Callable[[], CostProfile],
     cap: Callable[[], int] | None,
 ) -> KPolicy:
-    """Fixed k (0 for the ``none`` drafter), or auto k from the measured cost ``profile``,
-    capped by a remote server's suggested k (``cap``) when there is one."""
+    """Fixed k (0 for the ``none`` drafter), or auto k (asked for, or the pair's default)
+    from the measured cost ``profile``, capped by a remote server's suggested k (``cap``) when
+    there is one."""
     if drafter_name == "none":
         return FixedK(0)
-    if options.k != "auto":
-        return FixedK(default_k if options.k is None else int(options.k))
+    k = default_k if options.k is None else options.k
+    if k != "auto":
+        return FixedK(int(k))
     auto = AutoK(profile())
     return auto if cap is None else CappedK(auto, cap=cap)
 

@@ -1,4 +1,4 @@
-"""Loading a pair: bundles (or the built-in default), the pairing check, memory admission, the
+"""Loading a pair: bundles (or the default model), the pairing check, memory admission, the
 ONNX Runtime sessions and the tokenizer. Everything a generation needs that outlives it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
@@ -48,9 +48,15 @@ class ChatTemplate:
     source: str
     bos_token: str
     eos_token: str
+    #: Put first when the messages hold no system message (the bundle's ``system_prompt``).
+    system_prompt: str | None = None
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         import jinja2
+
+        conversation = list(messages)
+        if self.system_prompt and not any(m.get("role") == "system" for m in conversation):
+            conversation.insert(0, {"role": "system", "content": self.system_prompt})
 
         def raise_exception(message: str) -> None:  # used by many hub chat templates
             raise ConfigError(f"the chat template refused the messages: {message}")
@@ -59,7 +65,7 @@ class ChatTemplate:
         environment.globals["raise_exception"] = raise_exception
         template = environment.from_string(self.source)
         return template.render(
-            messages=list(messages),
+            messages=conversation,
             add_generation_prompt=True,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
@@ -84,22 +90,26 @@ class LoadedPair:
 def resolve_bundles(
     request: LoadRequest, *, wants_target: bool
 ) -> tuple[Bundle | None, Bundle | None]:
-    """The target and draft bundles: those named, else the built-in pair's (its target only
-    when ``wants_target``; its draft when no target is named, or one is wanted)."""
-    target, draft = request.target, request.draft
-    if target is None and (wants_target or draft is None):
-        pair = builtin_pair()
-        draft = draft or pair.draft
-        if wants_target:
-            target = pair.target
+    """The target and draft bundles: those named, else the default pair's (see
+    :mod:`edgespec.engine.default_model`). With a remote target (``wants_target`` False) and
+    no draft named, the default draft drafts, else the default model does."""
     checks = request.verify_checksums
-    target_bundle = load_bundle(target, verify_checksums=checks) if target else None
-    draft_bundle = load_bundle(draft, verify_checksums=checks) if draft else None
+    target_bundle = load_bundle(request.target, verify_checksums=checks) if request.target else None
+    draft_bundle = load_bundle(request.draft, verify_checksums=checks) if request.draft else None
+    if target_bundle is None and (wants_target or draft_bundle is None):
+        default = default_pair(verify_checksums=checks)
+        if wants_target:
+            target_bundle = target_bundle or default.target
+            if request.draft is None:
+                draft_bundle = default.draft
+        elif draft_bundle is None:
+            draft_bundle = default.draft or default.target
     if draft_bundle is not None and target_bundle is not None:
         report = check_pair(draft_bundle, target_bundle)
         if not report.compatible:
             raise IncompatiblePairError(
-                f"draft {draft} cannot serve target {target}: {report.reason}",
+                f"draft {draft_bundle.root} cannot serve target {target_bundle.root}: "
+                f"{report.reason}",
                 fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
             )
     return target_bundle, draft_bundle
@@ -166,4 +176,5 @@ def chat_template(bundle: Bundle) -> ChatTemplate | None:
         source=source,
         bos_token=special.get("bos_token") or "",
         eos_token=special.get("eos_token") or "",
+        system_prompt=bundle.manifest.system_prompt,
     )

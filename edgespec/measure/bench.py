@@ -19,13 +19,21 @@ from edgespec.errors import ConfigError
 from edgespec.runtime.k_policy import expected_speedup
 
 PROMPT_SETS_DIR = Path(__file__).resolve().parent.parent / "data" / "prompts"
-PROMPT_SETS = ("code", "edit")
+PROMPT_SETS = ("code", "edit", "chat", "chat-edit")
 
 
-def load_prompts(source: str | Path = "code") -> list[str]:
-    """A named prompt set (``code``, ``edit``: see ``benchmarks/make_prompts.py``) or a file:
-    a JSON list of strings or of ``{"prompt": ...}`` objects, or one prompt per line with
-    ``\\n`` for newlines."""
+@dataclass(frozen=True, kw_only=True)
+class PromptSet:
+    """Prompts, and whether they are chat messages (sent through the chat template)."""
+
+    prompts: list[str]
+    chat: bool = False
+
+
+def load_prompt_set(source: str | Path = "code") -> PromptSet:
+    """A named prompt set (``code``, ``edit``, ``chat``, ``chat-edit``: see
+    ``benchmarks/make_prompts.py``) or a file: a JSON list of strings or of ``{"prompt": ...,
+    "chat": bool}`` objects, or one prompt per line with ``\\n`` for newlines."""
     path = PROMPT_SETS_DIR / f"{source}.json" if source in PROMPT_SETS else Path(source)
     try:
         text = path.read_text(encoding="utf-8")
@@ -34,23 +42,31 @@ def load_prompts(source: str | Path = "code") -> list[str]:
             f"cannot read prompts file {path} ({error.strerror})",
             fix=f"give a readable file or one of the sets {', '.join(PROMPT_SETS)}",
         ) from error
+    chat = False
     if text.lstrip().startswith("["):
         items = json.loads(text)
         prompts = [item["prompt"] if isinstance(item, dict) else item for item in items]
+        chat = bool(items) and all(isinstance(i, dict) and i.get("chat") is True for i in items)
     else:
         prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ConfigError(f"{path} holds no prompts", fix="one prompt per line, or a JSON list")
-    return prompts
+    return PromptSet(prompts=prompts, chat=chat)
+
+
+def load_prompts(source: str | Path = "code") -> list[str]:
+    """The prompts of :func:`load_prompt_set`."""
+    return load_prompt_set(source).prompts
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchSettings:
     max_new_tokens: int = 64
     k: int | str | None = None  # None: the engine's default_k
-    drafter: str = "model"
+    drafter: str | None = None  # None: the engine's (model with a draft, else ngram)
     temperature: float = 0.7
     repeats: int = 1
+    chat: bool = False  # prompts are user messages, sent through the chat template
 
 
 def _totals(results: Sequence[Result]) -> tuple[int, float]:
@@ -98,7 +114,7 @@ def _compare(
     speculative: list[Result] = []
     for repeat in range(settings.repeats):
         for index, prompt in enumerate(prompts):
-            common = dict(max_new_tokens=settings.max_new_tokens, **sampling)
+            common = dict(max_new_tokens=settings.max_new_tokens, chat=settings.chat, **sampling)
             baseline.append(engine.generate(prompt, drafter="none", **common))
             speculative.append(
                 engine.generate(prompt, drafter=settings.drafter, k=settings.k, **common)
@@ -181,9 +197,11 @@ def run_bench(
     idle_w = engine.telemetry.measure_idle(seconds=2.0)
     if settings.k is None:
         settings = replace(settings, k=engine.default_k)
+    if settings.drafter is None:
+        settings = replace(settings, drafter=engine.default_drafter)
     progress("warm-up and cost profile")
-    engine.generate(prompts[0], drafter="none", max_new_tokens=8)
-    engine.generate(prompts[0], drafter=settings.drafter, k=1, max_new_tokens=8)
+    engine.generate(prompts[0], drafter="none", max_new_tokens=8, chat=settings.chat)
+    engine.generate(prompts[0], drafter=settings.drafter, k=1, max_new_tokens=8, chat=settings.chat)
     profile = engine.cost_profile()
     greedy = _compare(engine, prompts, settings, {}, progress)
     # An OpenAI-compatible engine verifies greedy drafts only: no sampled comparison there.

@@ -2,7 +2,7 @@
 
 Providers ONNX Runtime lists, and which of them really create a session (it falls back to CPU
 silently); cores; memory; energy and power sources (the one used, and why each other is
-unavailable); for the built-in or given pair, the memory estimate from its manifests, a
+unavailable); for the default or given pair, the memory estimate from its manifests, a
 recommended quantization (int4 when the estimate takes over half of ``MemAvailable`` or the
 budget) and the k generation uses by default, with where it comes from.
 """
@@ -14,7 +14,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine.builtin import builtin_pair
+from edgespec.engine.default_model import default_pair
 from edgespec.errors import EdgespecError
 from edgespec.manifest import load_bundle
 from edgespec.telemetry.discover import discover
@@ -75,8 +75,9 @@ def _pair(
     measure: bool,
 ) -> dict[str, Any]:
     if target is None:
-        pair = builtin_pair()
-        target, draft = pair.target, draft or pair.draft
+        pair = default_pair(verify_checksums=False)
+        target = pair.target.root
+        draft = draft or (pair.draft.root if pair.draft else None)
     target_bundle = load_bundle(target, verify_checksums=False)
     draft_bundle = load_bundle(draft, verify_checksums=False) if draft else None
     base = base_rss_bytes(MemoryProbe())

@@ -12,23 +12,31 @@ from typing import Any
 
 from edgespec.api import Engine
 from edgespec.engine.options import MAX_K
-from edgespec.measure.bench import load_prompts
+from edgespec.measure.bench import load_prompt_set
 from edgespec.runtime.k_policy import expected_speedup
 
 PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 
 
-def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
+def profile_pair(draft: Path | None, target: Path) -> dict[str, Any]:
     """Greedy speculation at k = MAX_K over the bench prompts: alpha by position, c, and the
-    k with the best expected speedup (and that speedup)."""
+    k with the best expected speedup (and that speedup). Without a draft, the prompt-lookup
+    drafter on the chat prompts (through the target's chat template)."""
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
-    prompts = load_prompts("code")[:PROFILE_PROMPTS]
+    drafter = engine.default_drafter
+    prompt_set = load_prompt_set("code" if draft is not None else "chat")
+    prompts = prompt_set.prompts[:PROFILE_PROMPTS]
     new_tokens = min(PROFILE_NEW_TOKENS, engine.max_length // 2)
     # Prompts keep their last tokens where the pair's context is short (a small export).
     room = engine.max_length - new_tokens
     results = [
-        engine.generate(engine.encode(p)[-room:], k=MAX_K, max_new_tokens=new_tokens)
+        engine.generate(
+            engine.encode(p, chat=prompt_set.chat)[-room:],
+            k=MAX_K,
+            drafter=drafter,
+            max_new_tokens=new_tokens,
+        )
         for p in prompts
     ]
     tested = sum(r.stats.tested for r in results)
@@ -58,7 +66,9 @@ def profile_pair(draft: Path, target: Path) -> dict[str, Any]:
         "verify_cost": verify_cost,
         "recommended_k": best,
         "expected_speedup": speedups[best],
-        "measured_on": f"{len(prompts)} built-in code prompts, {new_tokens} tokens each, here",
+        "drafter": drafter,
+        "measured_on": f"{len(prompts)} built-in {'chat' if prompt_set.chat else 'code'} "
+        f"prompts, {new_tokens} tokens each, here",
         "default_k": engine.default_k,
         "default_k_source": engine.default_k_source,
     }

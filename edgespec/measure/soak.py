@@ -1,6 +1,6 @@
 """A soak: many generations with a memory budget; RSS must stay under it and not grow.
 
-``python -m edgespec.measure.soak --memory-budget-mb 600`` runs 200 generations on the built-in pair
+``python -m edgespec.measure.soak --memory-budget-mb 600`` runs 200 generations on the default pair
 (or ``--target``/``--draft``) over the bench's code prompts and prints RSS figures; exit 1 when RSS
 went over the budget or grew. Growth is the least-squares slope of RSS over the generations
 after the warm-up (the first 10 %), times their number.

@@ -39,6 +39,7 @@ from edgespec.manifest import (
     TokenizerSpec,
     VerificationRecord,
     load_bundle,
+    system_prompt_extra,
     write_manifest,
 )
 
@@ -138,6 +139,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra = _verify(source, staging, tokenizer, config, capacity, observe)
+        extra.update(system_prompt_extra(config.system_prompt))
         manifest = _manifest(
             source,
             staging,

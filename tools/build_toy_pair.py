@@ -1,6 +1,7 @@
-"""Build the built-in draft/target pair shipped in ``edgespec/data/default_pair``.
+"""Build the toy draft/target pair the tests use (``tests/fixtures/toy_pair``): a 19M target
+and a 2.6M draft trained here, which show the mechanism quickly but write poor text.
 
-    python tools/build_default_pair.py [--work build/default_pair] [--device cpu|cuda]
+    python tools/build_toy_pair.py [--work build/toy_pair] [--device cpu|cuda]
                                        [--until trained|exported|installed]
 
 Stages (each skipped when its output exists in the work directory, so a rerun resumes):

@@ -1,4 +1,5 @@
-"""The built-in pair: present in the install, used by default, exact, and its prompt sets."""
+"""The toy pair the tests use by default (tests/fixtures/toy_pair, via $EDGESPEC_TARGET and
+$EDGESPEC_DRAFT set in conftest): its build record, exact speculation, and the prompt sets."""
 
 from __future__ import annotations
 
@@ -10,24 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine.builtin import BUILTIN_PAIR_DIR, builtin_pair
-from edgespec.errors import BundleError, ConfigError
+from edgespec.errors import ConfigError
 from edgespec.manifest import load_bundle
-from edgespec.measure.bench import PROMPT_SETS_DIR, load_prompts
+from edgespec.measure.bench import PROMPT_SETS_DIR, load_prompt_set, load_prompts
+
+from conftest import TOY_PAIR
 
 
-def test_missing_builtin_pair_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(BundleError) as raised:
-        builtin_pair(tmp_path)
-    assert "built-in pair is missing" in str(raised.value)
-    assert "pass --target DIR" in str(raised.value)
-
-
-def test_builtin_pair_is_installed_with_its_build_record() -> None:
-    pair = builtin_pair()
-    target, draft = load_bundle(pair.target), load_bundle(pair.draft)
+def test_toy_pair_has_its_build_record() -> None:
+    target, draft = load_bundle(TOY_PAIR / "target"), load_bundle(TOY_PAIR / "draft")
     assert target.manifest.tokenizer.sha256 == draft.manifest.tokenizer.sha256
-    total = sum(f.stat().st_size for d in (pair.target, pair.draft) for f in d.iterdir())
+    total = sum(f.stat().st_size for d in (target.root, draft.root) for f in d.iterdir())
     assert total <= 40 * 1000 * 1000
     for bundle in (target, draft):
         build = bundle.manifest.extra["builtin_pair"]
@@ -54,6 +48,11 @@ def test_prompt_sets_are_held_out_third_party_code() -> None:
     assert all(s.split("/")[0] in {"click", "jinja2", "packaging"} for s in sources)
     # An edit prompt holds a whole function and starts its copy: the answer repeats the prompt.
     assert all("_v2(" in prompt for prompt in edit)
+    # The chat sets are user messages for the chat template; chat-edit rewrites the functions.
+    chat, chat_edit = load_prompt_set("chat"), load_prompt_set("chat-edit")
+    assert chat.chat and chat_edit.chat and not load_prompt_set("edit").chat
+    assert len(chat.prompts) >= 10 and len(chat_edit.prompts) == len(edit)
+    assert all("```python" in prompt for prompt in chat_edit.prompts)
 
 
 def test_load_prompts_rejects_unreadable_and_empty(tmp_path: Path) -> None:
@@ -65,7 +64,8 @@ def test_load_prompts_rejects_unreadable_and_empty(tmp_path: Path) -> None:
 
 
 def test_generate_with_no_model_arguments(tmp_path: Path) -> None:
-    """The README's first command, offline, from outside the checkout."""
+    """No --target: the bundles $EDGESPEC_TARGET and $EDGESPEC_DRAFT name, from outside the
+    checkout."""
     script = shutil.which("edgespec")
     assert script is not None
     result = subprocess.run(
@@ -83,7 +83,7 @@ def test_generate_with_no_model_arguments(tmp_path: Path) -> None:
     assert output["stats"]["rounds"] < 24  # drafts were accepted
 
 
-def test_builtin_speculation_equals_target_greedy() -> None:
+def test_toy_speculation_equals_target_greedy() -> None:
     from edgespec.api import Engine
 
     engine = Engine.load()
@@ -95,12 +95,12 @@ def test_builtin_speculation_equals_target_greedy() -> None:
             assert speculative.tokens == plain.tokens
 
 
-def test_pair_defaults_to_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+def test_pair_defaults_to_the_configured_pair(capsys: pytest.CaptureFixture[str]) -> None:
     from edgespec.cli import main
 
     assert main(["pair", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compatible"] is True
-    assert main(["pair", str(BUILTIN_PAIR_DIR / "draft")]) == 1
+    assert main(["pair", str(TOY_PAIR / "draft")]) == 1
     assert "pair got a DRAFT but no TARGET" in capsys.readouterr().err
 
 

