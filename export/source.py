@@ -96,9 +96,7 @@ def check_exportable(config: Any, model: str) -> None:
             fix="pass a causal LM such as Llama, Qwen2, Mistral, Phi-3, Gemma or GPT-2",
         )
     try:
-        tasks = TasksManager.get_supported_tasks_for_model_type(
-            model_type.replace("_", "-"), "onnx", library_name="transformers"
-        )
+        tasks = _supported_tasks(TasksManager, model_type)
     except KeyError:
         raise UnsupportedModelError(
             f"architecture {model_type!r} of {model} cannot be exported by optimum's ONNX exporter",
@@ -111,6 +109,19 @@ def check_exportable(config: Any, model: str) -> None:
             f"{', '.join(sorted(tasks))}, not {EXPORT_TASK}",
             fix="speculative decoding needs a decoder-only causal LM",
         )
+
+
+def _supported_tasks(manager: Any, model_type: str) -> Any:
+    """optimum's tasks for ``model_type``: registered under the config's own name for some
+    (``gemma3_text``, ``gpt_neox``, ``qwen3_moe``) and with dashes for others."""
+    for name in dict.fromkeys((model_type, model_type.replace("_", "-"))):
+        try:
+            return manager.get_supported_tasks_for_model_type(
+                name, "onnx", library_name="transformers"
+            )
+        except KeyError:
+            continue
+    raise KeyError(model_type)
 
 
 def _config_fingerprint(config: Any) -> str:

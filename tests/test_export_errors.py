@@ -240,3 +240,14 @@ def test_interrupted_export_leaves_nothing(
     assert code == 130
     assert "interrupted; nothing was written" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("model_type", ["gemma3_text", "gpt_neox", "qwen3_moe", "llama", "phi3"])
+def test_model_types_optimum_registers_under_either_spelling_are_accepted(
+    model_type: str,
+) -> None:
+    from types import SimpleNamespace
+
+    from edgespec.export.source import check_exportable
+
+    check_exportable(SimpleNamespace(model_type=model_type), model_type)  # raises if refused
