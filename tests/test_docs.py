@@ -150,7 +150,8 @@ def test_blocks_are_found_and_marked_consistently() -> None:
 def test_readme_keeps_the_quick_start_and_the_ci_test_command() -> None:
     """``.ci/run`` runs the README's test command; the quick start is the first two commands."""
     readme = parse_blocks(ROOT / "README.md")
-    assert readme[0].code == 'pip install .\nedgespec generate "def fibonacci(n):"\n'
+    assert readme[0].code == "pip install .\nedgespec chat\n"
+    assert "The capital of France is Paris." in readme[1].code  # the real answer it shows
     assert any(block.code.strip() == "HF_HUB_OFFLINE=1 pytest" for block in readme)
     assert "HF_HUB_OFFLINE=1 pytest" in (ROOT / ".ci" / "run").read_text()
     assert len((ROOT / "README.md").read_text().splitlines()) <= 260

@@ -12,12 +12,18 @@ per byte for 8 bits. llama.cpp's blocks map onto that with no requantization:
   ``blocksum(x) @ offsets.T`` (x summed over each block of 32). MatMulNBits also takes float
   zero points (``-m / d``), but they force a slow kernel: 0.57 ms against 0.047 ms for a
   1536 x 576 weight and one row on this CPU;
-* Q8_0 (``d``, 32 signed bytes): ``w = q * d`` → q + 128 as unsigned, default zero point 128.
+* Q8_0 (``d``, 32 signed bytes): ``w = q * d`` → q + 128 as unsigned, default zero point 128;
+* Q4_K (super-blocks of 256: ``d``, ``dmin``, 6-bit scale ``sc`` and minimum ``m`` per
+  sub-block of 32, nibbles): ``w = q * d·sc - dmin·m`` → 4 bits, scale d·sc and offset
+  8 d·sc - dmin·m per block of 32, as Q4_1;
+* Q5_K (as Q4_K with a fifth bit per weight): ``w = q * d·sc - dmin·m``, q in 0..31 → 8 bits
+  (q + 112, zero point 128: exact, at 8 bits' size), offset 16 d·sc - dmin·m.
 
 llama.cpp packs a block's first 16 weights in the low nibbles and the last 16 in the high
-ones, so nibbles are reordered (not changed). Other types (K-quants and the rest) are
-dequantized and requantized to 8 bits per block of 32 (round to nearest): the grid is then not
-llama.cpp's, and the record says so.
+ones (Q4_K/Q5_K: a 64-weight group's first 32 low, last 32 high), so nibbles are reordered
+(not changed). Other types (Q6_K, whose sub-blocks of 16 have their own scales, and the rest)
+are dequantized and requantized to 8 bits per block of 32 (round to nearest): the grid is then
+not llama.cpp's, and the record says so.
 """
 
 from __future__ import annotations
@@ -122,6 +128,62 @@ def _q8_0(tensor: Any) -> BlockWeights:
     )
 
 
+SUPER_BLOCK = 256  # weights per K-quant super-block (8 sub-blocks of 32)
+
+
+def _k_blocks(tensor: Any, block_bytes: int) -> tuple[np.ndarray, ...]:
+    """A K-quant tensor's super-blocks [N, K / 256, bytes] split into the sub-block scale
+    d·sc and minimum dmin·m (float32 [N, K / 32]) and the rest of each super-block."""
+    from gguf.quants import Q4_K
+
+    rows, columns = tensor_rows(tensor)
+    raw = np.ascontiguousarray(np.asarray(tensor.data)).view(np.uint8)
+    blocks = raw.reshape(rows * columns // SUPER_BLOCK, block_bytes)
+    d, dmin = _half(blocks, 0)[:, None], _half(blocks, 2)[:, None]  # [blocks, 1]
+    sc, m = Q4_K.get_scale_min(blocks[:, 4:16])  # the 6-bit fields, [blocks, 8] each
+    scales = (d * sc.astype(np.float32)).reshape(rows, columns // BLOCK)
+    minimums = (dmin * m.astype(np.float32)).reshape(rows, columns // BLOCK)
+    return scales, minimums, blocks[:, 16:]
+
+
+def _k_nibbles(qs: np.ndarray, rows: int) -> np.ndarray:
+    """Q4_K/Q5_K low bits: 32 bytes per 64 weights, the first 32 in the low nibbles, the next
+    32 in the high ones → codes [N, K / 32, 32] in order."""
+    groups = qs.reshape(qs.shape[0], -1, 1, 32)  # [blocks, 4, 1, 32]
+    codes = np.concatenate([groups & 0x0F, groups >> 4], axis=2)  # [blocks, 4, 2, 32]
+    return codes.reshape(rows, -1, BLOCK)
+
+
+def _q4_k(tensor: Any) -> BlockWeights:
+    rows = tensor_rows(tensor)[0]
+    scales, minimums, rest = _k_blocks(tensor, 144)
+    return BlockWeights(
+        bits=4,
+        packed=pack_nibbles(_k_nibbles(rest, rows)),
+        scales=scales,
+        offsets=(8.0 * scales - minimums).astype(np.float32),
+        source_type="Q4_K",
+        grid_kept=True,
+    )
+
+
+def _q5_k(tensor: Any) -> BlockWeights:
+    rows = tensor_rows(tensor)[0]
+    scales, minimums, rest = _k_blocks(tensor, 176)
+    high_bits, low = rest[:, :32], rest[:, 32:]  # bit j of byte e: weight e of sub-block j
+    shifts = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    high = ((high_bits[:, None, :] >> shifts) & 1).reshape(rows, -1, BLOCK)
+    codes = _k_nibbles(low, rows) | (high << 4)  # 0..31
+    return BlockWeights(
+        bits=8,
+        packed=(codes + 112).astype(np.uint8),
+        scales=scales,
+        offsets=(16.0 * scales - minimums).astype(np.float32),
+        source_type="Q5_K",
+        grid_kept=True,
+    )
+
+
 def requantize_8bit(weight: np.ndarray, source_type: str) -> BlockWeights:
     """Round-to-nearest symmetric 8 bits per block of 32 (weight [N, K], K divisible by 32)."""
     rows, columns = weight.shape
@@ -139,7 +201,7 @@ def requantize_8bit(weight: np.ndarray, source_type: str) -> BlockWeights:
     )
 
 
-EXACT = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q8_0": _q8_0}
+EXACT = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q5_K": _q5_k}
 
 
 def block_weights(tensor: Any) -> BlockWeights | None:
