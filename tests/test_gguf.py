@@ -179,10 +179,15 @@ def test_bad_gguf_files_are_one_line_and_write_nothing(
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("kind", "block_bytes"), [("Q4_K", 144), ("Q5_K", 176)])
-def test_k_quant_blocks_keep_llama_cpp_values(kind: str, block_bytes: int) -> None:
-    """Random K-quant super-blocks (any bytes are valid but the float16 scales, set here)
-    convert to MatMulNBits blocks whose values are the gguf package's own dequantization."""
+@pytest.mark.parametrize(
+    ("kind", "block_bytes", "block_weights_count", "halves"),
+    [("Q4_K", 144, 256, 2), ("Q5_K", 176, 256, 2), ("Q5_0", 22, 32, 1), ("Q5_1", 24, 32, 2)],
+)
+def test_block_types_keep_llama_cpp_values(
+    kind: str, block_bytes: int, block_weights_count: int, halves: int
+) -> None:
+    """Random blocks (any bytes are valid but the float16 scales, set here) convert to
+    MatMulNBits blocks whose values are the gguf package's own dequantization."""
     from types import SimpleNamespace
 
     import gguf
@@ -191,13 +196,14 @@ def test_k_quant_blocks_keep_llama_cpp_values(kind: str, block_bytes: int) -> No
 
     rows, columns = 6, 512
     generator = np.random.default_rng(0)
-    blocks = generator.integers(0, 256, (rows * columns // 256, block_bytes), dtype=np.uint8)
-    halves = generator.uniform(0.001, 0.05, (blocks.shape[0], 2)).astype(np.float16)
-    blocks[:, :4] = halves.view(np.uint8)  # d and dmin
+    count = rows * columns // block_weights_count
+    blocks = generator.integers(0, 256, (count, block_bytes), dtype=np.uint8)
+    scales = generator.uniform(0.001, 0.05, (count, halves)).astype(np.float16)
+    blocks[:, : 2 * halves] = scales.view(np.uint8)  # d (and dmin or m)
     qtype = gguf.GGMLQuantizationType[kind]
     tensor = SimpleNamespace(data=blocks, tensor_type=qtype, shape=(columns, rows))
     weights = block_weights(tensor)
     assert weights is not None and weights.grid_kept and weights.source_type == kind
-    assert weights.bits == (4 if kind == "Q4_K" else 8)
+    assert weights.bits == (4 if kind == "Q4_K" else 8)  # 5-bit grids: exact at 8 bits
     expected = gguf.quants.dequantize(blocks, qtype).reshape(rows, columns)
     np.testing.assert_allclose(dequantized(weights), expected, rtol=0, atol=1e-6)

@@ -59,8 +59,8 @@ def add_export_command(commands: Any) -> None:
         "(hub id or local directory) goes through optimum's text-generation-with-past task, "
         "ONNX Runtime quantization and checks against PyTorch ([export] extra). A GGUF file "
         "(llama.cpp's format; also a folder or wheel holding one, or --from-package) is read "
-        "without torch: llama.cpp's Q4_0, Q4_1 and Q8_0 blocks are kept as they "
-        "are, the KV cache is written in place, and the graph is checked against the file's "
+        "without torch: llama.cpp's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K blocks "
+        "keep their values, the KV cache is written in place, and the graph is checked against the file's "
         "own weights and for batch invariance.",
     )
     export.add_argument(

@@ -13,6 +13,9 @@ per byte for 8 bits. llama.cpp's blocks map onto that with no requantization:
   zero points (``-m / d``), but they force a slow kernel: 0.57 ms against 0.047 ms for a
   1536 x 576 weight and one row on this CPU;
 * Q8_0 (``d``, 32 signed bytes): ``w = q * d`` → q + 128 as unsigned, default zero point 128;
+* Q5_0 / Q5_1 (a fifth bit per weight in a 32-bit word): ``w = (q - 16) * d`` / ``q * d + m``,
+  q in 0..31 → 8 bits (q + 112, zero point 128: exact, at 8 bits' size), Q5_1 with the
+  offset ``m + 16 d``;
 * Q4_K (super-blocks of 256: ``d``, ``dmin``, 6-bit scale ``sc`` and minimum ``m`` per
   sub-block of 32, nibbles): ``w = q * d·sc - dmin·m`` → 4 bits, scale d·sc and offset
   8 d·sc - dmin·m per block of 32, as Q4_1;
@@ -184,6 +187,39 @@ def _q5_k(tensor: Any) -> BlockWeights:
     )
 
 
+def _five_bit_codes(blocks: np.ndarray, high_at: int) -> np.ndarray:
+    """Q5_0/Q5_1 codes 0..31 [N, K / 32, 32]: bit e of the little-endian word at ``high_at``
+    is weight e's fifth bit; the 16 bytes after it are nibbles as in Q4_0."""
+    words = np.ascontiguousarray(blocks[..., high_at : high_at + 4]).view("<u4")  # [N, B, 1]
+    high = (words >> np.arange(32, dtype=np.uint32)) & 1  # [N, B, 32]
+    return _nibbles(blocks[..., high_at + 4 :]) | (high.astype(np.uint8) << 4)
+
+
+def _q5_0(tensor: Any) -> BlockWeights:
+    blocks = _blocks(tensor, 22)
+    return BlockWeights(
+        bits=8,
+        packed=(_five_bit_codes(blocks, 2) + 112).astype(np.uint8),
+        scales=_half(blocks, 0),
+        offsets=None,
+        source_type="Q5_0",
+        grid_kept=True,
+    )
+
+
+def _q5_1(tensor: Any) -> BlockWeights:
+    blocks = _blocks(tensor, 24)
+    d, m = _half(blocks, 0), _half(blocks, 2)
+    return BlockWeights(
+        bits=8,
+        packed=(_five_bit_codes(blocks, 4) + 112).astype(np.uint8),
+        scales=d,
+        offsets=(m + 16.0 * d).astype(np.float32),
+        source_type="Q5_1",
+        grid_kept=True,
+    )
+
+
 def requantize_8bit(weight: np.ndarray, source_type: str) -> BlockWeights:
     """Round-to-nearest symmetric 8 bits per block of 32 (weight [N, K], K divisible by 32)."""
     rows, columns = weight.shape
@@ -201,7 +237,15 @@ def requantize_8bit(weight: np.ndarray, source_type: str) -> BlockWeights:
     )
 
 
-EXACT = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q5_K": _q5_k}
+EXACT = {
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "Q8_0": _q8_0,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+}
 
 
 def block_weights(tensor: Any) -> BlockWeights | None:
