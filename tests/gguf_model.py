@@ -131,3 +131,58 @@ def write_llama_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return out_path
+
+
+SPM_CORPUS = (
+    "the quick brown fox jumps over the lazy dog then the other dog thinks "
+    "speculative decoding drafts tokens that the target verifies in one pass"
+)
+
+
+def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: bool = True) -> Path:
+    """A GGUF holding only Llama hyperparameters and a SentencePiece ("llama") vocabulary, for
+    comparing tokenizations with llama.cpp (``vocab_only``): control and unknown tokens, the
+    256 byte-fallback tokens, a user-defined token, and every piece of up to five characters
+    of the corpus's words (with "▁" for the space before them), under seeded random scores so
+    that merge order matters."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    pieces: dict[str, None] = {}
+    for word in SPM_CORPUS.split():
+        marked = "\u2581" + word
+        for start in range(len(marked)):
+            for end in range(start + 1, min(len(marked), start + 5) + 1):
+                pieces[marked[start:end]] = None
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "<|user|>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.USER_DEFINED]
+    tokens += list(pieces)
+    types += [gguf.TokenType.NORMAL] * len(pieces)
+    scores = [0.0] * (len(tokens) - len(pieces)) + list(rng.uniform(-20, 0, len(pieces)))
+
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_name("edgespec-test-spm-vocab")
+    writer.add_context_length(64)
+    writer.add_embedding_length(32)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(64)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([float(s) for s in scores])
+    writer.add_token_types([int(t) for t in types])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(add_space_prefix)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path

@@ -207,3 +207,39 @@ def test_block_types_keep_llama_cpp_values(
     assert weights.bits == (4 if kind == "Q4_K" else 8)  # 5-bit grids: exact at 8 bits
     expected = gguf.quants.dequantize(blocks, qtype).reshape(rows, columns)
     np.testing.assert_allclose(dequantized(weights), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("add_space_prefix", [True, False])
+def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
+    tmp_path: Path, add_space_prefix: bool
+) -> None:
+    """A "llama" (SentencePiece) vocabulary becomes BPE merges ranked by score; its
+    tokenization equals llama.cpp's, special and byte-fallback tokens included."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from types import SimpleNamespace
+
+    from gguf import GGUFReader
+    from gguf_model import write_spm_vocab_gguf
+
+    from edgespec.export.gguf.tokenizer import build_tokenizer
+
+    path = write_spm_vocab_gguf(tmp_path / "spm.gguf", add_space_prefix=add_space_prefix)
+    built = build_tokenizer(SimpleNamespace(fields=GGUFReader(str(path)).fields, path=path))
+    assert built.add_bos_token and built.bos_token_id == 1
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    texts = (
+        "the quick brown fox",
+        "thethe  quickly drafts\ntarget verifies<|user|>the lazy dog",
+        "Über 🙂 tokens, one pass",
+        " leading space and trailing ",
+    )
+    for text in texts:
+        ours = built.tokenizer.encode(text, add_special_tokens=False).ids
+        assert ours == llm.tokenize(text.encode(), add_bos=False, special=True), text
+        # llama.cpp's pieces keep the space put before the text; ours drop it, as Hugging
+        # Face's Llama tokenizers do, so that text without special tokens comes back whole.
+        theirs = llm.detokenize(ours, special=True).decode()
+        decoded = built.tokenizer.decode(ours, skip_special_tokens=False)
+        assert decoded == theirs[1:] if add_space_prefix else decoded == theirs, text
+        if "<|user|>" not in text:
+            assert decoded == text
