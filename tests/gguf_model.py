@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -139,12 +140,11 @@ SPM_CORPUS = (
 )
 
 
-def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: bool = True) -> Path:
-    """A GGUF holding only Llama hyperparameters and a SentencePiece ("llama") vocabulary, for
-    comparing tokenizations with llama.cpp (``vocab_only``): control and unknown tokens, the
-    256 byte-fallback tokens, a user-defined token, and every piece of up to five characters
-    of the corpus's words (with "▁" for the space before them), under seeded random scores so
-    that merge order matters."""
+def _add_spm_vocab(writer: Any, *, seed: int, add_space_prefix: bool) -> int:
+    """Writes a SentencePiece ("llama") vocabulary: control and unknown tokens, the 256
+    byte-fallback tokens, a user-defined token, and every piece of up to five characters of
+    the corpus's words (with "▁" for the space before them), under seeded random scores so
+    that merge order matters. Returns the vocabulary size."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -160,17 +160,6 @@ def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: boo
     tokens += list(pieces)
     types += [gguf.TokenType.NORMAL] * len(pieces)
     scores = [0.0] * (len(tokens) - len(pieces)) + list(rng.uniform(-20, 0, len(pieces)))
-
-    writer = gguf.GGUFWriter(str(out_path), "llama")
-    writer.add_name("edgespec-test-spm-vocab")
-    writer.add_context_length(64)
-    writer.add_embedding_length(32)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(64)
-    writer.add_head_count(2)
-    writer.add_head_count_kv(1)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -181,8 +170,84 @@ def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: boo
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_space_prefix(add_space_prefix)
+    return len(tokens)
+
+
+def _finish(writer: Any, out_path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return out_path
+
+
+def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: bool = True) -> Path:
+    """A GGUF holding only Llama hyperparameters and a SentencePiece vocabulary, for comparing
+    tokenizations with llama.cpp (``vocab_only``)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_name("edgespec-test-spm-vocab")
+    writer.add_context_length(64)
+    writer.add_embedding_length(32)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(64)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(_add_spm_vocab(writer, seed=seed, add_space_prefix=add_space_prefix))
+    return _finish(writer, out_path)
+
+
+def write_gemma3_gguf(
+    out_path: Path, *, seed: int = 0, layers: int = 7, sliding_window: int = 4
+) -> Path:
+    """A random-weight Gemma 3 in F32 as llama.cpp's converter lays it out (norm weights
+    already hold Gemma's 1 + w): layers 0-4 and 6 attend to the last ``sliding_window``
+    positions, layer 5 to all; Q/K norms, post-attention and post-MLP norms, a tied
+    embedding, and the SentencePiece test vocabulary."""
+    import gguf
+
+    hidden, heads, kv_heads, head_dim, ffn = 64, 4, 1, 16, 128
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(out_path), "gemma3")
+    writer.add_name("edgespec-test-gemma3")
+    writer.add_context_length(128)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1_000_000.0)
+    writer.add_sliding_window(sliding_window)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    vocab = _add_spm_vocab(writer, seed=seed, add_space_prefix=False)
+    writer.add_vocab_size(vocab)
+
+    def matrix(rows: int, columns: int) -> np.ndarray:
+        return (rng.standard_normal((rows, columns)) / np.sqrt(columns)).astype(np.float32)
+
+    def norm(size: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(size)).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", matrix(vocab, hidden) * 4)
+    for layer in range(layers):
+        p = f"blk.{layer}."
+        writer.add_tensor(p + "attn_norm.weight", norm(hidden))
+        writer.add_tensor(p + "attn_q.weight", matrix(heads * head_dim, hidden))
+        writer.add_tensor(p + "attn_k.weight", matrix(kv_heads * head_dim, hidden))
+        writer.add_tensor(p + "attn_v.weight", matrix(kv_heads * head_dim, hidden))
+        writer.add_tensor(p + "attn_q_norm.weight", norm(head_dim))
+        writer.add_tensor(p + "attn_k_norm.weight", norm(head_dim))
+        writer.add_tensor(p + "attn_output.weight", matrix(hidden, heads * head_dim))
+        writer.add_tensor(p + "post_attention_norm.weight", norm(hidden))
+        writer.add_tensor(p + "ffn_norm.weight", norm(hidden))
+        writer.add_tensor(p + "ffn_gate.weight", matrix(ffn, hidden))
+        writer.add_tensor(p + "ffn_up.weight", matrix(ffn, hidden))
+        writer.add_tensor(p + "ffn_down.weight", matrix(hidden, ffn))
+        writer.add_tensor(p + "post_ffw_norm.weight", norm(hidden))
+    writer.add_tensor("output_norm.weight", norm(hidden))
+    return _finish(writer, out_path)

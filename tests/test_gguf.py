@@ -243,3 +243,27 @@ def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
         assert decoded == theirs[1:] if add_space_prefix else decoded == theirs, text
         if "<|user|>" not in text:
             assert decoded == text
+
+
+def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
+    """A random-weight Gemma 3 (sliding-window layers with a 4-position window, one global
+    layer, Q/K norms, post norms, GELU, scaled embedding) in F32: the export passes its
+    checks, and its logits at every position of a 20-token prompt equal llama.cpp's."""
+    from gguf_model import write_gemma3_gguf
+
+    from edgespec.runtime.model import OnnxModel
+
+    path = write_gemma3_gguf(tmp_path / "gemma3.gguf")
+    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    assert bundle.manifest.verification.parity.passed
+    assert bundle.manifest.verification.batch_invariant
+    model = OnnxModel(bundle)
+    tokens = [1, *range(300, 319)]
+    ours = np.array(model.forward(tokens, model.new_cache()))
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False)
+    llm.eval(tokens)
+    theirs = np.array(llm.scores[: len(tokens)])
+    assert np.abs(ours - theirs).max() < 1e-2 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()

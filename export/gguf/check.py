@@ -83,28 +83,52 @@ def reference_logits(source: GGUFFile, tokens: Sequence[int]) -> np.ndarray:
     arch = source.architecture
     weight = _WeightCache(source)
     length, d = len(tokens), arch.head_dim
-    cos, sin = rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=length)
-    x = weight("token_embd.weight")[list(tokens)]
-    mask = np.triu(np.full((length, length), -np.inf), 1)
+    rotary = {
+        False: rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=length),
+        True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=length),
+    }
+    x = weight("token_embd.weight")[list(tokens)] * arch.embedding_scale
+    causal = np.triu(np.full((length, length), -np.inf), 1)
+    # A sliding-window layer's position i sees positions i - window + 1 .. i (llama.cpp).
+    distance = np.arange(length)[:, None] - np.arange(length)[None, :]
+    windowed = np.where(distance >= max(arch.sliding_window, 1), -np.inf, causal)
     for layer in range(arch.num_layers):
         p = f"blk.{layer}."
+        sliding = arch.is_sliding(layer)
+        cos, sin = rotary[sliding]
         h = _rms(x, weight(p + "attn_norm.weight"), arch.rms_norm_eps)
         q, k, v = (_project(weight, h, p, part, arch) for part in ("q", "k", "v"))
-        q = _rope(q.reshape(length, arch.num_heads, d), cos, sin, arch.rope_interleaved)
-        k = _rope(k.reshape(length, arch.num_kv_heads, d), cos, sin, arch.rope_interleaved)
+        q, k = q.reshape(length, arch.num_heads, d), k.reshape(length, arch.num_kv_heads, d)
+        if arch.gemma:
+            q = _rms(q, weight(p + "attn_q_norm.weight"), arch.rms_norm_eps)
+            k = _rms(k, weight(p + "attn_k_norm.weight"), arch.rms_norm_eps)
+        q = _rope(q, cos, sin, arch.rope_interleaved)
+        k = _rope(k, cos, sin, arch.rope_interleaved)
         v = v.reshape(length, arch.num_kv_heads, d)
+        mask = windowed if sliding else causal
         group = arch.num_heads // arch.num_kv_heads
         heads = []
         for head in range(arch.num_heads):
             scores = q[:, head] @ k[:, head // group].T / np.sqrt(d) + mask
             probs = np.exp(scores - scores.max(-1, keepdims=True))
             heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, head // group])
-        x = x + np.concatenate(heads, axis=-1) @ weight(p + "attn_output.weight").T
+        out = np.concatenate(heads, axis=-1) @ weight(p + "attn_output.weight").T
+        if arch.gemma:
+            out = _rms(out, weight(p + "post_attention_norm.weight"), arch.rms_norm_eps)
+        x = x + out
         h = _rms(x, weight(p + "ffn_norm.weight"), arch.rms_norm_eps)
         gate, up = h @ weight(p + "ffn_gate.weight").T, h @ weight(p + "ffn_up.weight").T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ weight(p + "ffn_down.weight").T
+        out = (_gelu_tanh(gate) if arch.gemma else gate / (1 + np.exp(-gate))) * up
+        out = out @ weight(p + "ffn_down.weight").T
+        if arch.gemma:
+            out = _rms(out, weight(p + "post_ffw_norm.weight"), arch.rms_norm_eps)
+        x = x + out
     lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
     return _rms(x, weight("output_norm.weight"), arch.rms_norm_eps) @ weight(lm_head).T
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 class _WeightCache:

@@ -191,24 +191,29 @@ def _attention(
         biases = [float_tensor(source.tensor(f"{prefix}.attn_{part}.bias")) for part in "qkv"]
         bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
         qkv = builder.node("Add", [qkv, bias], f"l{layer}.qkv.biased")
+    # Packed Q, K, V, or (Gemma: each head of Q and K RMS-normed first) the three apart.
+    query_key_value = [qkv, "", ""] if not arch.gemma else _normed_qkv(builder, source, qkv, layer)
     past_key, past_value = past_names(layer)
     present_key, present_value = present_names(layer)
+    sliding = arch.is_sliding(layer)
+    cos, sin = (
+        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    )
     from onnx import helper
 
     attended = f"l{layer}.attn"
+    window = {"local_window_size": arch.sliding_window} if sliding else {}
     builder.nodes.append(
         helper.make_node(
             "GroupQueryAttention",
             [
-                qkv,
-                "",
-                "",
+                *query_key_value,
                 past_key,
                 past_value,
                 IO["seqlens_k"],
                 IO["total_sequence_length"],
-                caches["cos"],
-                caches["sin"],
+                cos,
+                sin,
             ],
             [attended, present_key, present_value],
             name=attended,
@@ -217,10 +222,45 @@ def _attention(
             kv_num_heads=arch.num_kv_heads,
             do_rotary=1,
             rotary_interleaved=int(arch.rope_interleaved),
+            **window,
         )
     )
     out = builder.linear(attended, source.tensor(f"{prefix}.attn_output.weight"), f"l{layer}.o")
+    if arch.gemma:
+        out = builder.rms_norm(
+            out,
+            source.tensor(f"{prefix}.post_attention_norm.weight"),
+            f"l{layer}.post_attn_norm",
+            arch.rms_norm_eps,
+        )
     return builder.node("Add", [x, out], f"l{layer}.attn_residual")
+
+
+def _normed_qkv(builder: GraphBuilder, source: GGUFFile, qkv: str, layer: int) -> list[str]:
+    """[query, key, value] from the stacked projection, with RMSNorm over each head of the
+    query and the key (Gemma), before the rotary embedding GroupQueryAttention applies."""
+    from onnx import helper
+
+    arch, d = source.architecture, source.architecture.head_dim
+    widths = [arch.num_heads * d, arch.num_kv_heads * d, arch.num_kv_heads * d]
+    parts = [f"l{layer}.{part}" for part in ("q", "k", "v")]
+    sizes = builder.constant(f"l{layer}.qkv_widths", np.array(widths))
+    builder.nodes.append(
+        helper.make_node("Split", [qkv, sizes], parts, name=f"l{layer}.qkv_split", axis=-1)
+    )
+    normed = []
+    for part, heads in (("q", arch.num_heads), ("k", arch.num_kv_heads)):
+        per_head = builder.constant(f"l{layer}.{part}_heads", np.array([1, -1, heads, d]))
+        flat = builder.constant(f"l{layer}.{part}_flat", np.array([1, -1, heads * d]))
+        split = builder.node("Reshape", [f"l{layer}.{part}", per_head], f"l{layer}.{part}_h")
+        norm = builder.rms_norm(
+            split,
+            source.tensor(f"blk.{layer}.attn_{part}_norm.weight"),
+            f"l{layer}.{part}_norm",
+            arch.rms_norm_eps,
+        )
+        normed.append(builder.node("Reshape", [norm, flat], f"l{layer}.{part}_normed"))
+    return [*normed, parts[2]]
 
 
 def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
@@ -239,11 +279,21 @@ def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
     builder.nodes.append(
         helper.make_node("Split", [both, halves], [gate, up], name=f"l{layer}.split", axis=-1)
     )
-    silu = builder.node(
-        "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
-    )
-    hidden = builder.node("Mul", [silu, up], f"l{layer}.swiglu")
+    if arch.gemma:  # GELU with llama.cpp's tanh approximation
+        activated = builder.node("Gelu", [gate], f"l{layer}.gelu", approximate="tanh")
+    else:  # SiLU
+        activated = builder.node(
+            "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
+        )
+    hidden = builder.node("Mul", [activated, up], f"l{layer}.gated")
     down = builder.linear(hidden, source.tensor(f"{prefix}.ffn_down.weight"), f"l{layer}.down")
+    if arch.gemma:
+        down = builder.rms_norm(
+            down,
+            source.tensor(f"{prefix}.post_ffw_norm.weight"),
+            f"l{layer}.post_ffw_norm",
+            arch.rms_norm_eps,
+        )
     return builder.node("Add", [x, down], f"l{layer}.mlp_residual")
 
 
@@ -268,6 +318,15 @@ def build_graph(
         "sin": builder.constant("rotary.sin", sin),
     }
     x, tied = _embedding(builder, source)
+    if arch.embedding_scale != 1.0:  # Gemma: the embedding times sqrt(hidden), in float32
+        scale = builder.constant("embed.scale", np.float32(arch.embedding_scale))
+        x = builder.node("Mul", [x, scale], "embed.scaled")
+    if arch.sliding_window:
+        local_cos, local_sin = rotary_caches(
+            head_dim=arch.head_dim, theta=arch.local_rope_theta, capacity=capacity
+        )
+        caches["local_cos"] = builder.constant("rotary.local_cos", local_cos)
+        caches["local_sin"] = builder.constant("rotary.local_sin", local_sin)
     for layer in range(arch.num_layers):
         x = _attention(builder, source, x, layer, caches)
         x = _mlp(builder, source, x, layer)

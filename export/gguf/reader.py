@@ -13,12 +13,18 @@ import numpy as np
 from edgespec.errors import ModelSourceError, UnsupportedModelError
 
 #: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
-#: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases). llama.cpp writes
-#: Llama, SmolLM2 and Mistral checkpoints as "llama".
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+#: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases; Gemma 3 adds the
+#: embedding scale, Q/K norms, norms after attention and MLP, GELU, and sliding-window
+#: layers). llama.cpp writes Llama, SmolLM2 and Mistral checkpoints as "llama".
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "gemma3")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
-#: (its converter permuted HF's Q/K rows for that); Qwen's "neox" rope rotates halves.
-INTERLEAVED_ROPE = {"llama": True, "qwen2": False}
+#: (its converter permuted HF's Q/K rows for that); Qwen's and Gemma's "neox" rope rotates
+#: halves.
+INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "gemma3": False}
+#: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
+#: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
+GEMMA3_SWA_PATTERN = 6
+GEMMA3_LOCAL_ROPE_THETA = 10000.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +47,20 @@ class GGUFArchitecture:
     tied_embeddings: bool
     #: Qwen2 has biases on Q, K and V.
     qkv_bias: bool
+    #: Gemma 3: the embedding times sqrt(hidden); RMSNorm on each head of Q and K; RMSNorm
+    #: after attention and after the MLP (before their residual adds); GELU (tanh) gating.
+    gemma: bool = False
+    #: Layers that attend to the last ``sliding_window`` positions only (their rope base is
+    #: ``local_rope_theta``); 0 when every layer is global.
+    sliding_window: int = 0
+    local_rope_theta: float = 0.0
+
+    @property
+    def embedding_scale(self) -> float:
+        return float(np.sqrt(self.hidden_size)) if self.gemma else 1.0
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.sliding_window > 0 and layer % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +159,9 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         rms_norm_eps=float(number("attention.layer_norm_rms_epsilon")),
         tied_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
+        gemma=arch == "gemma3",
+        sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
+        local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
     )
 
 
