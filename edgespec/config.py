@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgespec.errors import ConfigError
 
@@ -40,6 +41,8 @@ class ExportConfig:
     trust_remote_code: bool = False
     #: The system message a conversation gets when it has none (recorded in the manifest).
     system_prompt: str | None = None
+    #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.model:

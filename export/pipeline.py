@@ -146,7 +146,7 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
                 ),
                 files=files,
                 toolchain=_toolchain(),
-                extra=system_prompt_extra(config.system_prompt),
+                extra={**system_prompt_extra(config.system_prompt), **config.extra},
             )
             write_manifest(staging, manifest)
     return load_bundle(config.out)

@@ -20,6 +20,7 @@ from edgespec.cli.budget import add_doctor_command
 from edgespec.cli.bundles import add_bundle_commands
 from edgespec.cli.chat import add_chat_command
 from edgespec.cli.decode import add_decode_commands
+from edgespec.cli.distill import add_distill_command
 from edgespec.cli.export import add_export_command
 from edgespec.cli.mobile import add_mobile_command
 from edgespec.cli.serve import add_serve_command
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     add_export_command(commands)
+    add_distill_command(commands)
     add_bundle_commands(commands)
     add_decode_commands(commands)
     add_chat_command(commands)

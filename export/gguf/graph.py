@@ -202,7 +202,7 @@ def _attention(
     from onnx import helper
 
     attended = f"l{layer}.attn"
-    window = {"local_window_size": arch.sliding_window} if sliding else {}
+    window: dict[str, Any] = {"local_window_size": arch.sliding_window} if sliding else {}
     builder.nodes.append(
         helper.make_node(
             "GroupQueryAttention",

@@ -139,7 +139,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra = _verify(source, staging, tokenizer, config, capacity, observe)
-        extra.update(system_prompt_extra(config.system_prompt))
+        extra.update(system_prompt_extra(config.system_prompt), **config.extra)
         manifest = _manifest(
             source,
             staging,

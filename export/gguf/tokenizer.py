@@ -76,7 +76,12 @@ def build_tokenizer(source: GGUFFile) -> GGUFTokenizer:
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
         )
-    named = {"bos_token": bos, "eos_token": eos, "pad_token": token_id("padding_token_id")}
+    named = {
+        "bos_token": bos,
+        "eos_token": eos,
+        "pad_token": token_id("padding_token_id"),
+        "unk_token": token_id("unknown_token_id") if kind == "llama" else None,
+    }
     return GGUFTokenizer(
         tokenizer=tokenizer,
         bos_token_id=bos,

@@ -1,0 +1,123 @@
+"""``edgespec distill``: train a draft for a target on the target's own outputs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgespec.cli.export import EXPORT_EXTRA_MODULES, check_extra
+
+
+def add_distill_command(commands: Any) -> None:
+    distill = commands.add_parser(
+        "distill",
+        help="train a small draft for a target on the target's own outputs ([export] extra)",
+        description="Distill a draft for TARGET (a Hugging Face directory, a GGUF file, or a "
+        "GGUF bundle): the target continues prompts greedily, the draft learns the target's "
+        "next-token distribution, acceptance by draft position is measured on held-out "
+        "samples, and the draft is exported to a verified bundle whose manifest records the "
+        "distillation. Every stage resumes from OUT's work directory.",
+    )
+    distill.add_argument("target", metavar="TARGET", help="the target model")
+    distill.add_argument("--out", required=True, type=Path, metavar="DIR", help="draft bundle")
+    distill.add_argument(
+        "--corpus",
+        nargs="+",
+        type=Path,
+        default=(),
+        metavar="FILE",
+        help="text or JSONL ('prompt' or 'text' fields) to take prompts from (default: the "
+        "built-in chat, chat-edit and code prompts)",
+    )
+    numbers = (
+        ("--samples", int, 256, "prompts the target continues (a tenth held out)"),
+        ("--prompt-tokens", int, 64, "tokens per prompt window"),
+        ("--new-tokens", int, 64, "tokens the target adds to each prompt"),
+        ("--steps", int, 400, "training steps"),
+        ("--batch", int, 8, "samples per step"),
+        ("--hidden", int, 256, "the draft's hidden size"),
+        ("--layers", int, 4, "the draft's layers"),
+        ("--heads", int, 4, "the draft's attention heads"),
+        ("--kv-heads", int, 2, "the draft's KV heads"),
+        ("--intermediate", int, 768, "the draft's MLP width"),
+        ("--lr", float, 1e-3, "peak learning rate"),
+        ("--seed", int, 0, "seed of the data order, the draft's initialisation and batches"),
+    )
+    for flag, kind, default, text in numbers:
+        distill.add_argument(flag, type=kind, default=default, help=f"{text} (default {default})")
+    distill.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop training after this long, keep the checkpoint and export what is trained",
+    )
+    distill.add_argument("--device", default="cpu", help="torch device: cpu or cuda")
+    distill.add_argument("--force", action="store_true", help="replace --out if it exists")
+    distill.set_defaults(handler=run_distill)
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    from edgespec.export.distill import DistillConfig
+
+    config = DistillConfig(
+        target=args.target,
+        out=args.out,
+        corpus=tuple(args.corpus),
+        samples=args.samples,
+        prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens,
+        steps=args.steps,
+        batch=args.batch,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        intermediate=args.intermediate,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        max_minutes=args.max_minutes,
+        force=args.force,
+    )
+    check_extra("export", EXPORT_EXTRA_MODULES)
+    from edgespec.export.distill import distill, record_costs
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    bundle = distill(config, log=log)
+    target_bundle = _target_bundle(config)
+    if target_bundle is not None:
+        from edgespec.measure.profile import profile_pair
+
+        log("distill: measuring c and the recommended k on this device ...")
+        profile = profile_pair(bundle.root, target_bundle)
+        record_costs(
+            bundle.root,
+            {
+                "c": profile["c"],
+                "recommended_k": profile["recommended_k"],
+                "pair_profile_alpha": profile["alpha"],
+            },
+        )
+    record = bundle.manifest.extra["distillation"]
+    alpha = record["evaluation"]["alpha"]
+    print(
+        f"draft       {bundle.root} ({record['draft']['parameters'] / 1e6:.1f}M parameters, "
+        f"{record['steps']} steps)\nalpha       {'n/a' if alpha is None else f'{alpha:.2f}'} "
+        "on held-out samples (greedy, k 8)"
+    )
+    if target_bundle is None:
+        print("costs       measure with: edgespec pair --profile DRAFT TARGET_BUNDLE")
+    return 0
+
+
+def _target_bundle(config: Any) -> Path | None:
+    """The target as a bundle, when there is one to time against (a GGUF is imported)."""
+    target = Path(config.target)
+    if (target / "manifest.json").is_file():
+        return target
+    imported = config.work_dir / "target-bundle"
+    return imported if (imported / "manifest.json").is_file() else None

@@ -1,0 +1,93 @@
+"""``edgespec distill`` end to end on a tiny target: the pipeline, --max-minutes and resume,
+the manifest's record, exact speculation with the distilled draft, and bad input. Not
+quality: a few steps on a random-weight Gemma 3 GGUF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gguf_model import write_gemma3_gguf
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.integration
+
+SMALL = [
+    *("--samples", "12", "--prompt-tokens", "16", "--new-tokens", "12", "--batch", "4"),
+    *("--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1"),
+    *("--intermediate", "64"),
+]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_gemma3_gguf(tmp_path_factory.mktemp("target") / "tiny.gguf", layers=2)
+
+
+def test_distill_stops_on_time_resumes_and_records_itself(
+    target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "draft"
+    # A deadline already passed: one step, a checkpoint, and a draft exported all the same.
+    first = ["distill", str(target), "--out", str(out), *SMALL, "--steps", "30"]
+    assert main([*first, "--max-minutes", "0.000001"]) == 0
+    log = capsys.readouterr().err
+    assert "distill: data 12/12" in log and "--max-minutes reached at step 1" in log
+    record = load_bundle(out).manifest.extra["distillation"]
+    assert record["steps"] == 1 and record["stopped_early"] is True
+
+    assert main([*first, "--force"]) == 0
+    log = capsys.readouterr().err
+    assert "distill: resumed at step 1 of 30" in log
+    assert "distill: data" not in log  # the data were kept
+    bundle = load_bundle(out)
+    record = bundle.manifest.extra["distillation"]
+    assert record["steps"] == 30 and record["stopped_early"] is False
+    assert len(record["data_sha256"]) == 64 and record["seed"] == 0
+    assert len(record["losses_every_25_steps"]) == 3  # steps 1 (the stop), 25 and 30
+    evaluation = record["evaluation"]
+    assert len(evaluation["alpha_by_position"]) == 8 and 0 <= evaluation["alpha"] <= 1
+    assert record["c"] > 0 and 0 <= record["recommended_k"] <= 8  # measured with the target
+    assert bundle.manifest.verification.performed
+
+    # The draft serves its target: greedy speculation equals target-only decoding.
+    target_bundle = tmp_path / ".draft.distill-work" / "target-bundle"
+    engine = Engine.load(target=target_bundle, draft=out, measure_energy=False)
+    prompt = "the quick brown fox jumps"
+    plain = engine.generate(prompt, drafter="none", max_new_tokens=16)
+    assert engine.generate(prompt, drafter="model", k=3, max_new_tokens=16).tokens == plain.tokens
+
+
+def _error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("edgespec: error: ")
+    return lines[-1]
+
+
+def test_bad_input_is_one_line(
+    target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf" * 10)
+    line = _error_line(capsys, "distill", str(junk), "--out", str(tmp_path / "a"), *SMALL)
+    assert "is not a readable GGUF file" in line
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    out = tmp_path / "b"
+    line = _error_line(
+        capsys, "distill", str(target), "--out", str(out), "--corpus", str(empty), *SMALL
+    )
+    assert "the corpus holds no text" in line and not out.exists()
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    line = _error_line(capsys, "distill", str(target), "--out", str(blocker / "draft"), *SMALL)
+    assert "cannot write the work directory" in line
+
+    line = _error_line(capsys, "distill", str(target), "--out", str(out), *SMALL, "--heads", "3")
+    assert "do not divide" in line
