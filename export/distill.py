@@ -469,6 +469,9 @@ def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: s
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, T, vocab]
     ids = torch.from_numpy(arrays["top_ids"][rows].astype(np.int64)).to(device)
     teacher = torch.from_numpy(arrays["top_logprobs"][rows]).to(device)
+    # Padded positions hold -inf everywhere: make them finite (they are masked out below),
+    # or their NaN weights would turn the gradient into NaN through the mask.
+    teacher = torch.where(valid[..., None], teacher, torch.zeros_like(teacher))
     weights = torch.softmax(teacher, dim=-1)  # renormalised top-k
     per_position = -(weights * logprobs.gather(-1, ids)).sum(-1)  # [B, T]
     # A position teaches when it and the next one are real tokens (its target is known).

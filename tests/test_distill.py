@@ -91,3 +91,22 @@ def test_bad_input_is_one_line(
 
     line = _error_line(capsys, "distill", str(target), "--out", str(out), *SMALL, "--heads", "3")
     assert "do not divide" in line
+
+
+def test_short_prompts_from_a_jsonl_corpus_train_with_finite_losses(
+    target: Path, tmp_path: Path
+) -> None:
+    """Prompts shorter than --prompt-tokens leave padded positions, which must not reach the
+    loss or its gradient (they once made it NaN)."""
+    import json
+    import math
+
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"prompt": "the quick brown fox"}, {"text": "the lazy dog thinks"}, {"other": 1}]
+    corpus.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    out = tmp_path / "draft"
+    command = ["distill", str(target), "--out", str(out), "--corpus", str(corpus), *SMALL]
+    assert main([*command, "--prompt-tokens", "32", "--steps", "26"]) == 0
+    record = load_bundle(out).manifest.extra["distillation"]
+    assert record["corpus"] == [str(corpus)]
+    assert all(math.isfinite(loss) for loss in record["losses_every_25_steps"])
