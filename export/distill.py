@@ -629,10 +629,15 @@ def _save_draft(draft: Any, teacher: Teacher, directory: Path) -> None:
     if directory.exists():
         shutil.rmtree(directory)
     draft.save_pretrained(directory)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in ("tokenizer.json", "special_tokens_map.json"):
         source = teacher.tokenizer_dir / name
         if source.is_file():
             shutil.copyfile(source, directory / name)
+    # The target's special tokens and nothing else: a Llama config would otherwise make
+    # transformers load a Llama tokenizer class, which adds its default "<unk>".
+    config = _tokenizer_config(teacher)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
 def _data_hash(arrays: dict[str, np.ndarray]) -> str:

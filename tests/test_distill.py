@@ -5,6 +5,7 @@ quality: a few steps on a random-weight Gemma 3 GGUF."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gguf_model import write_gemma3_gguf
@@ -110,3 +111,17 @@ def test_short_prompts_from_a_jsonl_corpus_train_with_finite_losses(
     record = load_bundle(out).manifest.extra["distillation"]
     assert record["corpus"] == [str(corpus)]
     assert all(math.isfinite(loss) for loss in record["losses_every_25_steps"])
+
+
+def test_a_draft_for_a_byte_level_bpe_target_pairs_with_it(tiny_model: Any, tmp_path: Path) -> None:
+    """The draft keeps the target's special tokens exactly (a Llama tokenizer class would add
+    its default "<unk>", and the pair check would refuse the draft)."""
+    from gguf_model import write_llama_gguf
+
+    from edgespec.engine.pairing import check_pair
+
+    target = write_llama_gguf(tiny_model("llama"), tmp_path / "bpe.gguf", weight_type="Q8_0")
+    out = tmp_path / "draft"
+    assert main(["distill", str(target), "--out", str(out), *SMALL, "--steps", "2"]) == 0
+    report = check_pair(out, tmp_path / ".draft.distill-work" / "target-bundle")
+    assert report.compatible, report.reason
