@@ -48,7 +48,60 @@ CHECKPOINT_EVERY = 25
 HELD_OUT_SHARE = 0.1
 #: Draft positions scored in the evaluation (edgespec's largest k).
 EVAL_K = 8
-PROMPT_SETS = ("chat", "chat-edit", "code")
+#: Continuations of a prompt seen again (more samples than prompt windows) are sampled at
+#: this temperature, so repeats add new text.
+SAMPLE_TEMPERATURE = 0.8
+#: The built-in prompt mix: requests made from these templates and subjects. It shares no
+#: prompt with the benchmark sets (``edgespec bench --prompts chat|chat-edit|code``), so a
+#: draft trained on it can be measured on them.
+BUILTIN_TEMPLATES = (
+    "Explain {} in simple terms.",
+    "Write a short poem about {}.",
+    "Give me three facts about {}.",
+    "What are the pros and cons of {}?",
+    "Summarize the history of {} in a few sentences.",
+    "How would you teach {} to a ten-year-old?",
+)
+BUILTIN_SUBJECTS = (
+    "photosynthesis",
+    "the moon",
+    "volcanoes",
+    "the internet",
+    "bicycles",
+    "coffee",
+    "the ocean",
+    "electric cars",
+    "chess",
+    "honey bees",
+    "rainbows",
+    "the Roman Empire",
+    "recycling",
+    "jazz music",
+    "vaccines",
+    "black holes",
+    "gardening",
+    "sleep",
+    "remote work",
+    "the printing press",
+    "solar panels",
+    "dinosaurs",
+    "mountains",
+    "tea",
+)
+BUILTIN_CODE_TASKS = (
+    "returns the largest of three numbers",
+    "counts the vowels in a string",
+    "checks whether a word is a palindrome",
+    "merges two sorted lists",
+    "computes the factorial of n",
+    "removes duplicates from a list while keeping order",
+    "converts Celsius to Fahrenheit",
+    "returns the n-th Fibonacci number",
+    "flattens a nested list",
+    "counts word frequencies in a text",
+    "checks whether a number is prime",
+    "reverses the words of a sentence",
+)
 
 Log = Callable[[str], None]
 
@@ -124,6 +177,21 @@ class Teacher:
     def logits(self, tokens: list[int]) -> np.ndarray:
         """[len(tokens), vocab] float32."""
         raise NotImplementedError
+
+    def continue_sampled(
+        self, prompt: list[int], count: int, temperature: float, seed: int
+    ) -> list[int]:
+        """``count`` tokens sampled at ``temperature`` (one full pass per token: simple, and
+        the data stage is a small part of a distillation)."""
+        rng = np.random.default_rng(seed)
+        tokens = list(prompt)
+        for _ in range(count):
+            scaled = self.logits(tokens)[-1].astype(np.float64) / temperature
+            probabilities = np.exp(scaled - scaled.max())
+            tokens.append(
+                int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
+            )
+        return tokens[len(prompt) :]
 
 
 class TorchTeacher(Teacher):
@@ -234,25 +302,15 @@ def prompt_texts(config: DistillConfig, teacher: Teacher) -> list[str]:
     for path in config.corpus:
         texts.extend(_corpus_texts(path))
     if not config.corpus and not texts:
-        for name in PROMPT_SETS:
-            for item in json.loads((_prompt_sets_dir() / f"{name}.json").read_text()):
-                prompt = item["prompt"]
-                texts.append(_chat(teacher, prompt) if item.get("chat") else prompt)
+        requests = [t.format(s) for t in BUILTIN_TEMPLATES for s in BUILTIN_SUBJECTS]
+        requests += [f"Write a Python function that {task}." for task in BUILTIN_CODE_TASKS]
+        texts = [_chat(teacher, request) for request in requests]
     if not texts:
         raise ConfigError(
             "the corpus holds no text",
             fix="pass files with text (or JSONL with 'prompt' or 'text')",
         )
     return texts
-
-
-def _prompt_sets_dir() -> Path:
-    """The package's prompt sets: ``edgespec/data/prompts`` installed, or in a checkout."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "data" / "prompts", here / "edgespec" / "data" / "prompts"):
-        if candidate.is_dir():
-            return candidate
-    raise ModelSourceError("the built-in prompt sets are missing", fix="pass --corpus FILE")
 
 
 def _chat(teacher: Teacher, prompt: str) -> str:
@@ -309,13 +367,21 @@ def build_data(config: DistillConfig, teacher: Teacher, log: Log) -> dict[str, n
         "top_ids": np.zeros((config.samples, length, TOP_K), np.int32),
         "top_logprobs": np.full((config.samples, length, TOP_K), -np.inf, np.float32),
         "done": np.zeros(config.samples, np.bool_),
+        # Sample i continues prompt window i mod n; its repeat i // n > 0 is sampled.
+        "window": np.arange(config.samples, dtype=np.int32) % len(windows),
+        "repeat": np.arange(config.samples, dtype=np.int32) // len(windows),
     }
     started, first = time.monotonic(), int(arrays["done"].sum())
     for index in range(config.samples):
         if arrays["done"][index]:
             continue
-        prompt = windows[index % len(windows)]
-        sequence = prompt + teacher.continue_greedy(prompt, config.new_tokens)
+        prompt = windows[int(arrays["window"][index])]
+        if arrays["repeat"][index] == 0:
+            added = teacher.continue_greedy(prompt, config.new_tokens)
+        else:
+            seed = config.seed * 1_000_003 + index
+            added = teacher.continue_sampled(prompt, config.new_tokens, SAMPLE_TEMPERATURE, seed)
+        sequence = prompt + added
         logits = teacher.logits(sequence)  # [len(sequence), vocab]
         top = np.argpartition(-logits, TOP_K - 1, axis=-1)[:, :TOP_K]
         chosen = np.take_along_axis(logits, top, axis=-1)
@@ -344,9 +410,11 @@ def _prompt_windows(texts: list[str], tokenizer: Any, config: DistillConfig) -> 
             window = ids[start : start + config.prompt_tokens]
             if len(window) >= 4:
                 windows.append(window)
-    if not windows:
+    if len(windows) < 2:
         raise ConfigError(
-            "the corpus holds no prompt of 4 tokens or more", fix="pass files with more text"
+            f"the corpus gives {len(windows)} prompt(s) of 4 tokens or more; distillation needs "
+            "2 or more (a tenth is held out)",
+            fix="pass files with more text",
         )
     order = np.random.default_rng(config.seed).permutation(len(windows))
     return [windows[i] for i in order]
@@ -415,7 +483,7 @@ def train(
     a constant) over every position with a next token; resumes from the checkpoint."""
     import torch
 
-    train_rows = _split(config)[0]
+    train_rows = _split(config, arrays)[0]
     checkpoint = config.work_dir / f"checkpoint-{config.data_key()}.pt"
     optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.01)
     state = TrainingState()
@@ -498,11 +566,16 @@ def _save_checkpoint(path: Path, draft: Any, optimizer: Any, state: TrainingStat
     os.replace(scratch, path)
 
 
-def _split(config: DistillConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Training and held-out sample rows (the held-out ones are never trained on)."""
-    rows = np.random.default_rng(config.seed).permutation(config.samples)
-    held = max(1, round(config.samples * HELD_OUT_SHARE))
-    return np.sort(rows[held:]), np.sort(rows[:held])
+def _split(config: DistillConfig, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Training rows, and held-out rows: the greedy samples of a tenth of the prompt windows,
+    whose samples (greedy or sampled) are never trained on."""
+    windows = int(arrays["window"].max()) + 1
+    order = np.random.default_rng(config.seed).permutation(windows)
+    held = order[: max(1, round(windows * HELD_OUT_SHARE))].tolist()
+    in_held = np.isin(arrays["window"], held)
+    train_rows = np.flatnonzero(~in_held)
+    held_rows = np.flatnonzero(in_held & (arrays["repeat"] == 0))
+    return train_rows, held_rows
 
 
 # -- evaluation ----------------------------------------------------------------------------
@@ -517,7 +590,7 @@ def acceptance_by_position(
     pass gives them. Returns alpha (accepted / tested) and alpha at each draft position."""
     import torch
 
-    held = _split(config)[1]
+    held = _split(config, arrays)[1]
     offered, accepted = [0] * EVAL_K, [0] * EVAL_K
     for row in held:
         sequence = [int(t) for t in arrays["tokens"][row] if t >= 0]
@@ -580,7 +653,9 @@ def distill(config: DistillConfig, *, log: Log) -> Bundle:
         "samples": config.samples,
         "prompt_tokens": config.prompt_tokens,
         "new_tokens": config.new_tokens,
-        "corpus": [str(p) for p in config.corpus] or list(PROMPT_SETS),
+        "corpus": [str(p) for p in config.corpus] or "built-in mix (templates x subjects)",
+        "prompt_windows": int(arrays["window"].max()) + 1,
+        "sampled_samples": int((arrays["repeat"] > 0).sum()),
         "steps": state.step,
         "steps_asked": config.steps,
         "stopped_early": state.stopped_early,

@@ -110,6 +110,8 @@ def test_short_prompts_from_a_jsonl_corpus_train_with_finite_losses(
     assert main([*command, "--prompt-tokens", "32", "--steps", "26"]) == 0
     record = load_bundle(out).manifest.extra["distillation"]
     assert record["corpus"] == [str(corpus)]
+    # Two prompts for 12 samples: each continued greedily once, then 10 sampled repeats.
+    assert record["prompt_windows"] == 2 and record["sampled_samples"] == 10
     assert all(math.isfinite(loss) for loss in record["losses_every_25_steps"])
 
 
@@ -125,3 +127,18 @@ def test_a_draft_for_a_byte_level_bpe_target_pairs_with_it(tiny_model: Any, tmp_
     assert main(["distill", str(target), "--out", str(out), *SMALL, "--steps", "2"]) == 0
     report = check_pair(out, tmp_path / ".draft.distill-work" / "target-bundle")
     assert report.compatible, report.reason
+
+
+def test_held_out_prompts_are_never_trained_on() -> None:
+    import numpy as np
+
+    from edgespec.export.distill import DistillConfig, _split
+
+    config = DistillConfig(target="t", out=Path("d"), samples=60)
+    arrays = {"window": np.arange(60) % 20, "repeat": np.arange(60) // 20}
+    train, held = _split(config, arrays)
+    held_windows = set(arrays["window"][held])
+    assert len(held_windows) == 2  # a tenth of 20 windows
+    assert not held_windows & set(arrays["window"][train])
+    assert (arrays["repeat"][held] == 0).all()  # scored on the target's greedy path
+    assert len(train) + 3 * len(held) == 60
