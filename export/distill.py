@@ -186,12 +186,14 @@ class Teacher:
         rng = np.random.default_rng(seed)
         tokens = list(prompt)
         for _ in range(count):
-            scaled = self.logits(tokens)[-1].astype(np.float64) / temperature
-            probabilities = np.exp(scaled - scaled.max())
-            tokens.append(
-                int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
-            )
+            tokens.append(_sample(self.logits(tokens)[-1], temperature, rng))
         return tokens[len(prompt) :]
+
+
+def _sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    scaled = logits.astype(np.float64) / temperature
+    probabilities = np.exp(scaled - scaled.max())
+    return int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
 
 
 class TorchTeacher(Teacher):
@@ -265,6 +267,19 @@ class OnnxTeacher(Teacher):
 
     def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
         return self.runner.greedy(prompt, count)
+
+    def continue_sampled(
+        self, prompt: list[int], count: int, temperature: float, seed: int
+    ) -> list[int]:
+        rng = np.random.default_rng(seed)
+        cache = self.runner.empty()
+        logits = self.runner.forward(prompt, 0, cache)
+        produced: list[int] = []
+        while True:
+            produced.append(_sample(logits[-1], temperature, rng))
+            if len(produced) == count:
+                return produced
+            logits = self.runner.forward(produced[-1:], len(prompt) + len(produced) - 1, cache)
 
     def logits(self, tokens: list[int]) -> np.ndarray:
         return self.runner.forward(tokens, 0, self.runner.empty())
