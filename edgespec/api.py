@@ -58,7 +58,9 @@ class Engine:
         self.remote_down: str | None = None
         limits = [model.max_length for model in (pair.target, pair.draft) if model is not None]
         if remote is not None:
-            _check_remote_models(pair, self.remote_options)
+            self.remote_options.check_loaded(
+                has_target=pair.target is not None, has_draft=pair.draft is not None
+            )
             info = self._remote_info(remote)
             if info is not None:
                 limits.append(info.max_length)
@@ -391,17 +393,3 @@ class Engine:
                 eos_ids=sorted(self.eos_ids),
             )
         return self._pieces
-
-
-def _check_remote_models(pair: LoadedPair, options: RemoteOptions) -> None:
-    """The local models the remote options rely on are loaded."""
-    if options.remote_when == "budget" and pair.target is None:
-        raise ConfigError(
-            "remote_when 'budget' verifies locally until the budget says remote: it needs a "
-            "local target",
-            fix="pass --target DIR (or leave it out for the default model)",
-        )
-    if options.fallback == "local" and pair.target is None:
-        raise ConfigError("fallback 'local' needs a local target", fix="pass --target DIR")
-    if options.fallback == "draft" and pair.draft is None:
-        raise ConfigError("fallback 'draft' needs a draft bundle", fix="pass --draft DIR")

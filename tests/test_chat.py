@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,44 +87,48 @@ class Terminal:
         raise AssertionError(f"{needle!r} never came; got {self.seen[-300:]!r}")
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
-def test_ctrl_c_stops_an_answer_and_keeps_the_session(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def chat_on_terminal(
+    args: list[str], *, cwd: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[int, Terminal]]:
+    """``edgespec chat ARGS`` in a child on a pseudo-terminal: (its pid, its terminal); the
+    child is killed and reaped on the way out."""
+
     pid, fd = pty.fork()
     if pid == 0:  # the child: the chat on a terminal
         # A job started in the background inherits SIGINT ignored, and Python keeps an ignored
         # SIGINT ignored: give the chat the terminal's default, as a user's shell does.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.chdir(tmp_path)
-        os.execv(
-            sys.executable,
-            [
-                sys.executable,
-                "-m",
-                "edgespec",
-                "chat",
-                "--max-new-tokens",
-                "900",
-                "--no-color",
-                "--drafter",
-                "none",
-            ],
-        )
+        os.chdir(cwd)
+        argv = [sys.executable, "-m", "edgespec", "chat", *args]
+        os.execve(sys.executable, argv, os.environ if env is None else env)
     try:
-        terminal = Terminal(fd)
-        terminal.until(b"> ")
-        os.write(fd, b"class Point:\n")
-        terminal.until(b"class Point:\r\n")  # the terminal's echo of the message
-        terminal.until(b"")  # whatever came with it
-        while len(terminal.seen) <= terminal.consumed:  # the answer has begun streaming
-            terminal.seen += os.read(fd, 1)
-        os.kill(pid, signal.SIGINT)
-        terminal.until(b"[answer stopped; Ctrl-C again or Ctrl-D leaves]")
-        terminal.until(b"> ")
-        os.write(fd, b"/exit\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        yield pid, Terminal(fd)
     finally:
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+def interrupt_the_answer_then_exit(pid: int, terminal: Terminal, streamed: int = 0) -> None:
+    """Once more than ``streamed`` bytes of the answer came: Ctrl-C keeps the session, and
+    /exit leaves with status 0."""
+    while len(terminal.seen) <= terminal.consumed + streamed:  # the answer is streaming
+        terminal.seen += os.read(terminal.fd, 1)
+    os.kill(pid, signal.SIGINT)
+    terminal.until(b"[answer stopped; Ctrl-C again or Ctrl-D leaves]")
+    terminal.until(b"> ")
+    os.write(terminal.fd, b"/exit\n")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_ctrl_c_stops_an_answer_and_keeps_the_session(tmp_path: Path) -> None:
+    args = ["--max-new-tokens", "900", "--no-color", "--drafter", "none"]
+    with chat_on_terminal(args, cwd=tmp_path) as (pid, terminal):
+        terminal.until(b"> ")
+        os.write(terminal.fd, b"class Point:\n")
+        terminal.until(b"class Point:\r\n")  # the terminal's echo of the message
+        interrupt_the_answer_then_exit(pid, terminal)

@@ -4,10 +4,8 @@ environment; a chat on a terminal; the server's chat route."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import venv
@@ -24,7 +22,7 @@ from edgespec.engine.default_model import (
 )
 from edgespec.errors import BundleError
 
-from test_chat import Terminal
+from test_chat import chat_on_terminal, interrupt_the_answer_then_exit
 from test_real_model import CACHE, _wheel
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -147,40 +145,19 @@ def test_quick_start_in_a_fresh_virtual_environment(tmp_path: Path) -> None:
 def test_chat_on_a_terminal_remembers_and_survives_ctrl_c(
     model_cache: Path, tmp_path: Path
 ) -> None:
-    import pty
-
-    env = _user_env(model_cache)
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the chat on a terminal, as a user starts it
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.chdir(tmp_path)
-        os.execve(sys.executable, [sys.executable, "-m", "edgespec", "chat"], env)
-    try:
-        terminal = Terminal(fd)
+    with chat_on_terminal([], cwd=tmp_path, env=_user_env(model_cache)) as (pid, terminal):
         terminal.until(b"> ", limit=300)  # the first run of a fresh cache converts first
-        os.write(fd, b"Hello, I am Maria.\n")
+        os.write(terminal.fd, b"Hello, I am Maria.\n")
         terminal.until(b"> ")
         # Only the first turn gives the name: the answer needs the history.
-        os.write(fd, b"What is my name?\n")
+        os.write(terminal.fd, b"What is my name?\n")
         terminal.until(b"What is my name?\r\n")
         start = terminal.consumed
         terminal.until(b"> ")
         assert b"Maria" in terminal.seen[start : terminal.consumed]
-        os.write(fd, b"Write a long story about a dragon who learns to cook.\n")
+        os.write(terminal.fd, b"Write a long story about a dragon who learns to cook.\n")
         terminal.until(b"cook.\r\n")
-        while len(terminal.seen) <= terminal.consumed + 20:  # the answer is streaming
-            terminal.seen += os.read(fd, 64)
-        os.kill(pid, signal.SIGINT)
-        terminal.until(b"[answer stopped; Ctrl-C again or Ctrl-D leaves]")
-        terminal.until(b"> ")
-        os.write(fd, b"/exit\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        interrupt_the_answer_then_exit(pid, terminal, streamed=20)
 
 
 @pytest.mark.real_model

@@ -132,7 +132,8 @@ def test_a_draft_for_a_byte_level_bpe_target_pairs_with_it(tiny_model: Any, tmp_
 def test_held_out_prompts_are_never_trained_on() -> None:
     import numpy as np
 
-    from edgespec.export.distill import DistillConfig, _split
+    from edgespec.export.distill import DistillConfig
+    from edgespec.export.distill.train import _split
 
     config = DistillConfig(target="t", out=Path("d"), samples=60)
     arrays = {"window": np.arange(60) % 20, "repeat": np.arange(60) // 20}

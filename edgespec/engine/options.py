@@ -135,3 +135,16 @@ class RemoteOptions:
     @property
     def needs_local_target(self) -> bool:
         return self.fallback == "local" or self.remote_when == "budget"
+
+    def check_loaded(self, *, has_target: bool, has_draft: bool) -> None:
+        """The local models these options rely on are loaded."""
+        if self.remote_when == "budget" and not has_target:
+            raise ConfigError(
+                "remote_when 'budget' verifies locally until the budget says remote: it needs "
+                "a local target",
+                fix="pass --target DIR (or leave it out for the default model)",
+            )
+        if self.fallback == "local" and not has_target:
+            raise ConfigError("fallback 'local' needs a local target", fix="pass --target DIR")
+        if self.fallback == "draft" and not has_draft:
+            raise ConfigError("fallback 'draft' needs a draft bundle", fix="pass --draft DIR")

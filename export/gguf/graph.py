@@ -180,9 +180,7 @@ def _attention(
 ) -> str:
     arch = source.architecture
     prefix = f"blk.{layer}"
-    normed = builder.rms_norm(
-        x, source.tensor(f"{prefix}.attn_norm.weight"), f"l{layer}.attn_norm", arch.rms_norm_eps
-    )
+    normed = _layer_norm(builder, source, x, layer, "attn_norm")
     # Q, K and V in one product [1, S, (heads + 2 kv_heads) * D]: GroupQueryAttention takes
     # them packed (its key and value inputs left empty).
     tensors = [source.tensor(f"{prefix}.attn_{part}.weight") for part in ("q", "k", "v")]
@@ -227,12 +225,7 @@ def _attention(
     )
     out = builder.linear(attended, source.tensor(f"{prefix}.attn_output.weight"), f"l{layer}.o")
     if arch.gemma:
-        out = builder.rms_norm(
-            out,
-            source.tensor(f"{prefix}.post_attention_norm.weight"),
-            f"l{layer}.post_attn_norm",
-            arch.rms_norm_eps,
-        )
+        out = _layer_norm(builder, source, out, layer, "post_attention_norm")
     return builder.node("Add", [x, out], f"l{layer}.attn_residual")
 
 
@@ -253,12 +246,7 @@ def _normed_qkv(builder: GraphBuilder, source: GGUFFile, qkv: str, layer: int) -
         per_head = builder.constant(f"l{layer}.{part}_heads", np.array([1, -1, heads, d]))
         flat = builder.constant(f"l{layer}.{part}_flat", np.array([1, -1, heads * d]))
         split = builder.node("Reshape", [f"l{layer}.{part}", per_head], f"l{layer}.{part}_h")
-        norm = builder.rms_norm(
-            split,
-            source.tensor(f"blk.{layer}.attn_{part}_norm.weight"),
-            f"l{layer}.{part}_norm",
-            arch.rms_norm_eps,
-        )
+        norm = _layer_norm(builder, source, split, layer, f"attn_{part}_norm")
         normed.append(builder.node("Reshape", [norm, flat], f"l{layer}.{part}_normed"))
     return [*normed, parts[2]]
 
@@ -266,9 +254,7 @@ def _normed_qkv(builder: GraphBuilder, source: GGUFFile, qkv: str, layer: int) -
 def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
     arch = source.architecture
     prefix = f"blk.{layer}"
-    normed = builder.rms_norm(
-        x, source.tensor(f"{prefix}.ffn_norm.weight"), f"l{layer}.ffn_norm", arch.rms_norm_eps
-    )
+    normed = _layer_norm(builder, source, x, layer, "ffn_norm")
     tensors = [source.tensor(f"{prefix}.ffn_{part}.weight") for part in ("gate", "up")]
     both = builder.linear_stacked(normed, tensors, f"l{layer}.gate_up")  # [1, S, 2 * ffn]
     width = arch.intermediate_size
@@ -288,13 +274,14 @@ def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
     hidden = builder.node("Mul", [activated, up], f"l{layer}.gated")
     down = builder.linear(hidden, source.tensor(f"{prefix}.ffn_down.weight"), f"l{layer}.down")
     if arch.gemma:
-        down = builder.rms_norm(
-            down,
-            source.tensor(f"{prefix}.post_ffw_norm.weight"),
-            f"l{layer}.post_ffw_norm",
-            arch.rms_norm_eps,
-        )
+        down = _layer_norm(builder, source, down, layer, "post_ffw_norm")
     return builder.node("Add", [x, down], f"l{layer}.mlp_residual")
+
+
+def _layer_norm(builder: GraphBuilder, source: GGUFFile, x: str, layer: int, name: str) -> str:
+    """RMSNorm with the layer's ``blk.{layer}.{name}.weight``."""
+    weight = source.tensor(f"blk.{layer}.{name}.weight")
+    return builder.rms_norm(x, weight, f"l{layer}.{name}", source.architecture.rms_norm_eps)
 
 
 def rotary_caches(*, head_dim: int, theta: float, capacity: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,158 @@
+"""The target as a teacher: greedy and sampled continuations and next-token logits, from a
+Hugging Face directory in torch or a GGUF import run by ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.config import ExportConfig
+from edgespec.errors import ModelSourceError
+from edgespec.export.distill.config import DistillConfig, Log
+from edgespec.manifest import Bundle, load_bundle
+
+
+class Teacher:
+    """The target as a teacher: greedy continuations and next-token logits."""
+
+    vocab_size: int
+    tokenizer_dir: Path  # tokenizer.json (and tokenizer_config.json) of the target
+    chat_template: str | None
+    description: str
+
+    def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
+        raise NotImplementedError
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        """[len(tokens), vocab] float32."""
+        raise NotImplementedError
+
+    def continue_sampled(
+        self, prompt: list[int], count: int, temperature: float, seed: int
+    ) -> list[int]:
+        """``count`` tokens sampled at ``temperature`` (one full pass per token: simple, and
+        the data stage is a small part of a distillation)."""
+        rng = np.random.default_rng(seed)
+        tokens = list(prompt)
+        for _ in range(count):
+            tokens.append(_sample(self.logits(tokens)[-1], temperature, rng))
+        return tokens[len(prompt) :]
+
+
+def _sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    scaled = logits.astype(np.float64) / temperature
+    probabilities = np.exp(scaled - scaled.max())
+    return int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
+
+
+class TorchTeacher(Teacher):
+    def __init__(self, directory: Path, device: str) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        self.model.to(device).eval()  # type: ignore[arg-type]
+        self.device = device
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.tokenizer_dir = directory
+        config_path = directory / "tokenizer_config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        self.chat_template = config.get("chat_template")
+        self.description = f"Hugging Face model {directory.name} (torch)"
+
+    def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
+        ids = self.torch.tensor([prompt], device=self.device)
+        with self.torch.no_grad():
+            out = self.model.generate(
+                ids,
+                attention_mask=self.torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=count,
+                pad_token_id=self.model.config.eos_token_id or 0,
+            )
+        return [int(t) for t in out[0, len(prompt) :]]
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        with self.torch.no_grad():
+            out = self.model(input_ids=self.torch.tensor([tokens], device=self.device)).logits
+        return np.asarray(out[0].float().cpu().numpy())
+
+
+class OnnxTeacher(Teacher):
+    """A GGUF bundle (in-place KV graph) run with ONNX Runtime, as its export checks run it."""
+
+    def __init__(self, bundle: Bundle) -> None:
+        from types import SimpleNamespace
+
+        from edgespec.export.gguf.check import GraphRunner
+
+        if bundle.manifest.graph.kv_sharing != "shared":
+            raise ModelSourceError(
+                f"{bundle.root} is not a GGUF import; a bundle teacher must be one",
+                fix="pass the Hugging Face directory or the GGUF file the bundle came from",
+            )
+        model = bundle.manifest.model
+        shape = SimpleNamespace(
+            architecture=SimpleNamespace(
+                num_layers=model.num_layers,
+                num_kv_heads=model.num_kv_heads,
+                head_dim=model.head_dim,
+            )
+        )
+        self.runner = GraphRunner(
+            bundle.graph_path,
+            shape,  # type: ignore[arg-type]
+            capacity=model.max_length,
+            min_width=bundle.manifest.graph.min_pass_width,
+        )
+        self.vocab_size = bundle.manifest.model.vocab_size
+        self.tokenizer_dir = bundle.root
+        self.max_length = model.max_length
+        config_path = bundle.root / "tokenizer_config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        self.chat_template = config.get("chat_template")
+        self.description = f"bundle {bundle.root.name} (ONNX Runtime)"
+
+    def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
+        return self.runner.greedy(prompt, count)
+
+    def continue_sampled(
+        self, prompt: list[int], count: int, temperature: float, seed: int
+    ) -> list[int]:
+        rng = np.random.default_rng(seed)
+        cache = self.runner.empty()
+        logits = self.runner.forward(prompt, 0, cache)
+        produced: list[int] = []
+        while True:
+            produced.append(_sample(logits[-1], temperature, rng))
+            if len(produced) == count:
+                return produced
+            logits = self.runner.forward(produced[-1:], len(prompt) + len(produced) - 1, cache)
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        return self.runner.forward(tokens, 0, self.runner.empty())
+
+
+def load_teacher(config: DistillConfig, log: Log) -> Teacher:
+    """A Hugging Face directory, a GGUF import bundle, or a GGUF file (imported into the work
+    directory once)."""
+    from edgespec.export.gguf.pipeline import export_gguf, is_gguf_source
+
+    target = Path(config.target)
+    if is_gguf_source(config.target) and not (target / "manifest.json").is_file():
+        imported = config.work_dir / "target-bundle"
+        if not (imported / "manifest.json").is_file():
+            log(f"distill: importing {target.name} (once) ...")
+            export_gguf(ExportConfig(model=config.target, out=imported, force=True))
+        return OnnxTeacher(load_bundle(imported))
+    if (target / "manifest.json").is_file():
+        return OnnxTeacher(load_bundle(target))
+    if (target / "config.json").is_file():
+        return TorchTeacher(target, config.device)
+    raise ModelSourceError(
+        f"{config.target} is not a Hugging Face model directory, a GGUF file or a bundle",
+        fix="pass the target's directory (with config.json), its .gguf file, or its bundle",
+    )

@@ -1,0 +1,192 @@
+"""Training the draft on the teacher's distributions (resumable), and its acceptance by draft
+position on held-out prompts."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.distill.config import (
+    CHECKPOINT_EVERY,
+    EVAL_K,
+    HELD_OUT_SHARE,
+    DistillConfig,
+    Log,
+)
+from edgespec.export.distill.data import eta
+from edgespec.export.distill.teacher import Teacher
+
+
+@dataclass
+class TrainingState:
+    step: int = 0
+    elapsed_s: float = 0.0
+    losses: list[float] = field(default_factory=list)  # mean loss per CHECKPOINT_EVERY steps
+    stopped_early: bool = False
+
+
+def new_draft(config: DistillConfig, teacher: Teacher, tokenizer_config: dict[str, Any]) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(config.seed)
+    draft_config = LlamaConfig(
+        vocab_size=teacher.vocab_size,
+        hidden_size=config.hidden,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
+        num_key_value_heads=config.kv_heads,
+        intermediate_size=config.intermediate,
+        max_position_embeddings=max(2048, config.prompt_tokens + config.new_tokens),
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer_config.get("bos_token_id"),
+        eos_token_id=tokenizer_config.get("eos_token_id"),
+    )
+    return LlamaForCausalLM(draft_config).to(config.device)  # type: ignore[arg-type]
+
+
+def train(
+    config: DistillConfig, draft: Any, arrays: dict[str, np.ndarray], log: Log
+) -> TrainingState:
+    """Minimises the cross-entropy to the teacher's renormalised top-k distribution (KL up to
+    a constant) over every position with a next token; resumes from the checkpoint."""
+    import torch
+
+    train_rows = _split(config, arrays)[0]
+    checkpoint = config.work_dir / f"checkpoint-{config.data_key()}.pt"
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.01)
+    state = TrainingState()
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, map_location=config.device, weights_only=False)
+        draft.load_state_dict(saved["draft"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = TrainingState(**saved["state"])
+        log(f"distill: resumed at step {state.step} of {config.steps}")
+    started = time.monotonic() - state.elapsed_s
+    deadline = None if config.max_minutes is None else time.monotonic() + config.max_minutes * 60
+    window: list[float] = []
+    draft.train()
+    while state.step < config.steps:
+        rows = np.random.default_rng(config.seed * 1_000_003 + state.step).choice(
+            train_rows, size=min(config.batch, len(train_rows)), replace=False
+        )
+        loss = _loss(draft, arrays, rows, config.device)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(state.step, config)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        optimizer.step()
+        state.step += 1
+        window.append(float(loss.item()))
+        out_of_time = deadline is not None and time.monotonic() > deadline
+        if state.step % CHECKPOINT_EVERY == 0 or state.step == config.steps or out_of_time:
+            state.losses.append(sum(window) / len(window))
+            window = []
+            state.elapsed_s = time.monotonic() - started
+            state.stopped_early = out_of_time and state.step < config.steps
+            _save_checkpoint(checkpoint, draft, optimizer, state)
+            log(
+                f"distill: step {state.step}/{config.steps} loss {state.losses[-1]:.3f} "
+                f"{eta(started, state.step, config.steps - state.step)}"
+            )
+        if out_of_time:
+            log(f"distill: --max-minutes reached at step {state.step}; rerun to resume")
+            break
+    draft.eval()
+    return state
+
+
+def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: str) -> Any:
+    import torch
+
+    tokens = torch.from_numpy(arrays["tokens"][rows].astype(np.int64)).to(device)
+    valid = tokens >= 0
+    logits = draft(input_ids=tokens.clamp(min=0), attention_mask=valid.long()).logits
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, T, vocab]
+    ids = torch.from_numpy(arrays["top_ids"][rows].astype(np.int64)).to(device)
+    teacher = torch.from_numpy(arrays["top_logprobs"][rows]).to(device)
+    # Padded positions hold -inf everywhere: make them finite (they are masked out below),
+    # or their NaN weights would turn the gradient into NaN through the mask.
+    teacher = torch.where(valid[..., None], teacher, torch.zeros_like(teacher))
+    weights = torch.softmax(teacher, dim=-1)  # renormalised top-k
+    per_position = -(weights * logprobs.gather(-1, ids)).sum(-1)  # [B, T]
+    # A position teaches when it and the next one are real tokens (its target is known).
+    mask = valid.clone()
+    mask[:, :-1] &= valid[:, 1:]
+    mask[:, -1] = False
+    return (per_position * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _lr(step: int, config: DistillConfig) -> float:
+    warmup = max(1, min(20, config.steps // 10))
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _save_checkpoint(path: Path, draft: Any, optimizer: Any, state: TrainingState) -> None:
+    import torch
+
+    scratch = path.with_name(path.name + ".partial")
+    payload = {"draft": draft.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save({**payload, "state": asdict(state)}, scratch)
+    os.replace(scratch, path)
+
+
+def _split(config: DistillConfig, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Training rows, and held-out rows: the greedy samples of a tenth of the prompt windows,
+    whose samples (greedy or sampled) are never trained on."""
+    windows = int(arrays["window"].max()) + 1
+    order = np.random.default_rng(config.seed).permutation(windows)
+    held = order[: max(1, round(windows * HELD_OUT_SHARE))].tolist()
+    in_held = np.isin(arrays["window"], held)
+    train_rows = np.flatnonzero(~in_held)
+    held_rows = np.flatnonzero(in_held & (arrays["repeat"] == 0))
+    return train_rows, held_rows
+
+
+# -- evaluation ----------------------------------------------------------------------------
+
+
+def acceptance_by_position(
+    config: DistillConfig, draft: Any, arrays: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """Greedy speculation at k = ``EVAL_K`` simulated along the target's greedy continuation
+    of each held-out sample: a draft token is accepted while it equals the target's. Draft
+    proposals on an accepted prefix see exactly the target's tokens, so one teacher-forced
+    pass gives them. Returns alpha (accepted / tested) and alpha at each draft position."""
+    import torch
+
+    held = _split(config, arrays)[1]
+    offered, accepted = [0] * EVAL_K, [0] * EVAL_K
+    for row in held:
+        sequence = [int(t) for t in arrays["tokens"][row] if t >= 0]
+        with torch.no_grad():
+            logits = draft(input_ids=torch.tensor([sequence], device=config.device)).logits[0]
+        guesses = logits.argmax(-1).tolist()  # guesses[i] predicts sequence[i + 1]
+        position = config.prompt_tokens - 1
+        end = len(sequence) - 1
+        while position < end:
+            kept = 0
+            while kept < EVAL_K and position + kept < end:
+                offered[kept] += 1
+                if guesses[position + kept] != sequence[position + kept + 1]:
+                    break
+                accepted[kept] += 1
+                kept += 1
+            position += kept + 1
+    tested = sum(offered)
+    return {
+        "alpha": sum(accepted) / tested if tested else None,
+        "alpha_by_position": [a / o if o else None for a, o in zip(accepted, offered, strict=True)],
+        "held_out_samples": len(held),
+        "measured_as": "greedy speculation at k 8 along the target's own continuations",
+    }
