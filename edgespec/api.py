@@ -22,7 +22,12 @@ from edgespec.engine.generation import (
     Result,
 )
 from edgespec.engine.loading import LoadedPair, LoadRequest, load_pair
-from edgespec.engine.options import DEFAULT_K, GenerationOptions, RemoteOptions
+from edgespec.engine.options import (
+    GenerationOptions,
+    RemoteOptions,
+    default_k,
+    recommended_drafting,
+)
 from edgespec.engine.remote import RemoteTarget, remote_profile
 from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
 from edgespec.protocol import ServerInfo
@@ -229,27 +234,25 @@ class Engine:
 
     @property
     def default_drafter(self) -> str:
-        """The drafter a generation uses when none is given: model with a draft, else ngram."""
-        return GenerationOptions().drafter_for(has_draft=self.draft is not None)
+        """The drafter a generation uses when none is given: the draft's recommended one, else
+        model with a draft, else ngram."""
+        return GenerationOptions().drafter_for(
+            has_draft=self.draft is not None, preferred=self._recommended.get("drafter")
+        )
+
+    @property
+    def _recommended(self) -> dict[str, Any]:
+        return {} if self.draft is None else recommended_drafting(self.draft.bundle.manifest.extra)
 
     @property
     def default_k(self) -> int | str:
-        """The draft length used when none is given: the pair's measured best; else "auto"
-        without a draft model (prompt lookup costs nothing to draft, so the target's measured
-        verify costs and the running acceptance decide), else 4."""
-        selection = self.build_record.get("selection", {})
-        if "recommended_k" in selection:
-            return int(selection["recommended_k"])
-        return "auto" if self.draft is None else DEFAULT_K
+        """The draft length used when none is given (see ``engine.options.default_k``)."""
+        return default_k(self.build_record, self._recommended, has_draft=self.draft is not None)[0]
 
     @property
     def default_k_source(self) -> str:
         """Where :attr:`default_k` comes from, in words."""
-        if "recommended_k" in self.build_record.get("selection", {}):
-            return "the pair's build record (measured when the pair was built)"
-        if self.draft is None:
-            return "edgespec's default for prompt lookup: auto"
-        return f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
+        return default_k(self.build_record, self._recommended, has_draft=self.draft is not None)[1]
 
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
@@ -324,7 +327,9 @@ class Engine:
         return ids
 
     def _plan(self, prompt: str | Sequence[int], options: GenerationOptions) -> Plan:
-        drafter_name = options.drafter_for(has_draft=self.draft is not None)
+        drafter_name = options.drafter_for(
+            has_draft=self.draft is not None, preferred=self._recommended.get("drafter")
+        )
         sampling = options.sampling(drafter_name)
         prompt_ids = self._prompt_ids(prompt, options)
         if self.remote is not None and isinstance(options.k, int):

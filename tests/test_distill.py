@@ -143,3 +143,31 @@ def test_held_out_prompts_are_never_trained_on() -> None:
     assert not held_windows & set(arrays["window"][train])
     assert (arrays["repeat"][held] == 0).all()  # scored on the target's greedy path
     assert len(train) + 3 * len(held) == 60
+
+
+def test_a_gguf_target_in_torch_computes_the_files_logits(tiny_model: Any, tmp_path: Path) -> None:
+    """The GPU teacher: the GGUF's weights dequantized into transformers (Q/K rows back in
+    its rotary order) give the logits of the file's own float64 reference, and its batched,
+    left-padded greedy continuations equal one-at-a-time ones."""
+    import numpy as np
+    from gguf_model import write_llama_gguf
+
+    from edgespec.export.distill.torch_teacher import GgufTorchTeacher
+    from edgespec.export.gguf.check import reference_logits
+    from edgespec.export.gguf.reader import open_gguf
+
+    source = open_gguf(
+        write_llama_gguf(tiny_model("llama"), tmp_path / "t.gguf", weight_type="Q8_0")
+    )
+    teacher = GgufTorchTeacher(source, tmp_path / "tokenizer", "cpu")
+    tokens = [5, 17, 42, 8, 99, 3, 61]
+    got = teacher.logits(tokens)
+    assert np.abs(got - reference_logits(source, tokens)).max() < 1e-3
+    prompts = [tokens, tokens[:3], tokens[2:6]]
+    batched = teacher.continue_many(prompts, 6, 0.0, 0)
+    assert batched == [teacher.continue_greedy(p, 6) for p in prompts]
+    ids, logprobs = teacher.top_logprobs_many(
+        [p + b for p, b in zip(prompts, batched, strict=True)]
+    )
+    assert ids.shape[:2] == (3, 13) and np.isfinite(logprobs[0]).all()
+    assert int(ids[1, 2, logprobs[1, 2].argmax()]) == batched[1][0]

@@ -122,3 +122,24 @@ def test_fast_path_equals_reference_path(smollm2: Path, engine: Engine) -> None:
     for tokens in (prompt, prompt[-5:-4], prompt[-4:]):
         got = [np.array(m.forward(tokens, c)) for m, c in zip((fast, plain), caches, strict=True)]
         assert np.array_equal(got[0], got[1])
+
+
+def test_the_shipped_draft_speculates_exactly(smollm2: Path) -> None:
+    """The draft the package ships for the default model: converted from its GGUF, paired
+    with the target, its record's recommendation (combined drafter, k 6) is the engine's
+    default, and greedy speculation equals target-only decoding with it."""
+    from edgespec.engine.default_model import default_draft_bundle
+
+    draft = default_draft_bundle(cache=CACHE / "edgespec-cache")
+    assert draft is not None
+    record = draft.manifest.extra["distillation"]
+    assert record["recommended"] == {"drafter": "combined", "k": 6}
+    assert sum(f.size for f in draft.manifest.files) <= 25e6
+    engine = Engine.load(target=smollm2, draft=draft.root, measure_energy=False)
+    assert (engine.default_drafter, engine.default_k) == ("combined", 6)
+    for text in (EDIT_REQUEST, "Explain what a rainbow is."):
+        prompt = engine.encode(text, chat=True)
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=48).tokens
+        for drafter in ("combined", "model"):
+            result = engine.generate(prompt, drafter=drafter, max_new_tokens=48)
+            assert result.tokens == expected and result.stats.drafted > 0

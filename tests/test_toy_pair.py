@@ -90,8 +90,8 @@ def test_toy_speculation_equals_target_greedy() -> None:
     assert engine.default_k == engine.build_record["selection"]["recommended_k"]
     for prompt in load_prompts("code")[:4] + load_prompts("edit")[:2]:
         plain = engine.generate(prompt, drafter="none", max_new_tokens=48)
-        for drafter in ("model", "ngram"):
-            speculative = engine.generate(prompt, drafter=drafter, max_new_tokens=48)
+        for drafter, k in (("model", None), ("ngram", None), ("combined", 6)):
+            speculative = engine.generate(prompt, drafter=drafter, k=k, max_new_tokens=48)
             assert speculative.tokens == plain.tokens
 
 

@@ -53,7 +53,33 @@ def add_distill_command(commands: Any) -> None:
         default=None,
         help="stop training after this long, keep the checkpoint and export what is trained",
     )
-    distill.add_argument("--device", default="cpu", help="torch device: cpu or cuda")
+    distill.add_argument(
+        "--system-prompt",
+        default=None,
+        metavar="TEXT",
+        help="system message of the built-in chat prompts (default: the chat template's own)",
+    )
+    distill.add_argument(
+        "--self-prompts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N user requests the target writes itself to the built-in prompts (default 0)",
+    )
+    distill.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        metavar="DRAFT",
+        help="start from this draft (a draft GGUF or Hugging Face directory) instead of random "
+        "weights: train it further on new data (another --seed)",
+    )
+    distill.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device: cpu or cuda (on cuda a llama/qwen2 GGUF target teaches from torch, "
+        "in batches)",
+    )
     distill.add_argument("--force", action="store_true", help="replace --out if it exists")
     distill.set_defaults(handler=run_distill)
 
@@ -80,8 +106,15 @@ def run_distill(args: argparse.Namespace) -> int:
         device=args.device,
         max_minutes=args.max_minutes,
         force=args.force,
+        system_prompt=args.system_prompt,
+        self_prompts=args.self_prompts,
+        init=args.init,
     )
-    check_extra("export", EXPORT_EXTRA_MODULES)
+    from edgespec.export.gguf.pipeline import is_gguf_source
+
+    # A GGUF target needs torch and transformers for the draft, not the ONNX exporter's extra.
+    gguf_target = is_gguf_source(args.target) and not (Path(args.target) / "manifest.json").exists()
+    check_extra("export", ("torch", "transformers") if gguf_target else EXPORT_EXTRA_MODULES)
     from edgespec.export.distill import distill, record_costs
 
     def log(line: str) -> None:

@@ -13,6 +13,7 @@ from edgespec.engine.remote import MeteredVerifier, RemoteRun, RemoteTarget
 from edgespec.errors import ConfigError
 from edgespec.events import KPolicy
 from edgespec.runtime.drafters.base import Drafter
+from edgespec.runtime.drafters.combined import CombinedDrafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
@@ -47,9 +48,16 @@ def _model_drafter(source: DraftSource) -> Drafter:
     )
 
 
+def _combined_drafter(source: DraftSource) -> Drafter:
+    model = _model_drafter(source)
+    assert isinstance(model, ModelDrafter)
+    return CombinedDrafter(model)
+
+
 #: Drafter name → factory. Names are ``options.DRAFTER_NAMES``.
 DRAFTERS: dict[str, Callable[[DraftSource], Drafter]] = {
     "model": _model_drafter,
+    "combined": _combined_drafter,
     "ngram": lambda source: PromptLookupDrafter(),
     "none": lambda source: NoDrafter(),
 }

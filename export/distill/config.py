@@ -100,8 +100,18 @@ class DistillConfig:
     force: bool = False
     work: Path | None = None
     extra_prompts: tuple[str, ...] = field(default_factory=tuple)
+    #: The system message chat prompts are rendered with (None: the template's own default).
+    system_prompt: str | None = None
+    #: User requests the target writes itself (sampled from its chat template's user turn)
+    #: and then answers, beside the built-in mix: varied prompts without a corpus.
+    self_prompts: int = 0
+    #: A draft to start from (a Hugging Face directory or a draft GGUF): another round of
+    #: training on new data (another --seed) continues where an earlier run stopped.
+    init: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.self_prompts < 0:
+            raise ConfigError(f"--self-prompts is {self.self_prompts}", fix="use 0 or more")
         for name in ("samples", "prompt_tokens", "new_tokens", "steps", "batch", "layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(
@@ -124,7 +134,10 @@ class DistillConfig:
 
     def data_key(self) -> str:
         """What the data depend on: a resumed run must not mix data of other settings."""
-        keys = ("target", "samples", "prompt_tokens", "new_tokens", "seed", "extra_prompts")
+        keys = (
+            *("target", "samples", "prompt_tokens", "new_tokens", "seed", "extra_prompts"),
+            *("system_prompt", "self_prompts"),
+        )
         payload: dict[str, Any] = {k: str(getattr(self, k)) for k in keys}
         payload["corpus"] = [str(p) for p in self.corpus]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -10,7 +10,7 @@ import numpy as np
 
 from edgespec.config import ExportConfig
 from edgespec.errors import ModelSourceError
-from edgespec.export.distill.config import DistillConfig, Log
+from edgespec.export.distill.config import TOP_K, DistillConfig, Log
 from edgespec.manifest import Bundle, load_bundle
 
 
@@ -21,6 +21,8 @@ class Teacher:
     tokenizer_dir: Path  # tokenizer.json (and tokenizer_config.json) of the target
     chat_template: str | None
     description: str
+    #: Sequences the data stage hands over at once (``continue_many``, ``top_logprobs_many``).
+    batch_size: int = 1
 
     def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
         raise NotImplementedError
@@ -39,6 +41,37 @@ class Teacher:
         for _ in range(count):
             tokens.append(_sample(self.logits(tokens)[-1], temperature, rng))
         return tokens[len(prompt) :]
+
+    def continue_many(
+        self, prompts: list[list[int]], count: int, temperature: float, seed: int
+    ) -> list[list[int]]:
+        """``count`` tokens for each prompt, greedy at temperature 0 (one at a time here;
+        batched where the teacher can)."""
+        if temperature <= 0:
+            return [self.continue_greedy(p, count) for p in prompts]
+        return [
+            self.continue_sampled(p, count, temperature, seed * 1_000_003 + i)
+            for i, p in enumerate(prompts)
+        ]
+
+    def top_logprobs_many(self, sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``TOP_K`` ids and log-probabilities at every position of right-padded
+        sequences: ([n, width, TOP_K] int32, [n, width, TOP_K] float32, -inf where padded)."""
+        width = max(len(s) for s in sequences)
+        ids = np.zeros((len(sequences), width, TOP_K), np.int32)
+        values = np.full((len(sequences), width, TOP_K), -np.inf, np.float32)
+        for row, sequence in enumerate(sequences):
+            logits = self.logits(sequence)  # [len(sequence), vocab]
+            top = np.argpartition(-logits, TOP_K - 1, axis=-1)[:, :TOP_K]
+            chosen = np.take_along_axis(logits, top, axis=-1)
+            ids[row, : len(sequence)] = top
+            values[row, : len(sequence)] = chosen - _logsumexp(logits)[:, None]
+        return ids, values
+
+
+def _logsumexp(logits: np.ndarray) -> np.ndarray:
+    peak = logits.max(-1)
+    return np.asarray(peak + np.log(np.exp(logits - peak[:, None]).sum(-1)))
 
 
 def _sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
@@ -142,6 +175,10 @@ def load_teacher(config: DistillConfig, log: Log) -> Teacher:
     from edgespec.export.gguf.pipeline import export_gguf, is_gguf_source
 
     target = Path(config.target)
+    if is_gguf_source(config.target) and config.device != "cpu":
+        teacher = _torch_gguf_teacher(config, log)
+        if teacher is not None:
+            return teacher
     if is_gguf_source(config.target) and not (target / "manifest.json").is_file():
         imported = config.work_dir / "target-bundle"
         if not (imported / "manifest.json").is_file():
@@ -156,3 +193,18 @@ def load_teacher(config: DistillConfig, log: Log) -> Teacher:
         f"{config.target} is not a Hugging Face model directory, a GGUF file or a bundle",
         fix="pass the target's directory (with config.json), its .gguf file, or its bundle",
     )
+
+
+def _torch_gguf_teacher(config: DistillConfig, log: Log) -> Teacher | None:
+    """On a GPU a llama/qwen2 GGUF runs as a dequantized torch model (batched); on the CPU
+    and for other architectures the imported ONNX graph (exactly the target) teaches."""
+    from edgespec.export.distill.torch_teacher import TORCH_ARCHITECTURES, GgufTorchTeacher
+    from edgespec.export.gguf.pipeline import gguf_path
+    from edgespec.export.gguf.reader import open_gguf
+
+    with gguf_path(config.target) as path:
+        source = open_gguf(path)
+        if source.architecture.arch not in TORCH_ARCHITECTURES:
+            return None
+        log(f"distill: dequantizing {path.name} into torch on {config.device} ...")
+        return GgufTorchTeacher(source, config.work_dir / "teacher-tokenizer", config.device)

@@ -36,6 +36,8 @@ def new_draft(config: DistillConfig, teacher: Teacher, tokenizer_config: dict[st
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(config.seed)
+    if config.init is not None:
+        return _initial_draft(config.init, teacher).to(config.device)
     draft_config = LlamaConfig(
         vocab_size=teacher.vocab_size,
         hidden_size=config.hidden,
@@ -49,6 +51,32 @@ def new_draft(config: DistillConfig, teacher: Teacher, tokenizer_config: dict[st
         eos_token_id=tokenizer_config.get("eos_token_id"),
     )
     return LlamaForCausalLM(draft_config).to(config.device)  # type: ignore[arg-type]
+
+
+def _initial_draft(path: Path, teacher: Teacher) -> Any:
+    from edgespec.errors import ConfigError
+
+    if path.suffix == ".gguf":
+        from edgespec.export.distill.torch_teacher import torch_model_from_gguf
+        from edgespec.export.gguf.reader import open_gguf
+
+        draft = torch_model_from_gguf(open_gguf(path))
+    elif (path / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        draft = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    else:
+        raise ConfigError(
+            f"--init {path} is neither a draft GGUF nor a Hugging Face directory",
+            fix="pass the .gguf or the draft-hf directory an earlier distillation wrote",
+        )
+    if int(draft.config.vocab_size) != teacher.vocab_size:
+        raise ConfigError(
+            f"--init {path} has a vocabulary of {draft.config.vocab_size}, the target "
+            f"{teacher.vocab_size}",
+            fix="start from a draft distilled for this target",
+        )
+    return draft.float()
 
 
 def train(
@@ -108,7 +136,9 @@ def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: s
 
     tokens = torch.from_numpy(arrays["tokens"][rows].astype(np.int64)).to(device)
     valid = tokens >= 0
-    logits = draft(input_ids=tokens.clamp(min=0), attention_mask=valid.long()).logits
+    # bfloat16 matrix products on a GPU (the loss itself stays float32).
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+        logits = draft(input_ids=tokens.clamp(min=0), attention_mask=valid.long()).logits
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, T, vocab]
     ids = torch.from_numpy(arrays["top_ids"][rows].astype(np.int64)).to(device)
     teacher = torch.from_numpy(arrays["top_logprobs"][rows]).to(device)
@@ -172,7 +202,8 @@ def acceptance_by_position(
         with torch.no_grad():
             logits = draft(input_ids=torch.tensor([sequence], device=config.device)).logits[0]
         guesses = logits.argmax(-1).tolist()  # guesses[i] predicts sequence[i + 1]
-        position = config.prompt_tokens - 1
+        prompt = int(arrays["prompt_length"][row]) if "prompt_length" in arrays else 0
+        position = (prompt or config.prompt_tokens) - 1
         end = len(sequence) - 1
         while position < end:
             kept = 0

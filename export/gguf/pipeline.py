@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import tempfile
 import time
 import zipfile
@@ -24,7 +25,7 @@ from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, staging_directory, tokenizer_sha256
 from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
-from edgespec.export.gguf.reader import GGUFFile, open_gguf
+from edgespec.export.gguf.reader import GGUFFile, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import (
     SCHEMA_VERSION,
@@ -139,7 +140,8 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra = _verify(source, staging, tokenizer, config, capacity, observe)
-        extra.update(system_prompt_extra(config.system_prompt), **config.extra)
+        extra.update(_file_records(source), **system_prompt_extra(config.system_prompt))
+        extra.update(config.extra)
         manifest = _manifest(
             source,
             staging,
@@ -153,6 +155,12 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         )
         write_manifest(staging, manifest)
     return load_bundle(config.out)
+
+
+def _file_records(source: GGUFFile) -> dict[str, Any]:
+    """Records an edgespec-made GGUF carries (a distilled draft's ``edgespec.distillation``)."""
+    record = field_value(source.fields, "edgespec.distillation")
+    return {} if record is None else {"distillation": json.loads(record)}
 
 
 def _write_graph(source: GGUFFile, staging: Path, *, capacity: int, accuracy: int) -> Any:

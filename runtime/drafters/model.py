@@ -102,6 +102,13 @@ class ModelDrafter:
         shifted = np.exp(logits - logits[token])
         return float(1.0 / shifted.sum())
 
+    def catch_up(self, accepted: Sequence[int], next_token: int) -> None:
+        """Committed tokens another drafter proposed: fed with the next proposal's first pass."""
+        if self._proposed:
+            raise ValueError("commit the draft model's own proposal first")
+        self._pending.extend(int(t) for t in accepted)
+        self._pending.append(next_token)
+
     def commit(self, n_accepted: int, next_token: int) -> None:
         proposed = self._proposed
         if not 0 <= n_accepted <= len(proposed):

@@ -87,6 +87,17 @@ class PromptLookupDrafter:
                 return Draft(tokens=self._proposal)
         return _EMPTY
 
+    @property
+    def proposal(self) -> tuple[int, ...]:
+        """The last proposal (until it is committed)."""
+        return self._proposal
+
+    def adopt(self, tokens: Sequence[int]) -> None:
+        """Makes ``tokens`` (another drafter's proposal) the proposal the next ``commit``
+        takes its accepted tokens from, so the context follows what was verified."""
+        self._require_begun()
+        self._proposal = tuple(int(t) for t in tokens)
+
     def commit(self, n_accepted: int, next_token: int) -> None:
         """Appends the first ``n_accepted`` proposed tokens and then ``next_token``."""
         self._require_begun()

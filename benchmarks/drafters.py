@@ -1,0 +1,106 @@
+"""Drafters side by side on one target: target-only, prompt lookup, the draft model and the
+combined drafter (lookup when the context matches, the model otherwise), alternating prompt
+by prompt in one process, greedy, on the ``chat`` and ``chat-edit`` sets.
+
+    python benchmarks/drafters.py [--target DIR] [--draft DIR] [--threads 2] [--tokens 128]
+
+Defaults: the default model and its shipped draft (converted on first use). Prints one JSON
+line per (set, configuration) and a table; every speculative output is checked against the
+target-only output of the same prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from edgespec.api import Engine
+from edgespec.measure.bench import load_prompt_set
+
+#: (name, drafter, k): k None is the engine's policy ("auto" for prompt lookup).
+CONFIGURATIONS = (
+    ("target-only", "none", None),
+    ("prompt lookup", "ngram", None),
+    ("draft model k 2", "model", 2),
+    ("draft model k 3", "model", 3),
+    ("combined k 6", "combined", 6),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=Path, default=None)
+    parser.add_argument("--draft", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--sets", nargs="+", default=["chat", "chat-edit"])
+    parser.add_argument(
+        "--only", nargs="+", default=None, help="configurations to run (target-only always runs)"
+    )
+    args = parser.parse_args()
+    configurations = [
+        c for c in CONFIGURATIONS if args.only is None or c[0] in (*args.only, "target-only")
+    ]
+    engine = Engine.load(
+        target=args.target, draft=args.draft, threads=args.threads, measure_energy=False
+    )
+    table = []
+    for name in args.sets:
+        prompts = load_prompt_set(name)
+        totals: dict[str, dict[str, Any]] = {
+            c[0]: {"tokens": 0, "seconds": 0.0, "tested": 0, "accepted": 0, "identical": 0}
+            for c in configurations
+        }
+        engine.generate(prompts.prompts[0], drafter="none", max_new_tokens=8, chat=prompts.chat)
+        for repeat in range(args.repeats):
+            for index, prompt in enumerate(prompts.prompts):
+                # Rotate the order prompt by prompt so no configuration always runs first.
+                shift = (index + repeat) % len(configurations)
+                order = configurations[shift:] + configurations[:shift]
+                results = {
+                    label: engine.generate(
+                        prompt,
+                        drafter=drafter,
+                        k=k,
+                        max_new_tokens=args.tokens,
+                        chat=prompts.chat,
+                    )
+                    for label, drafter, k in order
+                }
+                plain = results["target-only"].tokens
+                for label, result in results.items():
+                    total = totals[label]
+                    total["tokens"] += result.stats.new_tokens
+                    total["seconds"] += result.stats.decode_ms / 1e3
+                    total["tested"] += result.stats.tested
+                    total["accepted"] += result.stats.accepted
+                    total["identical"] += result.tokens == plain
+        base = totals["target-only"]["tokens"] / totals["target-only"]["seconds"]
+        for label, total in totals.items():
+            rate = total["tokens"] / total["seconds"]
+            line = {
+                "set": name,
+                "configuration": label,
+                "tokens_per_s": round(rate, 1),
+                "speedup": round(rate / base, 2),
+                "alpha": round(total["accepted"] / total["tested"], 2) if total["tested"] else None,
+                "identical": f"{total['identical']}/{len(prompts.prompts) * args.repeats}",
+                "threads": args.threads,
+                "max_new_tokens": args.tokens,
+            }
+            print(json.dumps(line), flush=True)
+            table.append(line)
+    print("\n| set | configuration | tok/s | speedup | α | identical |\n|---|---|---|---|---|---|")
+    for line in table:
+        alpha = "–" if line["alpha"] is None else f"{line['alpha']:.2f}"
+        print(
+            f"| {line['set']} | {line['configuration']} | {line['tokens_per_s']} | "
+            f"{line['speedup']:.2f}× | {alpha} | {line['identical']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

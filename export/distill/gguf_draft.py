@@ -1,0 +1,111 @@
+"""A distilled draft written as a GGUF beside its GGUF target: the target's tokenizer metadata,
+llama.cpp's Llama layout, 8-bit (Q8_0) weights. The importer then turns it into the same
+in-place-KV, block-quantized graph as the target (and checks it against llama.cpp), and
+llama.cpp itself can use the file as a draft model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.distill.torch_teacher import permute_rope_rows
+from edgespec.export.gguf.reader import GGUFFile
+
+#: Metadata the draft copies from its target: everything the tokenizer and chat need.
+COPIED_PREFIXES = ("tokenizer.",)
+#: Block quantization of the draft's matrices (rows must be multiples of 32).
+DRAFT_QUANT = "Q8_0"
+
+
+#: The distillation record travels in the file (JSON); the importer puts it in the bundle's
+#: manifest (``extra["distillation"]``), so a shipped draft GGUF keeps its record.
+RECORD_KEY = "edgespec.distillation"
+
+
+def write_draft_gguf(
+    draft: Any, target: GGUFFile, path: Path, *, name: str, record: dict[str, Any] | None = None
+) -> Path:
+    """Writes the transformers Llama ``draft`` to ``path`` (atomically) and returns it."""
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
+
+    config = draft.config
+    heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    scratch = path.with_name(path.name + ".partial")
+    writer = GGUFWriter(str(scratch), "llama")
+    writer.add_name(name)
+    # The draft serves this target: the same context (and so the same default KV capacity).
+    writer.add_context_length(target.architecture.context_length)
+    writer.add_embedding_length(int(config.hidden_size))
+    writer.add_block_count(int(config.num_hidden_layers))
+    writer.add_feed_forward_length(int(config.intermediate_size))
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(theta))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_file_type(LlamaFileType.MOSTLY_Q8_0)
+    if record is not None:
+        writer.add_string(RECORD_KEY, json.dumps(record))
+    for field in target.fields.values():
+        if not field.name.startswith(COPIED_PREFIXES):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    quant = GGMLQuantizationType[DRAFT_QUANT]
+    for gguf_name, value in _gguf_tensors(draft, heads, kv_heads):
+        if value.ndim == 2:
+            writer.add_tensor(gguf_name, quants.quantize(value, quant), raw_dtype=quant)
+        else:
+            writer.add_tensor(gguf_name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    scratch.replace(path)
+    return path
+
+
+def _gguf_tensors(draft: Any, heads: int, kv_heads: int) -> list[tuple[str, np.ndarray]]:
+    """(GGUF name, float32 array) in llama.cpp's layout: Q/K rows permuted for its rope."""
+    names = {
+        "input_layernorm.weight": "attn_norm.weight",
+        "self_attn.q_proj.weight": "attn_q.weight",
+        "self_attn.k_proj.weight": "attn_k.weight",
+        "self_attn.v_proj.weight": "attn_v.weight",
+        "self_attn.o_proj.weight": "attn_output.weight",
+        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "mlp.gate_proj.weight": "ffn_gate.weight",
+        "mlp.up_proj.weight": "ffn_up.weight",
+        "mlp.down_proj.weight": "ffn_down.weight",
+    }
+    tied = bool(getattr(draft.config, "tie_word_embeddings", True))
+    out: list[tuple[str, np.ndarray]] = []
+    for name, tensor in draft.state_dict().items():
+        value = tensor.detach().float().cpu().numpy()
+        if name == "model.embed_tokens.weight":
+            out.append(("token_embd.weight", value))
+        elif name == "model.norm.weight":
+            out.append(("output_norm.weight", value))
+        elif name == "lm_head.weight":
+            if not tied:
+                out.append(("output.weight", value))
+        elif name.startswith("model.layers."):
+            _, _, layer, rest = name.split(".", 3)
+            if rest == "self_attn.q_proj.weight":
+                value = permute_rope_rows(value, heads)
+            elif rest == "self_attn.k_proj.weight":
+                value = permute_rope_rows(value, kv_heads)
+            out.append((f"blk.{layer}.{names[rest]}", value))
+        elif not name.endswith("rotary_emb.inv_freq"):
+            raise ValueError(f"draft tensor {name} has no GGUF name")
+    return out

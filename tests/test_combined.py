@@ -1,0 +1,62 @@
+"""The combined drafter: prompt lookup when the context's tail matches, the draft model
+otherwise; both sides follow every committed token whichever side drafted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.config import SamplingConfig
+from edgespec.engine.options import GenerationOptions
+from edgespec.errors import ConfigError
+from edgespec.manifest import load_bundle
+from edgespec.runtime.drafters.combined import CombinedDrafter
+from edgespec.runtime.drafters.model import ModelDrafter
+from edgespec.runtime.model import OnnxModel
+
+from conftest import TOY_PAIR
+
+
+def _drafter() -> CombinedDrafter:
+    bundle = load_bundle(TOY_PAIR / "draft")
+    model = ModelDrafter(OnnxModel(bundle), vocab_size=bundle.manifest.model.vocab_size)
+    return CombinedDrafter(model)
+
+
+def test_lookup_and_model_rounds_keep_both_sides_in_step() -> None:
+    drafter = _drafter()
+    prompt = [5, 6, 7, 8, 9, 10, 11, 5, 6]  # its tail (5, 6) occurred before: lookup drafts
+    drafter.begin(prompt, sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    context = list(prompt)
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        draft = drafter.propose(4)
+        accepted = int(rng.integers(0, len(draft.tokens) + 1))
+        next_token = int(rng.integers(3, 40))
+        drafter.commit(accepted, next_token)
+        context += [*draft.tokens[:accepted], next_token]
+        assert list(drafter.lookup.context) == context
+        # The draft model's cache holds the context but the tokens it has still to feed.
+        pending = drafter.model._pending
+        assert drafter.model.cache.length + len(pending) == len(context)
+        assert context[len(context) - len(pending) :] == pending
+    assert drafter.lookups > 0 and drafter.model_rounds > 0
+
+
+def test_model_rounds_draft_less_while_the_model_is_rejected() -> None:
+    drafter = _drafter()
+    drafter.begin([3, 4, 5], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    lengths = []
+    for _ in range(6):
+        draft = drafter.propose(6)
+        lengths.append(len(draft.tokens))
+        drafter.commit(0, 7 + len(lengths) * 3)  # nothing accepted; no repeats to look up
+    assert lengths[0] == 3 and lengths[-1] == 1
+    assert drafter.model_acceptance < 0.3
+
+
+def test_combined_verifies_sampling_by_match_only() -> None:
+    options = GenerationOptions(drafter="combined", temperature=0.7)
+    assert options.sampling("combined").mode == "match"
+    with pytest.raises(ConfigError, match="combined drafter proposes by prompt lookup"):
+        GenerationOptions(drafter="combined", temperature=0.7, sampling_mode="rejection")
