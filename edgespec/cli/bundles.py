@@ -105,11 +105,12 @@ def run_pair(args: argparse.Namespace) -> int:
 
 
 def _report_draftless(args: argparse.Namespace) -> int:
-    """The default model has no draft model: it drafts by prompt lookup."""
+    """The default target has no draft model ($EDGESPEC_TARGET without $EDGESPEC_DRAFT): it
+    drafts by prompt lookup."""
     from edgespec.measure.profile import profile_pair
 
     reason = (
-        f"the default model ({args.target}) has no draft model: generation drafts by prompt "
+        f"the default target ({args.target}) has no draft model: generation drafts by prompt "
         "lookup (--drafter ngram), which needs none; pass DRAFT TARGET to check a pair"
     )
     profile = profile_pair(None, args.target) if args.profile else None

@@ -98,7 +98,6 @@ class GenerationOptions:
 
     def sampling(self, drafter: str) -> SamplingConfig:
         """The sampling record for ``drafter`` (the mode's default depends on it)."""
-        # Prompt lookup has no draft probabilities, so drafters that use it verify by match.
         mode = self.sampling_mode or ("rejection" if drafter == "model" else "match")
         sampling = SamplingConfig(
             temperature=self.temperature,
@@ -107,11 +106,10 @@ class GenerationOptions:
             seed=self.seed,
             mode=mode,
         )
-        if not sampling.greedy and mode == "rejection" and drafter in ("ngram", "combined"):
+        if not sampling.greedy and mode == "rejection" and drafter == "ngram":
             raise ConfigError(
-                f"the {drafter} drafter proposes by prompt lookup, which has no draft "
-                "probabilities, so it cannot use rejection sampling",
-                fix=f"use sampling_mode 'match' (the default for {drafter})",
+                "the ngram drafter has no draft probabilities, so it cannot use rejection sampling",
+                fix="use sampling_mode 'match' (the default for ngram)",
             )
         return sampling
 

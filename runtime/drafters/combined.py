@@ -5,6 +5,8 @@ runs for free; elsewhere the draft model proposes. A round drafts from the conte
 tail of ``min_ngram`` or more tokens occurred earlier, and from the model when not. Both keep
 up with every committed token: the lookup index takes the model's accepted tokens, the draft
 model feeds the lookup's accepted tokens through its cache at its next proposal (one pass).
+Sampling verifies by ``match``, or by rejection sampling with a lookup proposal taken as a
+point mass (exact either way).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class CombinedDrafter:
         self.model_k = model_k
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self._from_lookup = False
+        self._point_masses = False
         self.lookups = 0
         self.model_rounds = 0
         #: Running share of the model's drafted tokens that were accepted.
@@ -59,6 +62,7 @@ class CombinedDrafter:
         self.model.begin(prompt, sampling=sampling, rng=rng)
         self.lookup.begin(prompt, sampling=sampling, rng=rng)
         self._from_lookup = False
+        self._point_masses = not sampling.greedy and sampling.mode == "rejection"
         self.model_acceptance = SHORT_DRAFT_BELOW[1]
 
     def propose(self, k: int) -> Draft:
@@ -66,6 +70,13 @@ class CombinedDrafter:
         self._from_lookup = bool(draft.tokens)
         if self._from_lookup:
             self.lookups += 1
+            if self._point_masses:
+                # A lookup proposal is certain: as a draft distribution it is a point mass
+                # on each token ([len, vocab] one-hot rows), with which rejection sampling
+                # accepts a token with the target's probability of it and stays exact.
+                q = np.zeros((len(draft.tokens), self.model.vocab_size), np.float32)
+                q[np.arange(len(draft.tokens)), list(draft.tokens)] = 1.0
+                return Draft(tokens=draft.tokens, q_draft=q)
             return draft
         self.model_rounds += 1
         draft = self.model.propose(min(k, self._model_k()))
