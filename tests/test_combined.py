@@ -4,6 +4,7 @@ otherwise; both sides follow every committed token whichever side drafted."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.manifest import load_bundle
@@ -66,3 +67,25 @@ def test_lookup_rounds_are_point_masses_for_rejection_sampling() -> None:
     model_draft = drafter.propose(3)  # (7, 30) never occurred before: the model drafts
     assert drafter.model_rounds == 1 and model_draft.q_draft is not None
     assert np.allclose(model_draft.q_draft.sum(1), 1, atol=1e-4)
+
+
+@pytest.mark.parametrize("proposed", [0, 7], ids=["likely token", "unlikely token"])
+def test_a_point_mass_draft_keeps_the_target_distribution(proposed: int) -> None:
+    """Rejection sampling of a certain (lookup) token: accepted with p(token), else a draw
+    from the residual; the emitted token is distributed as p (chi-square, 20,000 draws)."""
+    from test_distribution import chi_square, chi_square_critical
+
+    from edgespec.runtime.acceptance import accept_sampled
+
+    p = np.random.default_rng(3).dirichlet(np.ones(12))
+    p[0], p[7] = 0.5, 0.01
+    p /= p.sum()
+    p_rows = np.stack([p, p])  # [k + 1, vocab] for a one-token draft
+    q = np.zeros((1, 12))
+    q[0, proposed] = 1.0
+    rng = np.random.default_rng(11)
+    counts = np.zeros(12, np.int64)
+    for _ in range(20_000):
+        counts[accept_sampled((proposed,), q, p_rows, rng).tokens[0]] += 1
+    statistic, df = chi_square(counts, p)
+    assert statistic < chi_square_critical(df), (statistic, df)

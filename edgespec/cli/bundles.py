@@ -188,13 +188,25 @@ def bundle_summary(bundle: Bundle) -> str:
 
 def _default_model_state() -> str:
     """Which bundle commands use without --target, and whether it is ready."""
-    from edgespec.engine.default_model import DEFAULT_MODEL, TARGET_ENV, bundle_dir
+    from edgespec.engine.default_model import (
+        DEFAULT_MODEL,
+        TARGET_ENV,
+        bundle_dir,
+        draft_bundle_dir,
+    )
 
     if os.environ.get(TARGET_ENV):
         return f"{os.environ[TARGET_ENV]} (from {TARGET_ENV})"
-    root = bundle_dir()
-    state = "ready" if (root / "manifest.json").is_file() else "fetched and converted on first use"
-    return f"{DEFAULT_MODEL.title} at {root} ({state})"
+
+    def state(root: Path) -> str:
+        ready = (root / "manifest.json").is_file()
+        return f"{root} ({'ready' if ready else 'converted on first use'})"
+
+    root, draft = bundle_dir(), draft_bundle_dir()
+    text = f"{DEFAULT_MODEL.title} at {state(root)}"
+    if not (root / "manifest.json").is_file():
+        text = text.replace("converted on first use", "fetched and converted on first use")
+    return text + (f"; its draft at {state(draft)}" if draft is not None else "")
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -158,6 +158,20 @@ def packaged_draft(model: PackagedModel = DEFAULT_MODEL) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
+def draft_bundle_dir(
+    model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None
+) -> Path | None:
+    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's graph
+    revision in the name), or None when the package ships no draft for ``model``."""
+    from edgespec.export.gguf.graph import GRAPH_REVISION
+
+    source = packaged_draft(model)
+    if source is None:
+        return None
+    key = sha256_of_file(source)[:12]
+    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-r{GRAPH_REVISION}"
+
+
 def default_draft_bundle(
     model: PackagedModel = DEFAULT_MODEL,
     *,
@@ -168,13 +182,9 @@ def default_draft_bundle(
     """The shipped draft's cached bundle (converted from its GGUF on first use; the file's
     hash is in the directory name, so a new package's draft converts again); None when the
     package ships no draft for ``model``."""
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
-    source = packaged_draft(model)
-    if source is None:
+    source, root = packaged_draft(model), draft_bundle_dir(model, cache)
+    if source is None or root is None:
         return None
-    key = sha256_of_file(source)[:12]
-    root = (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-r{GRAPH_REVISION}"
 
     def build() -> Bundle:
         from edgespec.config import ExportConfig
