@@ -15,18 +15,17 @@ from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompt_set
 from edgespec.runtime.k_policy import expected_speedup
 
-PROFILE_PROMPTS = 12  # prompts the profile drafts on (k = MAX_K)
+PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 
 
 def profile_pair(draft: Path | None, target: Path) -> dict[str, Any]:
-    """Greedy speculation at k = MAX_K with the pair's default drafter over the bench prompts:
-    alpha by position, c, and the k with the best expected speedup (and that speedup). A
-    target with a chat template is measured on the chat prompts (through its template), as
-    it is used; one without, on the code prompts."""
+    """Greedy speculation at k = MAX_K over the bench prompts: alpha by position, c, and the
+    k with the best expected speedup (and that speedup). Without a draft, the prompt-lookup
+    drafter on the chat prompts (through the target's chat template)."""
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
     drafter = engine.default_drafter
-    prompt_set = load_prompt_set("chat" if engine.chat_template is not None else "code")
+    prompt_set = load_prompt_set("code" if draft is not None else "chat")
     prompts = prompt_set.prompts[:PROFILE_PROMPTS]
     new_tokens = min(PROFILE_NEW_TOKENS, engine.max_length // 2)
     # Prompts keep their last tokens where the pair's context is short (a small export).
