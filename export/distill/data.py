@@ -78,8 +78,7 @@ def self_written_requests(config: DistillConfig, teacher: Teacher, log: Log) -> 
 
 
 def _closed(teacher: Teacher, written: list[int]) -> bool:
-    eos = getattr(teacher, "eos_ids", None)
-    return eos is None or written[-1] in eos
+    return not teacher.eos_ids or written[-1] in teacher.eos_ids
 
 
 def _chat(teacher: Teacher, prompt: str, system: str | None, *, reply: bool = True) -> str:

@@ -23,6 +23,8 @@ class Teacher:
     description: str
     #: Sequences the data stage hands over at once (``continue_many``, ``top_logprobs_many``).
     batch_size: int = 1
+    #: End-of-turn ids a continuation stops at; empty when the teacher runs to ``count``.
+    eos_ids: tuple[int, ...] = ()
 
     def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
         raise NotImplementedError

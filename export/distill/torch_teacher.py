@@ -116,7 +116,7 @@ class GgufTorchTeacher(Teacher):
         save_tokenizer_files(built, tokenizer_dir)
         self.tokenizer_dir = tokenizer_dir
         self.chat_template = built.chat_template
-        self.eos_ids = list(built.eos_token_ids)
+        self.eos_ids = tuple(built.eos_token_ids)
         self.model = torch_model_from_gguf(source).to(device)
         self.device = device
         self.vocab_size = source.architecture.vocab_size
@@ -137,12 +137,8 @@ class GgufTorchTeacher(Teacher):
         """Up to ``count`` tokens for each prompt (greedy at temperature 0), each cut after
         its first end-of-sequence token. Prompts are left-padded into one batch."""
         torch = self.torch
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            mask[row, width - len(prompt) :] = 1
+        ids, mask = self._padded(prompts, left=True)
+        width = ids.shape[1]
         torch.manual_seed(seed)
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
@@ -154,7 +150,7 @@ class GgufTorchTeacher(Teacher):
                 ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 max_new_tokens=count,
-                eos_token_id=self.eos_ids or None,
+                eos_token_id=list(self.eos_ids) or None,
                 pad_token_id=self.eos_ids[0] if self.eos_ids else 0,
                 **sampling,
             )
@@ -163,6 +159,19 @@ class GgufTorchTeacher(Teacher):
             cut = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
             produced.append([int(t) for t in row[:cut]])
         return produced
+
+    def _padded(self, sequences: list[list[int]], *, left: bool) -> tuple[Any, Any]:
+        """Token ids and attention mask [n, longest] (long), padded on the left (generation
+        continues every row from its last column) or on the right."""
+        torch = self.torch
+        width = max(len(s) for s in sequences)
+        ids = torch.zeros((len(sequences), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, sequence in enumerate(sequences):
+            span = slice(width - len(sequence), width) if left else slice(0, len(sequence))
+            ids[row, span] = torch.tensor(sequence)
+            mask[row, span] = 1
+        return ids, mask
 
     def logits(self, tokens: list[int]) -> np.ndarray:
         with self.torch.no_grad():
@@ -173,12 +182,8 @@ class GgufTorchTeacher(Teacher):
         """Top-``TOP_K`` ids and log-probabilities at every position of right-padded
         sequences: ([n, width, TOP_K] int32, [n, width, TOP_K] float32)."""
         torch = self.torch
-        width = max(len(s) for s in sequences)
-        ids = torch.zeros((len(sequences), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, sequence in enumerate(sequences):
-            ids[row, : len(sequence)] = torch.tensor(sequence)
-            mask[row, : len(sequence)] = 1
+        ids, mask = self._padded(sequences, left=False)
+        width = ids.shape[1]
         top_ids = np.zeros((len(sequences), width, TOP_K), np.int32)
         top_values = np.zeros((len(sequences), width, TOP_K), np.float32)
         for at in range(0, len(sequences), LOGITS_BATCH):
