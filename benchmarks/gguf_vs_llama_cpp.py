@@ -2,15 +2,17 @@
 one process.
 
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF [--prompts 9] [--tokens 128] [--threads 2]
+        [--draft DRAFT_BUNDLE]
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --contexts 64,1024,3000 [--tokens 32]
 
 BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
 given function: answers repeat the prompt, where prompt lookup pays), in turn: llama.cpp
 greedy decoding (llama-cpp-python, ``eval`` one token at a time), edgespec target-only greedy
-decoding, and edgespec with prompt lookup (``--k``). Decode time only (prefill excluded), the
-same token ids for every engine. Prints one JSON line per measurement, then a summary line
-with tok/s totals, the ratios, and whether edgespec's speculative output equalled its own
-target-only output on every prompt.
+decoding, edgespec with prompt lookup (``--k``), and with ``--draft`` edgespec with that
+draft and its recorded drafter and k (a shipped draft: the combined drafter). Decode time
+only (prefill excluded), the same token ids for every engine. Prints one JSON line per
+measurement, then a summary line with tok/s totals, the ratios, and whether edgespec's
+speculative output equalled its own target-only output on every prompt.
 
 With ``--contexts``, target-only greedy decoding of ``--tokens`` tokens after a context of each
 length (the start of this repository's README, repeated), both engines alternating, two rounds:
@@ -88,11 +90,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--draft", type=Path, default=None, help="a draft bundle for the target")
     parser.add_argument("--contexts", default=None, help="e.g. 64,1024,3000")
     args = parser.parse_args()
     from llama_cpp import Llama
 
-    engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
+    engine = Engine.load(
+        target=args.bundle, draft=args.draft, threads=args.threads, measure_energy=False
+    )
     n_ctx = engine.max_length
     llm = Llama(model_path=str(args.gguf), n_ctx=n_ctx, n_threads=args.threads, verbose=False)
     if args.contexts:
@@ -103,18 +108,25 @@ def main() -> None:
     eos = set(engine.eos_ids)
     engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up, both engines
     llama_cpp_decode(llm, prompts[0], 8, eos)
-    totals = {"llama.cpp": [0, 0.0], "edgespec": [0, 0.0], "edgespec+ngram": [0, 0.0]}
+    names = ["llama.cpp", "edgespec", "edgespec+ngram"] + (["edgespec+draft"] if args.draft else [])
+    totals: dict[str, list[float]] = {name: [0, 0.0] for name in names}
+    identical_draft = 0
     identical = 0
     for index, prompt in enumerate(prompts):
         theirs, seconds = llama_cpp_decode(llm, prompt, args.tokens, eos)
         plain = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens)
         fast = engine.generate(prompt, drafter="ngram", k=args.k, max_new_tokens=args.tokens)
         identical += fast.tokens == plain.tokens
-        runs = (
+        runs = [
             ("llama.cpp", len(theirs) - 1, seconds, None),
             ("edgespec", plain.stats.new_tokens, plain.stats.decode_ms / 1e3, None),
             ("edgespec+ngram", fast.stats.new_tokens, fast.stats.decode_ms / 1e3, fast.stats.alpha),
-        )
+        ]
+        if args.draft:  # the draft's recorded drafter and k (the engine's defaults)
+            drafted = engine.generate(prompt, max_new_tokens=args.tokens)
+            identical_draft += drafted.tokens == plain.tokens
+            stats = drafted.stats
+            runs.append(("edgespec+draft", stats.new_tokens, stats.decode_ms / 1e3, stats.alpha))
         for name, count, elapsed, alpha in runs:
             totals[name][0] += count
             totals[name][1] += elapsed
@@ -124,6 +136,8 @@ def main() -> None:
             "edgespec_equals_llama_cpp": list(plain.tokens) == theirs,
             "speculative_equals_target_only": fast.tokens == plain.tokens,
         }
+        if args.draft:
+            same["draft_equals_target_only"] = drafted.tokens == plain.tokens
         print(json.dumps({"prompt": index, **same}), flush=True)
     rates = {name: count / seconds for name, (count, seconds) in totals.items()}
     summary = {
@@ -133,6 +147,14 @@ def main() -> None:
         "edgespec_ngram_vs_llama_cpp": rates["edgespec+ngram"] / rates["llama.cpp"],
         "speculative_output_identical": identical == len(prompts),
         "speculative_identical_prompts": identical,
+        **(
+            {
+                "edgespec_draft_vs_llama_cpp": rates["edgespec+draft"] / rates["llama.cpp"],
+                "draft_identical_prompts": identical_draft,
+            }
+            if args.draft
+            else {}
+        ),
         "settings": {
             "prompts": len(prompts),
             "tokens": args.tokens,

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,33 @@ def test_toy_speculation_equals_target_greedy() -> None:
         for drafter, k in (("model", None), ("ngram", None), ("combined", 6)):
             speculative = engine.generate(prompt, drafter=drafter, k=k, max_new_tokens=48)
             assert speculative.tokens == plain.tokens
+
+
+def session_threading(model: Any) -> tuple[int, str]:
+    options = model.session.get_session_options()
+    return options.intra_op_num_threads, options.get_session_config_entry(
+        "session.intra_op.allow_spinning"
+    )
+
+
+def test_verifying_session_spins_and_a_local_draft_takes_one_thread() -> None:
+    from edgespec.api import Engine
+
+    engine = Engine.load(threads=2, measure_energy=False)
+    assert session_threading(engine.pair.target) == (2, "1")
+    assert session_threading(engine.pair.draft) == (1, "0")
+    polite = Engine.load(threads=2, spinning=False, measure_energy=False)
+    assert session_threading(polite.pair.target) == (2, "0")
+    assert session_threading(polite.pair.draft) == (2, "0")
+    # Verifying remotely, the draft is the only local session: it spins with every thread.
+    from edgespec.engine.loading import LoadRequest, session_options
+
+    _, alone = session_options(LoadRequest(threads=2), local_target=False, context=64)
+    assert (alone.intra_op_threads, alone.spinning) == (2, True)
+    # Spinning or not, a pass computes the same thing.
+    prompt = load_prompts("code")[0]
+    fast = engine.generate(prompt, max_new_tokens=24)
+    assert polite.generate(prompt, max_new_tokens=24).tokens == fast.tokens
 
 
 def test_pair_defaults_to_the_configured_pair(capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,6 +47,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="intra-op threads per session (default: ONNX Runtime's choice)",
     )
+    parser.add_argument(
+        "--no-spin",
+        dest="spinning",
+        action="store_false",
+        help="let the verifying model's threads sleep between kernels instead of spinning: "
+        "less CPU time on a machine shared with other work, slower decoding",
+    )
     add_budget_arguments(parser)
     add_remote_arguments(parser)
 
@@ -187,6 +194,7 @@ def load_engine(args: argparse.Namespace) -> Any:
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
+        spinning=args.spinning,
         **budget_options(args),
         remote=url,
         remote_api=args.remote_api,
