@@ -54,6 +54,10 @@ def gguf_bundles(
         out = root / kind
         assert main(["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]) == 0
         bundles[kind] = out
+    out = root / "Q4_1-as-fp32"
+    argv = ["export", str(gguf_files["Q4_1"]), "--out", str(out), "--quant", "fp32", "--quiet"]
+    assert main([*argv, "--max-length", "256"]) == 0
+    bundles["Q4_1-as-fp32"] = out
     return bundles
 
 
@@ -64,10 +68,14 @@ def test_import_keeps_the_grid_and_passes_its_checks(
     manifest = load_bundle(gguf_bundles[kind]).manifest
     record = manifest.extra["gguf"]
     assert record["grid_kept"] is True and record["requantized_types"] == []
-    assert manifest.graph.kv_sharing == "shared" and manifest.graph.min_pass_width == 2
+    # Quantized graphs pad single steps to two rows (bit-identical to wider passes); a float
+    # graph steps one row at a time (a GEMV), argmax-identical to wider passes.
+    assert manifest.graph.kv_sharing == "shared"
+    assert manifest.graph.min_pass_width == (1 if kind == "F32" else 2)
     parity, invariance = manifest.verification.parity, manifest.verification.batch_invariance
     assert parity is not None and parity.passed and parity.top1_agreement >= 0.9
-    assert invariance is not None and invariance.passed and invariance.max_abs_logit_diff == 0.0
+    assert invariance is not None and invariance.passed
+    assert kind == "F32" or invariance.max_abs_logit_diff == 0.0
     expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4}[kind]
     assert manifest.quantization.bits == expected_bits
 
@@ -88,12 +96,35 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         assert result.tokens == expected.tokens and result.stats.drafted > 0
 
 
-def test_in_place_path_equals_the_plain_path_through_rollbacks(
+def test_dequantized_import_is_a_float_graph_of_the_same_weights(
     gguf_bundles: dict[str, Path],
+) -> None:
+    manifest = load_bundle(gguf_bundles["Q4_1-as-fp32"]).manifest
+    assert manifest.extra["gguf"]["dequantized"] is True
+    assert manifest.extra["gguf"]["grid_kept"] is False
+    assert manifest.quantization.scheme == "none" and manifest.quantization.weight_dtype == "fp32"
+    assert manifest.graph.min_pass_width == 1
+    parity = manifest.verification.parity
+    assert parity is not None and parity.top1_agreement == 1.0
+    assert parity.max_abs_logit_diff < 1e-3  # float32 against the float64 reference
+    # The tied LM head reads the embedding table itself: one float32 copy of the weights.
+    table_bytes = 4 * manifest.model.vocab_size * manifest.model.hidden_size
+    assert manifest.memory.weight_bytes < 4 * manifest.model.parameters + table_bytes // 2
+    engine = Engine.load(target=gguf_bundles["Q4_1-as-fp32"])
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=32)
+        for k in (1, 4):
+            result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=32)
+            assert result.tokens == expected.tokens, (prompt, k)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q4_1-as-fp32"])
+def test_in_place_path_equals_the_plain_path_through_rollbacks(
+    gguf_bundles: dict[str, Path], kind: str
 ) -> None:
     from edgespec.runtime.model import ModelOptions, OnnxModel
 
-    bundle = load_bundle(gguf_bundles["Q4_1"])
+    bundle = load_bundle(gguf_bundles[kind])
     fast = OnnxModel(bundle, options=ModelOptions(io_binding=True))
     plain = OnnxModel(bundle, options=ModelOptions(io_binding=False))
     caches = [fast.new_cache(), plain.new_cache()]
@@ -258,6 +289,10 @@ def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
     bundle = load_bundle(tmp_path / "bundle")
     assert bundle.manifest.verification.parity.passed
     assert bundle.manifest.verification.batch_invariant
+    # Tied and float: the LM head reads the embedding table itself (no second copy).
+    spec = bundle.manifest.model
+    table_bytes = 4 * spec.vocab_size * spec.hidden_size
+    assert bundle.manifest.memory.weight_bytes < 4 * spec.parameters + table_bytes // 2
     model = OnnxModel(bundle)
     tokens = [1, *range(300, 319)]
     ours = np.array(model.forward(tokens, model.new_cache()))

@@ -110,7 +110,7 @@ def run_distill(args: argparse.Namespace) -> int:
         self_prompts=args.self_prompts,
         init=args.init,
     )
-    from edgespec.export.gguf.pipeline import is_gguf_source
+    from edgespec.export.gguf.locate import is_gguf_source
 
     # A GGUF target needs torch and transformers for the draft, not the ONNX exporter's extra.
     gguf_target = is_gguf_source(args.target) and not (Path(args.target) / "manifest.json").exists()

@@ -108,7 +108,8 @@ def export_draft(
     """The trained draft (a Hugging Face directory) as a verified bundle recording ``record``:
     for a GGUF target, through a Q8_0 GGUF of the draft and the GGUF importer (the target's
     graph kind, checked against llama.cpp); otherwise through the Hugging Face exporter."""
-    from edgespec.export.gguf.pipeline import export_gguf, gguf_path, is_gguf_source
+    from edgespec.export.gguf.locate import gguf_path, is_gguf_source
+    from edgespec.export.gguf.pipeline import export_gguf
     from edgespec.export.pipeline import export_bundle
 
     extra = {"distillation": record}

