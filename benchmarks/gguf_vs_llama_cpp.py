@@ -4,6 +4,7 @@ one process.
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF [--prompts 9] [--tokens 128] [--threads 2]
         [--draft DRAFT_BUNDLE]
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --contexts 64,1024,3000 [--tokens 32]
+    python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --agreement [--also FP32_BUNDLE]
 
 BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
 given function: answers repeat the prompt, where prompt lookup pays), in turn: llama.cpp
@@ -13,6 +14,12 @@ draft and its recorded drafter and k (a shipped draft: the combined drafter). De
 only (prefill excluded), the same token ids for every engine. Prints one JSON line per
 measurement, then a summary line with tok/s totals, the ratios, and whether edgespec's
 speculative output equalled its own target-only output on every prompt.
+
+With ``--agreement``, teacher-forced top-1 agreement with llama.cpp's logits over 1,400
+positions (the start of this repository's README and of docs/runtime.md, 700 tokens each),
+for the bundle and any ``--also`` bundles of the same file (a ``--quant fp32`` import shows
+what exact float arithmetic on the same weights reaches: llama.cpp rounds its activations
+to 8 bits, so no engine agrees with it everywhere).
 
 With ``--contexts``, target-only greedy decoding of ``--tokens`` tokens after a context of each
 length (the start of this repository's README, repeated), both engines alternating, two rounds:
@@ -82,6 +89,39 @@ def context_scaling(engine: Engine, llm: Any, contexts: list[int], tokens: int) 
                 print(json.dumps(line), flush=True)
 
 
+def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from edgespec.manifest import load_bundle
+    from edgespec.runtime.model import ModelOptions, OnnxModel
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [(root / name).read_text(encoding="utf-8")[:3000] for name in AGREEMENT_TEXTS]
+    tokenizer = Tokenizer.from_file(str(bundles[0] / "tokenizer.json"))
+    sequences = [tokenizer.encode(text).ids[:700] for text in texts]
+    theirs = []
+    for ids in sequences:
+        llm.reset()
+        llm.eval(ids)
+        theirs.append(np.array(llm.scores[: len(ids)], copy=True))  # the buffer is reused
+    for bundle in bundles:
+        model = OnnxModel(load_bundle(bundle), options=ModelOptions(intra_op_threads=threads))
+        agree = positions = 0
+        for ids, reference in zip(sequences, theirs, strict=True):
+            cache = model.new_cache()
+            ours = np.concatenate(
+                [np.array(model.forward(ids[s : s + 64], cache)) for s in range(0, len(ids), 64)]
+            )
+            agree += int((ours.argmax(-1) == reference.argmax(-1)).sum())
+            positions += len(ids)
+        line = {"bundle": str(bundle), "top1_agreement": agree / positions, "positions": positions}
+        print(json.dumps(line), flush=True)
+
+
+AGREEMENT_TEXTS = ("README.md", "docs/runtime.md")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
@@ -92,6 +132,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--draft", type=Path, default=None, help="a draft bundle for the target")
     parser.add_argument("--contexts", default=None, help="e.g. 64,1024,3000")
+    parser.add_argument("--agreement", action="store_true", help="top-1 agreement with llama.cpp")
+    parser.add_argument("--also", type=Path, nargs="*", default=[], help="more bundles to compare")
     args = parser.parse_args()
     from llama_cpp import Llama
 
@@ -100,6 +142,9 @@ def main() -> None:
     )
     n_ctx = engine.max_length
     llm = Llama(model_path=str(args.gguf), n_ctx=n_ctx, n_threads=args.threads, verbose=False)
+    if args.agreement:
+        agreement(llm, [args.bundle, *args.also], args.threads)
+        return
     if args.contexts:
         contexts = [int(c) for c in args.contexts.split(",")]
         context_scaling(engine, llm, contexts, args.tokens)

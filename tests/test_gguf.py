@@ -240,6 +240,57 @@ def test_block_types_keep_llama_cpp_values(
     np.testing.assert_allclose(dequantized(weights), expected, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize(("kind", "block_bytes", "halves"), [("Q4_1", 20, 2), ("Q4_K", 144, 2)])
+def test_float16_fields_are_stored_as_float16_and_restored_exactly(
+    kind: str, block_bytes: int, halves: int
+) -> None:
+    """The bundle stores llama.cpp's float16 scales and minimums as float16, and the graph
+    recomputes the float32 scales and offsets the importer computed, bit for bit, when
+    ONNX Runtime loads it. Fields that are not float16 (Q4_K's d·sc) stay float32."""
+    from types import SimpleNamespace
+
+    import gguf
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from edgespec.export.gguf.builder import GraphBuilder
+    from edgespec.export.gguf.weights import block_weights
+
+    rows, columns = 6, 512
+    generator = np.random.default_rng(1)
+    count = rows * columns // (256 if kind == "Q4_K" else 32)
+    blocks = generator.integers(0, 256, (count, block_bytes), dtype=np.uint8)
+    fields = generator.uniform(-0.05, 0.05, (count, halves)).astype(np.float16)
+    blocks[:, : 2 * halves] = fields.view(np.uint8)
+    qtype = gguf.GGMLQuantizationType[kind]
+    weights = block_weights(SimpleNamespace(data=blocks, tensor_type=qtype, shape=(columns, rows)))
+    assert weights is not None and weights.offsets is not None
+    builder = GraphBuilder(accuracy_level=4)
+    names = builder.block_initializers("w", weights)
+    assert names.offsets_t is not None
+    stored = {i.name: i.data_type for i in builder.initializers}
+    if kind == "Q4_1":
+        assert stored["w.scales.f16"] == stored["w.minimums_t.f16"] == TensorProto.FLOAT16
+    else:
+        assert stored["w.scales"] == stored["w.offsets_t"] == TensorProto.FLOAT
+    outputs = [
+        helper.make_tensor_value_info(names.scales, TensorProto.FLOAT, None),
+        helper.make_tensor_value_info(names.offsets_t, TensorProto.FLOAT, None),
+    ]
+    identities = [helper.make_node("Identity", [n.name], [n.name + ".out"]) for n in outputs]
+    for node, value in zip(identities, outputs, strict=True):
+        value.name = node.output[0]
+    graph = helper.make_graph(
+        [*builder.nodes, *identities], "fields", [], outputs, builder.initializers
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    scales, offsets_t = session.run(None, {})
+    assert np.array_equal(scales, weights.scales)
+    assert np.array_equal(offsets_t, weights.offsets.T)
+
+
 @pytest.mark.parametrize("add_space_prefix", [True, False])
 def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
     tmp_path: Path, add_space_prefix: bool

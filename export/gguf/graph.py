@@ -14,17 +14,16 @@ rollback is a change of length; ``logits`` float32 [1, S, vocab].
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from edgespec.export.gguf.builder import GraphBuilder, fuse_residual_norms
 from edgespec.export.gguf.reader import GGUFFile, float_tensor
-from edgespec.export.gguf.weights import BlockWeights, block_weights, concatenate
 
 OPSET = 21
 #: Bumped when the graph's structure changes (caches of exported bundles key on it).
-GRAPH_REVISION = 2
+GRAPH_REVISION = 3
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -39,112 +38,6 @@ def past_names(layer: int) -> tuple[str, str]:
 
 def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
-
-
-@dataclass(frozen=True, kw_only=True)
-class BlockNames:
-    """The initializer names of one block-quantized weight."""
-
-    packed: str
-    scales: str
-    offsets_t: str | None
-
-
-@dataclass
-class GraphBuilder:
-    """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type;
-    ``dequantize`` turns every block-quantized weight into a float32 one (a float graph of
-    the file's weights, as llama.cpp dequantizes them)."""
-
-    accuracy_level: int
-    dequantize: bool = False
-    nodes: list[Any] = field(default_factory=list)
-    initializers: list[Any] = field(default_factory=list)
-    quantized: list[BlockWeights] = field(default_factory=list)
-    float_weights: int = 0
-
-    def blocks(self, tensor: Any) -> BlockWeights | None:
-        """The tensor's MatMulNBits form, or None for a float weight."""
-        return None if self.dequantize else block_weights(tensor)
-
-    def node(self, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
-        from onnx import helper
-
-        domain = attributes.pop("domain", "")
-        self.nodes.append(
-            helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes)
-        )
-        return output
-
-    def constant(self, name: str, value: np.ndarray | np.generic) -> str:
-        from onnx import numpy_helper
-
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
-
-    def block_initializers(self, name: str, weights: BlockWeights) -> BlockNames:
-        self.quantized.append(weights)
-        offsets = weights.offsets
-        return BlockNames(
-            packed=self.constant(f"{name}.qweight", weights.packed),
-            scales=self.constant(f"{name}.scales", weights.scales),
-            # [K / 32, N]: the offsets term is blocksum(x) [.., K / 32] @ this.
-            offsets_t=None if offsets is None else self.constant(f"{name}.offsets_t", offsets.T),
-        )
-
-    def linear(self, x: str, tensor: Any, name: str) -> str:
-        """x [.., K] @ weight.T → [.., N]: MatMulNBits on the file's blocks, else MatMul."""
-        weights = self.blocks(tensor)
-        if weights is None:
-            matrix = float_tensor(tensor)  # [N, K]
-            self.float_weights += matrix.size
-            return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
-        return self.matmul_nbits(x, self.block_initializers(name, weights), weights, name)
-
-    def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
-        """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
-        when the weights allow it (fewer kernel calls per layer), one float MatMul when all are
-        float, else one linear each."""
-        parts = [self.blocks(tensor) for tensor in tensors]
-        if all(p is None for p in parts):
-            matrix = np.concatenate([float_tensor(t) for t in tensors])  # [N1 + N2 + ..., K]
-            self.float_weights += matrix.size
-            return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
-        stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]
-        if stacked is None:
-            outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]
-            return self.node("Concat", outputs, name, axis=-1)
-        return self.matmul_nbits(x, self.block_initializers(name, stacked), stacked, name)
-
-    def matmul_nbits(self, x: str, names: BlockNames, weights: BlockWeights, output: str) -> str:
-        product = self.node(
-            "MatMulNBits",
-            [x, names.packed, names.scales],
-            output if names.offsets_t is None else f"{output}.blocks",
-            domain="com.microsoft",
-            K=weights.columns,
-            N=weights.rows,
-            bits=weights.bits,
-            block_size=32,
-            accuracy_level=self.accuracy_level,
-        )
-        if names.offsets_t is None:
-            return product
-        # Q4_1's per-block minimum: sum x over each block of 32, then one small float MatMul.
-        shape = self.constant(f"{output}.block_shape", np.array([1, -1, weights.columns // 32, 32]))
-        blocks = self.node("Reshape", [x, shape], f"{output}.x_blocks")
-        sums = self.node(
-            "ReduceSum",
-            [blocks, self.constant(f"{output}.axis", np.array([-1]))],
-            f"{output}.sums",
-            keepdims=0,
-        )
-        offsets = self.node("MatMul", [sums, names.offsets_t], f"{output}.offsets")
-        return self.node("Add", [product, offsets], output)
-
-    def rms_norm(self, x: str, tensor: Any, name: str, epsilon: float) -> str:
-        scale = self.constant(f"{name}.weight", float_tensor(tensor))
-        return self.node("SimplifiedLayerNormalization", [x, scale], name, axis=-1, epsilon=epsilon)
 
 
 def _embedding(builder: GraphBuilder, source: GGUFFile) -> tuple[str, Any]:
@@ -347,7 +240,11 @@ def build_graph(
         outputs += [
             helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in present_names(layer)
         ]
-    graph = helper.make_graph(builder.nodes, "edgespec-gguf", inputs, outputs, builder.initializers)
+    # Only a float graph fuses: with 8-bit activations (MatMulNBits at accuracy level 4) the
+    # fused kernel's last-bit differences in the norm change how activations round, which
+    # flipped a near-tie in the default model's answer to "What is the capital of France?".
+    nodes = builder.nodes if builder.quantized else fuse_residual_norms(builder.nodes)
+    graph = helper.make_graph(nodes, "edgespec-gguf", inputs, outputs, builder.initializers)
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],

@@ -48,7 +48,9 @@ class BlockWeights:
     ``packed`` uint8 [N, K / 32, 16 or 32] with MatMulNBits' default zero point (8 or 128);
     ``scales`` float32 [N, K / 32]; ``offsets`` float32 [N, K / 32] or None: added to every
     weight of its block (Q4_1's minimum); ``grid_kept`` False when the file's type had to be
-    requantized."""
+    requantized. ``minimums`` (float32 [N, K / 32], float16 values: the file's own ``m``) is
+    set when ``offsets == minimums + minimum_shift * scales`` in float32, so the bundle can
+    store the file's float16 fields and compute the offsets when the graph loads."""
 
     bits: int
     packed: np.ndarray
@@ -56,6 +58,8 @@ class BlockWeights:
     offsets: np.ndarray | None
     source_type: str
     grid_kept: bool
+    minimums: np.ndarray | None = None
+    minimum_shift: float = 0.0
 
     @property
     def rows(self) -> int:
@@ -114,6 +118,8 @@ def _q4_1(tensor: Any) -> BlockWeights:
         offsets=(m + 8.0 * d).astype(np.float32),
         source_type="Q4_1",
         grid_kept=True,
+        minimums=m,
+        minimum_shift=8.0,
     )
 
 
@@ -217,6 +223,8 @@ def _q5_1(tensor: Any) -> BlockWeights:
         offsets=(m + 16.0 * d).astype(np.float32),
         source_type="Q5_1",
         grid_kept=True,
+        minimums=m,
+        minimum_shift=16.0,
     )
 
 
@@ -282,6 +290,9 @@ def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
     if len({(p.bits, p.columns) for p in parts}) != 1:
         return None
     with_offsets = any(p.offsets is not None for p in parts)
+    # The minimums form holds when every part has it with one shift (zero offsets do not).
+    shifts = {p.minimum_shift if p.minimums is not None else None for p in parts}
+    minimums_kept = len(shifts) == 1 and None not in shifts
     return BlockWeights(
         bits=parts[0].bits,
         packed=np.concatenate([p.packed for p in parts]),
@@ -293,4 +304,6 @@ def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
         else None,
         source_type="+".join(sorted({p.source_type for p in parts})),
         grid_kept=all(p.grid_kept for p in parts),
+        minimums=np.concatenate([p.minimums for p in parts]) if minimums_kept else None,  # type: ignore[misc]
+        minimum_shift=parts[0].minimum_shift if minimums_kept else 0.0,
     )
