@@ -131,26 +131,53 @@ class SharedKVCache:
     """One [1, kv_heads, capacity, head_dim] buffer per layer for K and for V, which a graph
     with ``kv_sharing`` "shared" reads as past and writes as present in place. ``length`` is
     the number of positions held; rolling back is setting it (no copy, O(1)): positions past
-    ``length`` are overwritten by the next pass."""
+    ``length`` are overwritten by the next pass.
+
+    ``device`` None keeps the buffers in host memory (numpy arrays over anonymous maps, which
+    both paths can read); a device name ("cuda", or "cpu" for memory ONNX Runtime allocates)
+    makes them ONNX Runtime values on that device: the bound path then never copies the cache
+    to the host, only the logits it asks for.
+    """
 
     def __init__(
-        self, *, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype: np.dtype
+        self,
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: np.dtype,
+        device: str | None = None,
+        device_id: int = 0,
     ) -> None:
         self.layers = layers
         self.capacity = capacity
+        self.device = device
         shape = (1, kv_heads, capacity, head_dim)
-        # buffers[kind][layer], kind 0 = key, 1 = value.
-        arrays = mapped_zeros(2 * layers, shape, dtype)
-        self.buffers = [arrays[:layers], arrays[layers:]]
-        #: ONNX Runtime values over the same memory, and the (session, IO binding) that binds
-        #: them, made once by the bound path.
+        self._nbytes = 2 * layers * int(np.prod(shape)) * np.dtype(dtype).itemsize
+        #: buffers[kind][layer], kind 0 = key, 1 = value (host memory only).
+        self.buffers: list[list[np.ndarray]] = []
+        #: ONNX Runtime values over the buffers (or on the device), and the (session, IO
+        #: binding) that binds them, made once by the bound path.
         self.ort_values: list[list[object]] | None = None
+        if device is None:
+            arrays = mapped_zeros(2 * layers, shape, dtype)
+            self.buffers = [arrays[:layers], arrays[layers:]]
+        else:
+            import onnxruntime
+
+            def allocate() -> object:
+                return onnxruntime.OrtValue.ortvalue_from_shape_and_type(
+                    list(shape), np.dtype(dtype).type, device, device_id
+                )
+
+            self.ort_values = [[allocate() for _ in range(layers)] for _ in range(2)]
         self.binding: tuple[object, object] | None = None
         self.length = 0
 
     @property
     def nbytes(self) -> int:
-        return sum(b.nbytes for kind in self.buffers for b in kind)
+        return self._nbytes
 
     def advance(self, new_tokens: int) -> None:
         self.length += new_tokens

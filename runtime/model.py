@@ -9,10 +9,12 @@ advances the cache and returns logits [len(token_ids), vocab] (float32). Two pat
 * ``forward_reference``: the plain path (``session.run``, presents fed back as pasts).
 
 Measured on the 2-core CPU this project is developed on (benchmarks/session_paths.py), the
-plain path was as fast or faster (IO binding 0.83-1.05x of it), so it is the default. The
-bound buffers live in host memory: on a GPU provider the KV cache still crosses to the host
-every step (device-resident buffers are not written yet). Tests check that both paths agree.
-No speculation logic lives here.
+plain path was as fast or faster (IO binding 0.83-1.05x of it), so it is the default for
+those (optimum's) graphs, whose bound buffers live in host memory: on a GPU provider their
+KV cache crosses to the host every step. The in-place graphs (``kv_sharing`` "shared",
+:mod:`edgespec.runtime.shared_kv`) are bound by default, and on CUDA their cache lives on
+the GPU (:attr:`OnnxModel.kv_device`): only the token ids and lengths go up and the logits
+come down. Tests check that the paths agree. No speculation logic lives here.
 """
 
 from __future__ import annotations
@@ -147,6 +149,13 @@ class OnnxModel:
         """Whether the graph writes its KV cache in place (one buffer per layer)."""
         return self.graph.kv_sharing == "shared"
 
+    @property
+    def kv_device(self) -> str | None:
+        """Where a bound in-place cache lives: on the GPU when CUDA runs the session (no copy
+        of the cache per step, only of the logits), else in host memory (None)."""
+        on_cuda = bool(self.providers) and self.providers[0] == "CUDAExecutionProvider"
+        return "cuda" if self.shared_kv and self.io_binding and on_cuda else None
+
     def new_cache(self) -> AnyCache:
         """A cache for :meth:`forward` (the kind the graph and the session's path need)."""
         if self.shared_kv:
@@ -156,6 +165,7 @@ class OnnxModel:
                 head_dim=self.model.head_dim,
                 capacity=self.max_length,
                 dtype=self.kv_dtype,
+                device=self.kv_device,
             )
         return self.new_bound_cache() if self.io_binding else self.new_reference_cache()
 

@@ -88,6 +88,8 @@ def forward_shared(
 def forward_shared_reference(
     session: Any, graph: GraphSpec, token_ids: Sequence[int], cache: SharedKVCache
 ) -> np.ndarray:
+    if not cache.buffers:
+        raise ValueError("the plain path needs a cache in host memory (device=None)")
     tokens = padded(token_ids, graph.min_pass_width)
     feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
     feeds.update(_lengths(graph, cache.length, len(tokens)))

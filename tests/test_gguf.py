@@ -122,21 +122,55 @@ def test_dequantized_import_is_a_float_graph_of_the_same_weights(
 def test_in_place_path_equals_the_plain_path_through_rollbacks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
+    from edgespec.runtime.kv_cache import SharedKVCache
     from edgespec.runtime.model import ModelOptions, OnnxModel
 
     bundle = load_bundle(gguf_bundles[kind])
     fast = OnnxModel(bundle, options=ModelOptions(io_binding=True))
     plain = OnnxModel(bundle, options=ModelOptions(io_binding=False))
-    caches = [fast.new_cache(), plain.new_cache()]
+    spec = bundle.manifest.model
+    # The device-resident kind of cache (ONNX Runtime's own memory, as on a GPU), on the CPU.
+    allocated = SharedKVCache(
+        layers=spec.num_layers,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        capacity=fast.max_length,
+        dtype=fast.kv_dtype,
+        device="cpu",
+    )
+    models = (fast, plain, fast)
+    caches = [fast.new_cache(), plain.new_cache(), allocated]
     rng = np.random.default_rng(0)
     steps = [list(rng.integers(3, 200, size=n)) for n in (7, 1, 4, 1, 9, 2)]
     for step, tokens in enumerate(steps):
-        got = [np.array(m.forward(tokens, c)) for m, c in zip((fast, plain), caches, strict=True)]
-        assert np.array_equal(got[0], got[1]), step
+        got = [np.array(m.forward(tokens, c)) for m, c in zip(models, caches, strict=True)]
+        assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2]), step
         if step % 2:  # a rejection: keep all but the last two positions
             for cache in caches:
                 cache.crop(cache.length - 2)
-    assert caches[0].length == caches[1].length
+    assert caches[0].length == caches[1].length == caches[2].length
+    with pytest.raises(ValueError, match="host memory"):
+        plain.forward([5], allocated)
+
+
+def test_cuda_target_keeps_its_cache_on_the_gpu(gguf_bundles: dict[str, Path]) -> None:
+    """Where CUDA is available: the target's in-place cache lives on the GPU, a CPU draft
+    beside it, and greedy speculation equals target-only decoding."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip("no CUDA execution provider in this ONNX Runtime build")
+    engine = Engine.load(
+        target=gguf_bundles["Q4_1"],
+        draft=gguf_bundles["Q8_0"],
+        target_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+        draft_providers=["CPUExecutionProvider"],
+    )
+    assert engine.pair.target.kv_device == "cuda" and engine.pair.draft.kv_device is None
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=32)
+        result = engine.generate(prompt, drafter="model", k=4, max_new_tokens=32)
+        assert result.tokens == expected.tokens
 
 
 def test_tokenizer_and_logits_agree_with_llama_cpp(
