@@ -141,7 +141,13 @@ def main() -> None:
         target=args.bundle, draft=args.draft, threads=args.threads, measure_energy=False
     )
     n_ctx = engine.max_length
-    llm = Llama(model_path=str(args.gguf), n_ctx=n_ctx, n_threads=args.threads, verbose=False)
+    llm = Llama(
+        model_path=str(args.gguf),
+        n_ctx=n_ctx,
+        n_threads=args.threads,
+        logits_all=args.agreement,  # every position's logits, not only the last
+        verbose=False,
+    )
     if args.agreement:
         agreement(llm, [args.bundle, *args.also], args.threads)
         return

@@ -46,6 +46,14 @@ def main() -> None:
     model.config.eos_token_id = eos_id
     model.generation_config.eos_token_id = eos_id
     model.save_pretrained(args.out)
+    # transformers 5 writes the rope base inside "rope_parameters"; 4.x reads "rope_theta"
+    # (and would silently fall back to 10,000): write both, so either version loads it right.
+    config_file = args.out / "config.json"
+    saved = json.loads(config_file.read_text())
+    rope = saved.get("rope_parameters") or {}
+    if "rope_theta" in rope and "rope_theta" not in saved:
+        saved["rope_theta"] = rope["rope_theta"]
+        config_file.write_text(json.dumps(saved, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     tokens = value("tokenizer.ggml.tokens")
     tokenizer.eos_token = tokens[eos_id]
@@ -53,6 +61,8 @@ def main() -> None:
     config_path = args.out / "tokenizer_config.json"
     tokenizer_config = json.loads(config_path.read_text())
     tokenizer_config["add_bos_token"] = add_bos
+    # transformers 5 names its own backend class; 4.x (edgespec's export extra) needs this one.
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(json.dumps(tokenizer_config, indent=2))
     if not add_bos:  # the fast tokenizer's post-processor prepends the BOS: drop it
         tokenizer_path = args.out / "tokenizer.json"
