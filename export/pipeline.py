@@ -25,12 +25,17 @@ from edgespec.export.bundle import (
     staging_directory,
 )
 from edgespec.export.onnx_export import GRAPH_FILE, export_graph, load_tokenizer, load_torch_model
-from edgespec.export.quantize import EXTERNAL_DATA_FILE, QuantRequest, describe, quantize_graph
+from edgespec.export.quantize import (
+    EXTERNAL_DATA_FILE,
+    RECIPES,
+    QuantRequest,
+    describe,
+    quantize_graph,
+)
+from edgespec.export.recipes import choose_recipe, parity_prompts
 from edgespec.export.source import ResolvedSource, resolve_source
 from edgespec.export.verify import (
     CALIBRATION_TEXT,
-    GREEDY_TOKENS,
-    PARITY_PROMPTS,
     GraphRunner,
     check_batch_invariance,
     check_parity,
@@ -110,7 +115,9 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
         request = QuantRequest(
             quant=loaded.quant, block_size=config.block_size, accuracy_level=config.accuracy_level
         )
-        graph = _stage_graph(loaded.torch_model, staging, request=request, observe=observe)
+        graph, request, recipes = _stage_graph(
+            loaded, staging, request=request, max_length=max_length, observe=observe
+        )
         tokenizer_spec = save_tokenizer(
             loaded.tokenizer, loaded.torch_model.generation_config, staging
         )
@@ -146,7 +153,11 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
                 ),
                 files=files,
                 toolchain=_toolchain(),
-                extra={**system_prompt_extra(config.system_prompt), **config.extra},
+                extra={
+                    **({"int4_recipes": recipes} if recipes else {}),
+                    **system_prompt_extra(config.system_prompt),
+                    **config.extra,
+                },
             )
             write_manifest(staging, manifest)
     return load_bundle(config.out)
@@ -173,30 +184,49 @@ def _load_model(
 
 
 def _stage_graph(
-    torch_model: Any, staging: Path, *, request: QuantRequest, observe: ProgressObserver
-) -> _StagedGraph:
-    """Exports the fp32 graph beside the bundle, then moves or quantizes it into ``staging``."""
+    loaded: _LoadedModel,
+    staging: Path,
+    *,
+    request: QuantRequest,
+    max_length: int,
+    observe: ProgressObserver,
+) -> tuple[_StagedGraph, QuantRequest, list[dict[str, Any]]]:
+    """Exports the fp32 graph beside the bundle, then moves or quantizes it into ``staging``
+    (int4: with the recipe that agrees best with PyTorch, and every recipe's record)."""
     with _stage("export", "exporting to ONNX (optimum, text-generation-with-past)", observe):
         fp32_dir = staging / ".fp32"
-        fp32_graph = export_graph(torch_model, fp32_dir)
+        fp32_graph = export_graph(loaded.torch_model, fp32_dir)
     graph_path = staging / GRAPH_FILE
+    recipes: list[dict[str, Any]] = []
     if request.quant == "fp32":
         for name in (GRAPH_FILE, EXTERNAL_DATA_FILE):
             if (fp32_dir / name).exists():
                 shutil.move(str(fp32_dir / name), str(staging / name))
+    elif request.quant == "int4":
+        with _stage("quantize", "quantizing to int4 (comparing recipes)", observe):
+            request, recipes = choose_recipe(
+                fp32_graph,
+                staging,
+                request,
+                torch_model=loaded.torch_model,
+                tokenizer=loaded.tokenizer,
+                max_length=max_length,
+                observe=observe,
+            )
     else:
         with _stage("quantize", f"quantizing to {request.quant}", observe):
             quantize_graph(fp32_graph, graph_path, request)
     shutil.rmtree(fp32_dir)
     graph_spec, weight_bytes = read_graph_spec(graph_path)
     kv_heads, head_dim = kv_shape(graph_spec)
-    return _StagedGraph(
+    staged = _StagedGraph(
         path=graph_path,
         spec=graph_spec,
         weight_bytes=weight_bytes,
         kv_heads=kv_heads,
         head_dim=head_dim,
     )
+    return staged, request, recipes
 
 
 def _verification(
@@ -289,10 +319,7 @@ def _verify(
 ) -> VerificationRecord:
     import onnxruntime
 
-    greedy_tokens = min(GREEDY_TOKENS, max_length // 2)
-    prompts = [
-        tokenizer(text)["input_ids"][: max_length - greedy_tokens] for text in PARITY_PROMPTS
-    ]
+    prompts, greedy_tokens = parity_prompts(tokenizer, max_length)
     exact_dtype = {"fp32": "float32", "fp16": "float16"}.get(quant)
     parity = check_parity(
         runner,
@@ -336,7 +363,9 @@ def _describe_parity_failure(parity: Any, quant: str) -> str:
         return (
             f"the {quant} graph agrees with PyTorch on the top-1 token at only "
             f"{parity.top1_agreement:.1%} of {parity.positions} positions (need "
-            f"{parity.min_top1_agreement:.0%}); try a smaller --block-size, int8, or fp32"
+            f"{parity.min_top1_agreement:.0%}"
+            + (f"; the best of the recipes {', '.join(RECIPES)})" if quant == "int4" else ")")
+            + "; try a smaller --block-size, int8, or fp32"
         )
     return (
         f"the {quant} graph differs from PyTorch: max |Δlogit| {parity.max_abs_logit_diff:.3g} "

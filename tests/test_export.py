@@ -90,6 +90,22 @@ def test_int4_graph_quantizes_matmuls_and_the_embedding(exported: Callable[..., 
     assert {"MatMulNBits", "GatherBlockQuantized"} <= op_types
     manifest = load_bundle(exported("llama", "int4")).manifest
     assert manifest.quantization.op_types == ("MatMul", "Gather")
+    # Every recipe was compared against PyTorch; the kept one agrees best.
+    recipes = manifest.extra["int4_recipes"]
+    assert [r["recipe"] for r in recipes] == ["rtn-symmetric", "rtn-asymmetric", "hqq"]
+    kept = [r for r in recipes if r["kept"]]
+    assert len(kept) == 1 and f"({kept[0]['recipe']})" in manifest.quantization.tool
+    assert kept[0]["top1_agreement"] == max(r["top1_agreement"] for r in recipes)
+    assert manifest.quantization.symmetric == (kept[0]["recipe"] == "rtn-symmetric")
+    hqq = onnx.load(str(exported("llama", "int4") / "model.onnx"))  # every product has a level
+    levels = [
+        a.i
+        for n in hqq.graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "accuracy_level"
+    ]
+    assert len(levels) == sum(n.op_type == "MatMulNBits" for n in hqq.graph.node)
 
 
 def test_manifest_round_trips_and_bundle_is_relocatable(

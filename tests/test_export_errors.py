@@ -221,11 +221,13 @@ def test_interrupted_export_leaves_nothing(
 ) -> None:
     """Ctrl-C in the middle of quantization: staging directory and created parents are gone."""
     import edgespec.export.pipeline as pipeline
+    import edgespec.export.recipes as recipes
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pipeline, "quantize_graph", interrupted)
+    monkeypatch.setattr(recipes, "quantize_graph", interrupted)  # int4 compares recipes
     code = main(
         [
             "export",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,16 @@ def session_options(
     calling thread alone (intra-op 1: no worker threads), which measured faster than a
     2-thread draft whether or not it spins.
     """
-    shared = {"io_binding": request.io_binding, "max_length": context}
-    target = ModelOptions(intra_op_threads=request.threads, spinning=request.spinning, **shared)
+    target = ModelOptions(
+        intra_op_threads=request.threads,
+        spinning=request.spinning,
+        io_binding=request.io_binding,
+        max_length=context,
+    )
     if not local_target:
         return target, target
     draft_threads = 1 if request.spinning else request.threads
-    return target, ModelOptions(intra_op_threads=draft_threads, spinning=False, **shared)
+    return target, replace(target, intra_op_threads=draft_threads, spinning=False)
 
 
 def _model(

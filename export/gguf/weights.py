@@ -304,6 +304,8 @@ def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
         else None,
         source_type="+".join(sorted({p.source_type for p in parts})),
         grid_kept=all(p.grid_kept for p in parts),
-        minimums=np.concatenate([p.minimums for p in parts]) if minimums_kept else None,  # type: ignore[misc]
+        minimums=np.concatenate([p.minimums for p in parts if p.minimums is not None])
+        if minimums_kept
+        else None,
         minimum_shift=parts[0].minimum_shift if minimums_kept else 0.0,
     )
