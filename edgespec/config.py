@@ -41,6 +41,8 @@ class ExportConfig:
     trust_remote_code: bool = False
     #: The system message a conversation gets when it has none (recorded in the manifest).
     system_prompt: str | None = None
+    #: Hugging Face checkpoints: "optimum" (every architecture) or "inplace" (Llama, Qwen2).
+    graph: str = "optimum"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)
 

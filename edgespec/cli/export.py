@@ -93,6 +93,15 @@ def add_export_command(commands: Any) -> None:
         "exactly and verify k+1 positions at the lowest relative cost)",
     )
     export.add_argument(
+        "--graph",
+        choices=("optimum", "inplace"),
+        default="optimum",
+        help="for a Hugging Face Llama or Qwen2 checkpoint: 'inplace' writes the graph GGUF "
+        "imports get (GroupQueryAttention, the KV cache written in place, rollback without a "
+        "copy; float32), 'optimum' (default) optimum's graph for every architecture and "
+        "--quant",
+    )
+    export.add_argument(
         "--block-size",
         type=int,
         default=32,
@@ -196,6 +205,7 @@ def run_export(args: argparse.Namespace) -> int:
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
         system_prompt=args.system_prompt,
+        graph=args.graph,
     )
     observe = progress_printer(quiet=args.quiet, stream=sys.stderr)
     if gguf is not None:
@@ -203,6 +213,11 @@ def run_export(args: argparse.Namespace) -> int:
         from edgespec.export.gguf.pipeline import export_gguf
 
         bundle = export_gguf(config, observe=observe)
+    elif config.graph == "inplace":
+        check_extra("export", EXPORT_EXTRA_MODULES)
+        from edgespec.export.hf_graph import export_inplace
+
+        bundle = export_inplace(config, observe=observe)
     else:
         check_extra("export", EXPORT_EXTRA_MODULES)
         from edgespec.export import export_bundle

@@ -139,7 +139,7 @@ class OnnxTeacher(Teacher):
         )
         self.runner = GraphRunner(
             bundle.graph_path,
-            shape,  # type: ignore[arg-type]
+            shape,
             capacity=model.max_length,
             min_width=bundle.manifest.graph.min_pass_width,
         )

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
-from edgespec.export.gguf.reader import GGUFFile, float_tensor
+from edgespec.export.gguf.reader import WeightSource, float_tensor
 from edgespec.manifest import BatchInvarianceResult, ParityResult
 
 PARITY_TEXTS = (
@@ -35,7 +35,7 @@ WIDTHS = tuple(range(2, 10))
 class GraphRunner:
     """Plain ``session.run`` passes over full-capacity KV buffers (the checks' driver)."""
 
-    def __init__(self, graph_path: Path, source: GGUFFile, *, capacity: int, min_width: int):
+    def __init__(self, graph_path: Path, source: WeightSource, *, capacity: int, min_width: int):
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -78,7 +78,7 @@ class GraphRunner:
         return produced
 
 
-def reference_logits(source: GGUFFile, tokens: Sequence[int]) -> np.ndarray:
+def reference_logits(source: WeightSource, tokens: Sequence[int]) -> np.ndarray:
     """Logits [len(tokens), vocab] of the file's weights in float64 numpy (causal, no cache)."""
     arch = source.architecture
     weight = _WeightCache(source)
@@ -132,7 +132,7 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 class _WeightCache:
-    def __init__(self, source: GGUFFile) -> None:
+    def __init__(self, source: WeightSource) -> None:
         self.source = source
         self.cache: dict[str, np.ndarray] = {}
 
@@ -167,7 +167,7 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) ->
 
 
 def check_parity(
-    runner: GraphRunner, source: GGUFFile, prompts: Sequence[Sequence[int]], *, min_top1: float
+    runner: GraphRunner, source: WeightSource, prompts: Sequence[Sequence[int]], *, min_top1: float
 ) -> ParityResult:
     diffs, agree, positions, greedy_match = [], 0, 0, 0
     for prompt in prompts:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.builder import GraphBuilder, fuse_residual_norms
-from edgespec.export.gguf.reader import GGUFFile, float_tensor
+from edgespec.export.gguf.reader import WeightSource, float_tensor
 
 OPSET = 21
 #: Bumped when the graph's structure changes (caches of exported bundles key on it).
@@ -40,7 +40,7 @@ def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
 
 
-def _embedding(builder: GraphBuilder, source: GGUFFile) -> tuple[str, Any]:
+def _embedding(builder: GraphBuilder, source: WeightSource) -> tuple[str, Any]:
     """The embedding lookup [1, S, hidden], and what the tied LM head reuses: the same block
     initializers (rows are tokens), dequantized in the graph for the S looked-up tokens only."""
     tensor = source.tensor("token_embd.weight")
@@ -81,7 +81,7 @@ def _embedding(builder: GraphBuilder, source: GGUFFile) -> tuple[str, Any]:
 
 
 def _attention(
-    builder: GraphBuilder, source: GGUFFile, x: str, layer: int, caches: dict[str, str]
+    builder: GraphBuilder, source: WeightSource, x: str, layer: int, caches: dict[str, str]
 ) -> str:
     arch = source.architecture
     prefix = f"blk.{layer}"
@@ -134,7 +134,7 @@ def _attention(
     return builder.node("Add", [x, out], f"l{layer}.attn_residual")
 
 
-def _normed_qkv(builder: GraphBuilder, source: GGUFFile, qkv: str, layer: int) -> list[str]:
+def _normed_qkv(builder: GraphBuilder, source: WeightSource, qkv: str, layer: int) -> list[str]:
     """[query, key, value] from the stacked projection, with RMSNorm over each head of the
     query and the key (Gemma), before the rotary embedding GroupQueryAttention applies."""
     from onnx import helper
@@ -156,7 +156,7 @@ def _normed_qkv(builder: GraphBuilder, source: GGUFFile, qkv: str, layer: int) -
     return [*normed, parts[2]]
 
 
-def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
+def _mlp(builder: GraphBuilder, source: WeightSource, x: str, layer: int) -> str:
     arch = source.architecture
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "ffn_norm")
@@ -183,7 +183,7 @@ def _mlp(builder: GraphBuilder, source: GGUFFile, x: str, layer: int) -> str:
     return builder.node("Add", [x, down], f"l{layer}.mlp_residual")
 
 
-def _layer_norm(builder: GraphBuilder, source: GGUFFile, x: str, layer: int, name: str) -> str:
+def _layer_norm(builder: GraphBuilder, source: WeightSource, x: str, layer: int, name: str) -> str:
     """RMSNorm with the layer's ``blk.{layer}.{name}.weight``."""
     weight = source.tensor(f"blk.{layer}.{name}.weight")
     return builder.rms_norm(x, weight, f"l{layer}.{name}", source.architecture.rms_norm_eps)
@@ -197,7 +197,7 @@ def rotary_caches(*, head_dim: int, theta: float, capacity: int) -> tuple[np.nda
 
 
 def build_graph(
-    source: GGUFFile, *, capacity: int, accuracy_level: int, dequantize: bool = False
+    source: WeightSource, *, capacity: int, accuracy_level: int, dequantize: bool = False
 ) -> tuple[Any, GraphBuilder]:
     """The ONNX ModelProto and the builder (which knows what was quantized how)."""
     from onnx import TensorProto, helper
@@ -254,7 +254,7 @@ def build_graph(
     return model, builder
 
 
-def _lm_head(builder: GraphBuilder, source: GGUFFile, x: str, tied: Any) -> str:
+def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> str:
     logits = IO["logits"]
     if not source.architecture.tied_embeddings:
         return builder.linear(x, source.tensor("output.weight"), logits)

@@ -207,7 +207,7 @@ def _manifest(
             model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
         ),
         model=_model_spec(source, capacity),
-        graph=_graph_spec(source, capacity, min_width),
+        graph=graph_spec(source, capacity, min_width),
         tokenizer=_tokenizer_spec(tokenizer, tokenizer_files, staging, arch.vocab_size),
         quantization=_quantization_spec(kinds, builder, accuracy),
         verification=verification,
@@ -284,7 +284,9 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
     )
 
 
-def _graph_spec(source: GGUFFile, capacity: int, min_width: int) -> GraphSpec:
+def graph_spec(source: Any, capacity: int, min_width: int) -> GraphSpec:
+    """The in-place graph's I/O record (any source with an ``architecture``: a GGUF file, or a
+    Hugging Face checkpoint through :mod:`edgespec.export.hf_graph`)."""
     arch = source.architecture
     kv = (1, arch.num_kv_heads, capacity, arch.head_dim)
     layers = range(arch.num_layers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -80,6 +80,16 @@ class GGUFFile:
                 fix="export a GGUF written by llama.cpp's converter for a supported architecture",
             )
         return self.tensors[name]
+
+
+class WeightSource(Protocol):
+    """What the graph builder and the checks read: a GGUF file, or a Hugging Face checkpoint
+    under llama.cpp's tensor names (:mod:`edgespec.export.hf_graph`)."""
+
+    @property
+    def architecture(self) -> GGUFArchitecture: ...
+
+    def tensor(self, name: str) -> Any: ...
 
 
 def field_value(fields: dict[str, Any], key: str, default: Any = None) -> Any:

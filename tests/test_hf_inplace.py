@@ -1,0 +1,61 @@
+"""``edgespec export HF_DIR --graph inplace``: Hugging Face Llama and Qwen2 checkpoints as the
+in-place KV graph (the GGUF importer's), checked against the same checkpoint's optimum graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = ("def add(a, b):\n    return", "import os\nimport sys\n\n", "class Point:\n    def")
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_inplace_graph_equals_the_optimum_graph_and_stays_exact(
+    exported: Callable[..., Path], architecture: str
+) -> None:
+    from edgespec.runtime.model import OnnxModel
+
+    inplace = load_bundle(exported(architecture, "fp32", "--graph", "inplace"))
+    manifest = inplace.manifest
+    assert manifest.graph.kv_sharing == "shared" and manifest.extra["graph_builder"] == "inplace"
+    assert manifest.verification.parity is not None and manifest.verification.parity.passed
+    assert manifest.verification.batch_invariant
+    reference = load_bundle(exported(architecture, "fp32"))
+    assert reference.manifest.graph.kv_sharing != "shared"
+    fast, plain = OnnxModel(inplace), OnnxModel(reference)
+    tokens = list(range(5, 40))
+    ours = np.array(fast.forward(tokens, fast.new_cache()))
+    theirs = np.array(plain.forward(tokens, plain.new_cache()))
+    assert np.abs(ours - theirs).max() < 1e-4 * max(1.0, float(np.abs(theirs).max()))
+    engine = Engine.load(target=inplace.root, measure_energy=False)
+    optimum = Engine.load(target=reference.root, measure_energy=False)
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=32)
+        assert expected.tokens == optimum.generate(prompt, drafter="none", max_new_tokens=32).tokens
+        for k in (1, 4):
+            result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=32)
+            assert result.tokens == expected.tokens, (prompt, k)
+
+
+def test_inplace_refuses_what_it_does_not_cover(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "b"
+    argv = ["export", str(tiny_model("llama")), "--out", str(out), "--graph", "inplace"]
+    assert main([*argv, "--quant", "int4"]) == 1
+    assert "--graph inplace writes float32 graphs, not int4" in capsys.readouterr().err
+    assert not out.exists()
+    argv = ["export", str(tiny_model("mistral")), "--out", str(out), "--graph", "inplace"]
+    assert main([*argv, "--quant", "fp32"]) == 1
+    err = capsys.readouterr().err
+    assert "--graph inplace covers llama, qwen2, not mistral" in err
+    assert err.count("\n") <= 2 and not out.exists()
