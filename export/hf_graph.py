@@ -1,12 +1,16 @@
 """``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama or Qwen2 checkpoint as the
 in-place KV graph the GGUF importer builds (GroupQueryAttention over one buffer per layer,
-rollback by length), in float32.
+rollback by length).
 
-The checkpoint's tensors are presented to the GGUF graph builder under llama.cpp's names,
-unquantized; Hugging Face's rotate-half rotary embedding is GroupQueryAttention's
-non-interleaved mode, so no row of Q or K is permuted. The checks are the importer's (parity
-with a float64 numpy forward of the same weights, batch invariance) plus parity with
-PyTorch itself, which catches an architecture feature the builder does not know.
+The checkpoint's tensors are presented to the GGUF graph builder under llama.cpp's names;
+Hugging Face's rotate-half rotary embedding is GroupQueryAttention's non-interleaved mode, so
+no row of Q or K is permuted. ``--quant`` quantizes as llama.cpp does, with the ``gguf``
+package's reference quantizers, so the graph runs the same MatMulNBits blocks as an imported
+GGUF: int4 is Q4_1 (a scale and a minimum per block of 32) for the linear layers with the
+embedding (and an untied LM head) in Q8_0, int8 is Q8_0 throughout. The checks are the
+importer's (parity with a float64 numpy forward of the graph's own weights, batch
+invariance) plus agreement with PyTorch itself: within float tolerance for fp32, top-1
+agreement for the quantized graphs (the quantization's cost, gated by ``--min-top1``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgespec._version import __version__
-from edgespec.config import ExportConfig
+from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError, UnsupportedModelError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
@@ -82,17 +86,44 @@ class FloatTensor:
 
 
 @dataclass(frozen=True)
+class QuantizedTensor:
+    """llama.cpp blocks of a weight [rows, columns], shaped as the GGUF reader's tensors."""
+
+    data: np.ndarray  # uint8 [rows, bytes per row]
+    tensor_type: Any
+    shape: tuple[int, int]  # (columns, rows)
+
+    @property
+    def n_elements(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+#: --quant → llama.cpp block type of the linear layers and of the embedding / LM head.
+BLOCK_TYPES = {"int4": ("Q4_1", "Q8_0"), "int8": ("Q8_0", "Q8_0"), "fp32": (None, None)}
+
+
+def _quantized(weight: np.ndarray, kind: str | None) -> FloatTensor | QuantizedTensor:
+    if kind is None or weight.ndim != 2 or weight.shape[1] % 32:
+        return FloatTensor(np.ascontiguousarray(weight))
+    from gguf import GGMLQuantizationType, quants
+
+    qtype = GGMLQuantizationType[kind]
+    blocks = quants.quantize(np.ascontiguousarray(weight, dtype=np.float32), qtype)
+    return QuantizedTensor(data=blocks, tensor_type=qtype, shape=(weight.shape[1], weight.shape[0]))
+
+
+@dataclass(frozen=True)
 class CheckpointSource:
     """A Hugging Face checkpoint under llama.cpp's tensor names, for the graph builder."""
 
     architecture: GGUFArchitecture
-    tensors: dict[str, FloatTensor]
+    tensors: dict[str, FloatTensor | QuantizedTensor]
 
-    def tensor(self, name: str) -> FloatTensor:
+    def tensor(self, name: str) -> FloatTensor | QuantizedTensor:
         return self.tensors[name]
 
 
-def checkpoint_source(torch_model: Any) -> CheckpointSource:
+def checkpoint_source(torch_model: Any, quant: str = "fp32") -> CheckpointSource:
     """Maps the model's state dict and config; refuses what the builder would get wrong."""
     config = torch_model.config
     arch = INPLACE_MODEL_TYPES.get(config.model_type)
@@ -141,20 +172,29 @@ def checkpoint_source(torch_model: Any) -> CheckpointSource:
         tied_embeddings=tied,
         qkv_bias="blk.0.attn_q.bias" in tensors,
     )
+    linear, table = BLOCK_TYPES[quant]
+    edges = ("token_embd.weight", "output.weight")
     return CheckpointSource(
         architecture=architecture,
-        tensors={name: FloatTensor(np.ascontiguousarray(t)) for name, t in tensors.items()},
+        tensors={
+            name: _quantized(t, table if name in edges else linear) for name, t in tensors.items()
+        },
     )
 
 
 def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
-    """Loads the checkpoint, builds, checks and writes the in-place float32 bundle."""
+    """Loads the checkpoint, builds, checks and writes the in-place bundle."""
     import onnx
 
-    if config.quant not in ("auto", "fp32"):
+    if config.quant not in ("auto", *BLOCK_TYPES):
         raise ConfigError(
-            f"--graph inplace writes float32 graphs, not {config.quant}",
-            fix="pass --quant fp32, or --graph optimum for quantized graphs",
+            f"--graph inplace writes {', '.join(BLOCK_TYPES)} graphs, not {config.quant}",
+            fix="pass --quant int4, int8 or fp32, or --graph optimum for the others",
+        )
+    if config.block_size != 32:
+        raise ConfigError(
+            f"--graph inplace quantizes in llama.cpp's blocks of 32, not {config.block_size}",
+            fix="leave --block-size out",
         )
     source = resolve_source(
         config.model, revision=config.revision, trust_remote_code=config.trust_remote_code
@@ -169,9 +209,13 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         )
         positions = int(torch_model.config.max_position_embeddings)
         capacity = min(config.max_length or 2048, positions)
-        checkpoint = checkpoint_source(torch_model)
+        parameters = sum(int(p.numel()) for p in torch_model.parameters())
+        quant = resolve_quant(config.quant, parameters)
         started = time.perf_counter()
-        model, _ = build_graph(checkpoint, capacity=capacity, accuracy_level=config.accuracy_level)
+        checkpoint = checkpoint_source(torch_model, quant)
+        model, builder = build_graph(
+            checkpoint, capacity=capacity, accuracy_level=config.accuracy_level
+        )
         onnx.save(
             model,
             str(staging / GRAPH_FILE),
@@ -186,7 +230,7 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             )
         )
         tokenizer_spec = save_tokenizer(tokenizer, torch_model.generation_config, staging)
-        verification, min_width = _verify(
+        verification, min_width, torch_top1 = _verify(
             checkpoint, staging / GRAPH_FILE, torch_model, tokenizer, config, capacity
         )
         spec = graph_spec(checkpoint, capacity, min_width)
@@ -208,7 +252,7 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             model=ModelSpec(
                 model_type=str(torch_model.config.model_type),
                 architecture=type(torch_model).__name__,
-                parameters=sum(int(p.numel()) for p in torch_model.parameters()),
+                parameters=parameters,
                 num_layers=arch.num_layers,
                 num_attention_heads=arch.num_heads,
                 num_kv_heads=arch.num_kv_heads,
@@ -220,7 +264,7 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             ),
             graph=spec,
             tokenizer=tokenizer_spec,
-            quantization=QuantizationSpec(scheme="none", weight_dtype="float32", bits=32),
+            quantization=_quantization(quant, builder, config.accuracy_level),
             verification=verification,
             memory=memory_estimate(
                 spec,
@@ -232,12 +276,30 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             toolchain={"edgespec": __version__, "onnx": onnx.__version__},
             extra={
                 "graph_builder": "inplace",
+                "torch_top1_agreement": torch_top1,
                 **system_prompt_extra(config.system_prompt),
                 **config.extra,
             },
         )
         write_manifest(staging, manifest)
     return load_bundle(config.out)
+
+
+def _quantization(quant: str, builder: Any, accuracy: int) -> QuantizationSpec:
+    if quant == "fp32":
+        return QuantizationSpec(scheme="none", weight_dtype="float32", bits=32)
+    linear, table = BLOCK_TYPES[quant]
+    assert linear is not None and table is not None
+    return QuantizationSpec(
+        scheme="matmul_nbits",
+        weight_dtype="/".join(sorted({linear.lower(), table.lower()})),
+        bits=min(w.bits for w in builder.quantized),
+        block_size=32,
+        accuracy_level=accuracy,
+        symmetric=quant == "int8",
+        op_types=("MatMulNBits", "Gather"),
+        tool="edgespec in-place builder (gguf reference quantizers)",
+    )
 
 
 def _verify(
@@ -247,30 +309,47 @@ def _verify(
     tokenizer: Any,
     config: ExportConfig,
     capacity: int,
-) -> tuple[VerificationRecord, int]:
-    """The importer's checks (width 1 first, else padded to 2) and parity with PyTorch."""
+) -> tuple[VerificationRecord, int, float | None]:
+    """The importer's checks (a float graph at width 1 first, else padded to 2) and agreement
+    with PyTorch; returns the record, the narrowest pass and the top-1 agreement with PyTorch."""
     if not config.verify:
-        return VerificationRecord(performed=False), 2
+        return VerificationRecord(performed=False), 2, None
     import onnxruntime
     import torch
 
-    runner = check.GraphRunner(graph_path, checkpoint, capacity=capacity, min_width=1)
+    quantized = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
+    min_width = 2 if quantized else 1
+    runner = check.GraphRunner(graph_path, checkpoint, capacity=capacity, min_width=min_width)
     prompts = [tokenizer(text)["input_ids"][:48] for text in check.PARITY_TEXTS]
     parity = check.check_parity(runner, checkpoint, prompts, min_top1=config.min_top1_agreement)
-    with torch.no_grad():
-        theirs = torch_model(torch.tensor([prompts[0]])).logits[0].float().numpy()
-    ours = runner.forward(prompts[0], 0, runner.empty())
-    torch_diff = float(np.abs(ours - theirs).max())
-    if not parity.passed or torch_diff > TORCH_TOLERANCE * max(1.0, float(np.abs(theirs).max())):
+    agree = positions = 0
+    torch_diff = 0.0
+    for prompt in prompts:
+        with torch.no_grad():
+            theirs = torch_model(torch.tensor([prompt])).logits[0].float().numpy()
+        ours = runner.forward(prompt, 0, runner.empty())
+        torch_diff = max(torch_diff, float(np.abs(ours - theirs).max()))
+        agree += int((ours.argmax(-1) == theirs.argmax(-1)).sum())
+        positions += len(prompt)
+    torch_top1 = agree / positions
+    largest = float(np.abs(theirs).max())
+    wrong = torch_diff > TORCH_TOLERANCE * max(1.0, largest) if not quantized else False
+    if not parity.passed or wrong:
         raise VerificationError(
             f"the in-place graph does not reproduce the checkpoint (max |Δlogit| against "
             f"PyTorch {torch_diff:.3g}, top-1 against its own weights "
             f"{parity.top1_agreement:.1%}): the model uses a feature the builder does not know",
             fix="export with --graph optimum (the default)",
         )
+    if torch_top1 < config.min_top1_agreement:
+        raise VerificationError(
+            f"the quantized graph agrees with PyTorch on the top-1 token at only "
+            f"{torch_top1:.1%} of {positions} positions (need {config.min_top1_agreement:.0%})",
+            fix="try --quant int8 or fp32",
+        )
     sample = [t for prompt in prompts for t in prompt] + runner.greedy(prompts[0], 48)
     invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
-    if not invariance.passed:
+    if not invariance.passed and runner.min_width == 1:
         runner.min_width = 2
         invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
     if not invariance.passed and not config.allow_batch_variance:
@@ -286,4 +365,4 @@ def _verify(
         parity=parity,
         batch_invariance=invariance,
     )
-    return record, runner.min_width
+    return record, runner.min_width, torch_top1

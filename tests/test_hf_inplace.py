@@ -51,11 +51,35 @@ def test_inplace_refuses_what_it_does_not_cover(
 ) -> None:
     out = tmp_path / "b"
     argv = ["export", str(tiny_model("llama")), "--out", str(out), "--graph", "inplace"]
-    assert main([*argv, "--quant", "int4"]) == 1
-    assert "--graph inplace writes float32 graphs, not int4" in capsys.readouterr().err
+    assert main([*argv, "--quant", "int8-dynamic"]) == 1
+    assert "--graph inplace writes int4, int8, fp32 graphs, not int8-dynamic" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--quant", "int4", "--block-size", "64"]) == 1
+    assert "blocks of 32, not 64" in capsys.readouterr().err
     assert not out.exists()
     argv = ["export", str(tiny_model("mistral")), "--out", str(out), "--graph", "inplace"]
     assert main([*argv, "--quant", "fp32"]) == 1
     err = capsys.readouterr().err
     assert "--graph inplace covers llama, qwen2, not mistral" in err
     assert err.count("\n") <= 2 and not out.exists()
+
+
+@pytest.mark.parametrize(("quant", "dtype"), [("int4", "q4_1/q8_0"), ("int8", "q8_0")])
+def test_inplace_quantizes_as_llama_cpp_does(
+    exported: Callable[..., Path], quant: str, dtype: str
+) -> None:
+    """int4 is llama.cpp's Q4_1 (embedding Q8_0), int8 its Q8_0: the importer's blocks, single
+    steps padded to two rows, exact speculation, and agreement with PyTorch recorded."""
+    bundle = load_bundle(exported("llama", quant, "--graph", "inplace", "--min-top1", "0"))
+    manifest = bundle.manifest
+    assert manifest.quantization.weight_dtype == dtype and manifest.graph.min_pass_width == 2
+    assert 0.0 <= manifest.extra["torch_top1_agreement"] <= 1.0
+    assert manifest.verification.batch_invariant
+    float_bytes = load_bundle(exported("llama", "fp32", "--graph", "inplace")).manifest
+    assert manifest.memory.weight_bytes < float_bytes.memory.weight_bytes / 2.5
+    engine = Engine.load(target=bundle.root, measure_energy=False)
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=32)
+        result = engine.generate(prompt, drafter="ngram", k=4, max_new_tokens=32)
+        assert result.tokens == expected.tokens, prompt

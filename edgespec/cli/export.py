@@ -98,8 +98,8 @@ def add_export_command(commands: Any) -> None:
         default="optimum",
         help="for a Hugging Face Llama or Qwen2 checkpoint: 'inplace' writes the graph GGUF "
         "imports get (GroupQueryAttention, the KV cache written in place, rollback without a "
-        "copy; float32), 'optimum' (default) optimum's graph for every architecture and "
-        "--quant",
+        "copy; --quant int4 as llama.cpp's Q4_1, int8 as Q8_0, or fp32), 'optimum' "
+        "(default) optimum's graph for every architecture and --quant",
     )
     export.add_argument(
         "--block-size",
