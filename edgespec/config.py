@@ -41,8 +41,9 @@ class ExportConfig:
     trust_remote_code: bool = False
     #: The system message a conversation gets when it has none (recorded in the manifest).
     system_prompt: str | None = None
-    #: Hugging Face checkpoints: "optimum" (every architecture) or "inplace" (Llama, Qwen2).
-    graph: str = "optimum"
+    #: Hugging Face checkpoints: "inplace" (Llama, Qwen2), "optimum" (every architecture), or
+    #: "auto": inplace where it applies.
+    graph: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -174,13 +174,20 @@ class SharedKVCache:
             self.ort_values = [[allocate() for _ in range(layers)] for _ in range(2)]
         self.binding: tuple[object, object] | None = None
         self.length = 0
+        self._written = 0
 
     @property
     def nbytes(self) -> int:
-        return self._nbytes
+        """The memory the cache holds: on a device, the whole buffers; in host memory, the
+        positions ever written (the anonymous maps' pages are committed when first written
+        and stay until the cache is freed)."""
+        if self.device is not None:
+            return self._nbytes
+        return self._nbytes * min(self._written, self.capacity) // self.capacity
 
     def advance(self, new_tokens: int) -> None:
         self.length += new_tokens
+        self._written = max(self._written, self.length)
 
     def crop(self, length: int) -> None:
         """Keeps the first ``length`` positions (an absolute length, not a count to drop)."""

@@ -163,7 +163,8 @@ class OnnxModel:
                 layers=self.model.num_layers,
                 kv_heads=self.model.num_kv_heads,
                 head_dim=self.model.head_dim,
-                capacity=self.max_length,
+                # The graph's buffers have a fixed length; a shrunk context uses less of them.
+                capacity=self.graph.kv_capacity or self.model.max_length,
                 dtype=self.kv_dtype,
                 device=self.kv_device,
             )

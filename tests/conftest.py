@@ -90,6 +90,8 @@ def exported(
                     "--quant",
                     quant,
                     "--quiet",
+                    # The optimum graph unless a test asks for another (--graph inplace).
+                    *(() if "--graph" in extra else ("--graph", "optimum")),
                     *extra,
                 ]
             )

@@ -244,7 +244,18 @@ def test_export_shows_progress_for_each_long_step(
     from edgespec.cli import main
 
     assert (
-        main(["export", str(tiny_model("llama")), "--out", str(tmp_path / "b"), "--quant", "int4"])
+        main(
+            [
+                "export",
+                str(tiny_model("llama")),
+                "--out",
+                str(tmp_path / "b"),
+                "--quant",
+                "int4",
+                "--graph",
+                "optimum",
+            ]
+        )
         == 0
     )
     captured = capsys.readouterr()

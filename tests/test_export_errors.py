@@ -236,6 +236,8 @@ def test_interrupted_export_leaves_nothing(
             str(tmp_path / "a" / "b"),
             "--quant",
             "int4",
+            "--graph",
+            "optimum",
             "--quiet",
         ]
     )

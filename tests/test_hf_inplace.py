@@ -61,7 +61,7 @@ def test_inplace_refuses_what_it_does_not_cover(
     argv = ["export", str(tiny_model("mistral")), "--out", str(out), "--graph", "inplace"]
     assert main([*argv, "--quant", "fp32"]) == 1
     err = capsys.readouterr().err
-    assert "--graph inplace covers llama, qwen2, not mistral" in err
+    assert "cannot express a mistral model (it covers llama and qwen2)" in err
     assert err.count("\n") <= 2 and not out.exists()
 
 
@@ -83,3 +83,30 @@ def test_inplace_quantizes_as_llama_cpp_does(
         expected = engine.generate(prompt, drafter="none", max_new_tokens=32)
         result = engine.generate(prompt, drafter="ngram", k=4, max_new_tokens=32)
         assert result.tokens == expected.tokens, prompt
+
+
+def test_auto_takes_the_inplace_graph_and_shows_progress(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "auto"
+    assert main(["export", str(tiny_model("qwen2")), "--out", str(out), "--quant", "fp32"]) == 0
+    err = capsys.readouterr().err
+    for line in ("load: loading", "graph: done in", "verify: agreement with PyTorch"):
+        assert line in err
+    assert load_bundle(out).manifest.graph.kv_sharing == "shared"
+    # Where the in-place graph does not apply (fp16), auto takes optimum's.
+    assert (
+        main(
+            [
+                "export",
+                str(tiny_model("qwen2")),
+                "--out",
+                str(tmp_path / "h"),
+                "--quant",
+                "fp16",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert load_bundle(tmp_path / "h").manifest.graph.kv_sharing != "shared"

@@ -94,12 +94,13 @@ def add_export_command(commands: Any) -> None:
     )
     export.add_argument(
         "--graph",
-        choices=("optimum", "inplace"),
-        default="optimum",
-        help="for a Hugging Face Llama or Qwen2 checkpoint: 'inplace' writes the graph GGUF "
-        "imports get (GroupQueryAttention, the KV cache written in place, rollback without a "
-        "copy; --quant int4 as llama.cpp's Q4_1, int8 as Q8_0, or fp32), 'optimum' "
-        "(default) optimum's graph for every architecture and --quant",
+        choices=("auto", "inplace", "optimum"),
+        default="auto",
+        help="Hugging Face checkpoints: 'inplace' writes the graph GGUF imports get "
+        "(GroupQueryAttention, the KV cache written in place, rollback without a copy; Llama "
+        "and Qwen2; --quant int4 as llama.cpp's Q4_1, int8 as Q8_0, or fp32); 'optimum' "
+        "optimum's graph, for every architecture and --quant; 'auto' (default): inplace "
+        "where it applies, else optimum",
     )
     export.add_argument(
         "--block-size",
@@ -189,6 +190,17 @@ def progress_printer(*, quiet: bool, stream: TextIO) -> Any:
     return show
 
 
+def _inplace(config: ExportConfig) -> bool:
+    """Whether a Hugging Face export writes the in-place graph: always when asked for, and
+    with ``--graph auto`` when the checkpoint and ``--quant`` are ones it covers."""
+    check_extra("export", EXPORT_EXTRA_MODULES)
+    if config.graph == "inplace":
+        return True
+    from edgespec.export.hf_graph import covers
+
+    return covers(config)
+
+
 def run_export(args: argparse.Namespace) -> int:
     gguf = gguf_model(args)
     config = ExportConfig(
@@ -213,8 +225,7 @@ def run_export(args: argparse.Namespace) -> int:
         from edgespec.export.gguf.pipeline import export_gguf
 
         bundle = export_gguf(config, observe=observe)
-    elif config.graph == "inplace":
-        check_extra("export", EXPORT_EXTRA_MODULES)
+    elif config.graph != "optimum" and _inplace(config):
         from edgespec.export.hf_graph import export_inplace
 
         bundle = export_inplace(config, observe=observe)
