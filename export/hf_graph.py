@@ -16,7 +16,6 @@ agreement for the quantized graphs (the quantization's cost, gated by ``--min-to
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,18 @@ import numpy as np
 
 from edgespec._version import __version__
 from edgespec.config import ExportConfig, resolve_quant
-from edgespec.errors import ConfigError, UnsupportedModelError, VerificationError
+from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
 from edgespec.export.gguf import check
-from edgespec.export.gguf.graph import build_graph
-from edgespec.export.gguf.pipeline import DATA_FILE, GRAPH_FILE, graph_spec
-from edgespec.export.gguf.reader import GGUFArchitecture
+from edgespec.export.gguf.pipeline import DATA_FILE, GRAPH_FILE, graph_spec, write_graph
+from edgespec.export.hf_source import (
+    BLOCK_TYPES,
+    CheckpointSource,
+    QuantizedTensor,
+    checkpoint_source,
+    unsupported_reason,
+)
 from edgespec.export.onnx_export import load_tokenizer, load_torch_model
 from edgespec.export.source import resolve_source
 from edgespec.manifest import (
@@ -46,101 +50,11 @@ from edgespec.manifest import (
     write_manifest,
 )
 
-#: Hugging Face model types whose blocks the builder covers, as llama.cpp names them.
-INPLACE_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2"}
-_LAYER_NAMES = {
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
 #: PyTorch and the float32 graph on the same prompt: max |Δlogit| allowed.
 TORCH_TOLERANCE = 1e-3
 #: Top-1 agreement with a float64 forward of the graph's own weights below which the graph
 #: is miswired (the GGUF importer's default gate).
 WIRING_MIN_TOP1 = 0.8
-
-
-@dataclass(frozen=True)
-class FloatTensor:
-    """A float32 weight shaped as the GGUF reader's tensors are: ``shape`` lists the
-    dimensions innermost first (columns, then rows)."""
-
-    data: np.ndarray
-
-    @property
-    def tensor_type(self) -> Any:
-        from gguf import GGMLQuantizationType
-
-        return GGMLQuantizationType.F32
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(reversed(self.data.shape))
-
-    @property
-    def n_elements(self) -> int:
-        return int(self.data.size)
-
-
-@dataclass(frozen=True)
-class QuantizedTensor:
-    """llama.cpp blocks of a weight [rows, columns], shaped as the GGUF reader's tensors."""
-
-    data: np.ndarray  # uint8 [rows, bytes per row]
-    tensor_type: Any
-    shape: tuple[int, int]  # (columns, rows)
-
-    @property
-    def n_elements(self) -> int:
-        return self.shape[0] * self.shape[1]
-
-
-#: --quant → llama.cpp block type of the linear layers and of the embedding / LM head.
-BLOCK_TYPES = {"int4": ("Q4_1", "Q8_0"), "int8": ("Q8_0", "Q8_0"), "fp32": (None, None)}
-
-
-def _quantized(weight: np.ndarray, kind: str | None) -> FloatTensor | QuantizedTensor:
-    if kind is None or weight.ndim != 2 or weight.shape[1] % 32:
-        return FloatTensor(np.ascontiguousarray(weight))
-    from gguf import GGMLQuantizationType, quants
-
-    qtype = GGMLQuantizationType[kind]
-    blocks = quants.quantize(np.ascontiguousarray(weight, dtype=np.float32), qtype)
-    return QuantizedTensor(data=blocks, tensor_type=qtype, shape=(weight.shape[1], weight.shape[0]))
-
-
-@dataclass(frozen=True)
-class CheckpointSource:
-    """A Hugging Face checkpoint under llama.cpp's tensor names, for the graph builder."""
-
-    architecture: GGUFArchitecture
-    tensors: dict[str, FloatTensor | QuantizedTensor]
-
-    def tensor(self, name: str) -> FloatTensor | QuantizedTensor:
-        return self.tensors[name]
-
-
-def unsupported_reason(config: Any) -> str | None:
-    """Why the builder cannot express this Hugging Face config (None: it can)."""
-    if config.model_type not in INPLACE_MODEL_TYPES:
-        covered = " and ".join(INPLACE_MODEL_TYPES)
-        return f"a {config.model_type} model (it covers {covered})"
-    rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
-    if rope and rope.get("rope_type", rope.get("type", "default")) != "default":
-        return f"{rope.get('rope_type', rope.get('type'))} rope scaling"
-    if getattr(config, "use_sliding_window", False):
-        return "sliding-window attention"
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
-        return f"a {config.hidden_act} or biased MLP"
-    if config.model_type == "llama" and getattr(config, "attention_bias", False):
-        return "attention biases on a llama model"
-    return None
 
 
 def covers(config: ExportConfig) -> bool:
@@ -151,57 +65,6 @@ def covers(config: ExportConfig) -> bool:
         config.model, revision=config.revision, trust_remote_code=config.trust_remote_code
     )
     return unsupported_reason(source.config) is None
-
-
-def checkpoint_source(torch_model: Any, quant: str = "fp32") -> CheckpointSource:
-    """Maps the model's state dict and config; refuses what the builder would get wrong."""
-    config = torch_model.config
-    reason = unsupported_reason(config)
-    if reason is not None:
-        raise UnsupportedModelError(
-            f"the in-place graph cannot express {reason}", fix="export with --graph optimum"
-        )
-    arch = INPLACE_MODEL_TYPES[config.model_type]
-    state = {name: t.detach().float().numpy() for name, t in torch_model.state_dict().items()}
-    tensors = {"token_embd.weight": state["model.embed_tokens.weight"]}
-    for layer in range(config.num_hidden_layers):
-        for hf_name, gguf_name in _LAYER_NAMES.items():
-            prefix = f"model.layers.{layer}.{hf_name}"
-            tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
-            if f"{prefix}.bias" in state:
-                tensors[f"blk.{layer}.{gguf_name}.bias"] = state[f"{prefix}.bias"]
-    tensors["output_norm.weight"] = state["model.norm.weight"]
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    if not tied:
-        tensors["output.weight"] = state["lm_head.weight"]
-    heads = int(config.num_attention_heads)
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    rope = getattr(config, "rope_parameters", None) or {}
-    architecture = GGUFArchitecture(
-        arch=arch,
-        name=str(getattr(config, "_name_or_path", arch)),
-        num_layers=int(config.num_hidden_layers),
-        hidden_size=int(config.hidden_size),
-        intermediate_size=int(config.intermediate_size),
-        num_heads=heads,
-        num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
-        head_dim=head_dim,
-        vocab_size=int(state["model.embed_tokens.weight"].shape[0]),
-        context_length=int(config.max_position_embeddings),
-        rope_theta=float(getattr(config, "rope_theta", None) or rope.get("rope_theta", 10000.0)),
-        rope_interleaved=False,  # Hugging Face rotates halves
-        rms_norm_eps=float(config.rms_norm_eps),
-        tied_embeddings=tied,
-        qkv_bias="blk.0.attn_q.bias" in tensors,
-    )
-    linear, table = BLOCK_TYPES[quant]
-    edges = ("token_embd.weight", "output.weight")
-    return CheckpointSource(
-        architecture=architecture,
-        tensors={
-            name: _quantized(t, table if name in edges else linear) for name, t in tensors.items()
-        },
-    )
 
 
 def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
@@ -241,16 +104,8 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         quant = resolve_quant(config.quant, parameters)
         started = time.perf_counter()
         checkpoint = checkpoint_source(torch_model, quant)
-        model, builder = build_graph(
-            checkpoint, capacity=capacity, accuracy_level=config.accuracy_level
-        )
-        onnx.save(
-            model,
-            str(staging / GRAPH_FILE),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=DATA_FILE,
-            size_threshold=1024,
+        builder = write_graph(
+            checkpoint, staging, capacity=capacity, accuracy=config.accuracy_level
         )
         observe(
             ProgressEvent(

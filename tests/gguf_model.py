@@ -92,17 +92,7 @@ def write_llama_gguf(
     writer.add_add_eos_token(False)
 
     state = {name: t.detach().numpy().astype(np.float32) for name, t in model.state_dict().items()}
-    layer_names = {
-        "input_layernorm": "attn_norm",
-        "self_attn.q_proj": "attn_q",
-        "self_attn.k_proj": "attn_k",
-        "self_attn.v_proj": "attn_v",
-        "self_attn.o_proj": "attn_output",
-        "post_attention_layernorm": "ffn_norm",
-        "mlp.gate_proj": "ffn_gate",
-        "mlp.up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
-    }
+    from edgespec.export.hf_source import LAYER_NAMES as layer_names
 
     def add(name: str, weight: np.ndarray, kind: str | None) -> None:
         if kind is None or weight.ndim != 2:

@@ -21,7 +21,7 @@ from edgespec.export.bundle import file_records, staging_directory, tokenizer_sh
 from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
-from edgespec.export.gguf.reader import GGUFFile, field_value, open_gguf
+from edgespec.export.gguf.reader import GGUFFile, WeightSource, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import (
     SCHEMA_VERSION,
@@ -63,7 +63,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         arch = source.architecture
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
-        builder = _write_graph(
+        builder = write_graph(
             source,
             staging,
             capacity=capacity,
@@ -104,9 +104,11 @@ def _file_records(source: GGUFFile) -> dict[str, Any]:
     return {} if record is None else {"distillation": json.loads(record)}
 
 
-def _write_graph(
-    source: GGUFFile, staging: Path, *, capacity: int, accuracy: int, dequantize: bool
+def write_graph(
+    source: WeightSource, staging: Path, *, capacity: int, accuracy: int, dequantize: bool = False
 ) -> Any:
+    """Builds the in-place graph of ``source`` into ``staging`` (graph and one data file) and
+    returns the builder, which knows what was quantized how."""
     import onnx
 
     model, builder = build_graph(

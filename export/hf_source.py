@@ -1,0 +1,156 @@
+"""A Hugging Face Llama or Qwen2 checkpoint as a :class:`~edgespec.export.gguf.reader.WeightSource`:
+its tensors under llama.cpp's names, float32 or quantized with the ``gguf`` package's
+reference quantizers (int4: Q4_1 linear layers with a Q8_0 embedding and untied LM head;
+int8: Q8_0), for the in-place graph builder and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgespec.errors import UnsupportedModelError
+from edgespec.export.gguf.reader import GGUFArchitecture
+
+#: Hugging Face model types whose blocks the builder covers, as llama.cpp names them.
+INPLACE_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2"}
+LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+@dataclass(frozen=True)
+class FloatTensor:
+    """A float32 weight shaped as the GGUF reader's tensors are: ``shape`` lists the
+    dimensions innermost first (columns, then rows)."""
+
+    data: np.ndarray
+
+    @property
+    def tensor_type(self) -> Any:
+        from gguf import GGMLQuantizationType
+
+        return GGMLQuantizationType.F32
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(reversed(self.data.shape))
+
+    @property
+    def n_elements(self) -> int:
+        return int(self.data.size)
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """llama.cpp blocks of a weight [rows, columns], shaped as the GGUF reader's tensors."""
+
+    data: np.ndarray  # uint8 [rows, bytes per row]
+    tensor_type: Any
+    shape: tuple[int, int]  # (columns, rows)
+
+    @property
+    def n_elements(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+#: --quant → llama.cpp block type of the linear layers and of the embedding / LM head.
+BLOCK_TYPES = {"int4": ("Q4_1", "Q8_0"), "int8": ("Q8_0", "Q8_0"), "fp32": (None, None)}
+
+
+def _quantized(weight: np.ndarray, kind: str | None) -> FloatTensor | QuantizedTensor:
+    if kind is None or weight.ndim != 2 or weight.shape[1] % 32:
+        return FloatTensor(np.ascontiguousarray(weight))
+    from gguf import GGMLQuantizationType, quants
+
+    qtype = GGMLQuantizationType[kind]
+    blocks = quants.quantize(np.ascontiguousarray(weight, dtype=np.float32), qtype)
+    return QuantizedTensor(data=blocks, tensor_type=qtype, shape=(weight.shape[1], weight.shape[0]))
+
+
+@dataclass(frozen=True)
+class CheckpointSource:
+    """A Hugging Face checkpoint under llama.cpp's tensor names, for the graph builder."""
+
+    architecture: GGUFArchitecture
+    tensors: dict[str, FloatTensor | QuantizedTensor]
+
+    def tensor(self, name: str) -> FloatTensor | QuantizedTensor:
+        return self.tensors[name]
+
+
+def unsupported_reason(config: Any) -> str | None:
+    """Why the builder cannot express this Hugging Face config (None: it can)."""
+    if config.model_type not in INPLACE_MODEL_TYPES:
+        covered = " and ".join(INPLACE_MODEL_TYPES)
+        return f"a {config.model_type} model (it covers {covered})"
+    rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+    if rope and rope.get("rope_type", rope.get("type", "default")) != "default":
+        return f"{rope.get('rope_type', rope.get('type'))} rope scaling"
+    if getattr(config, "use_sliding_window", False):
+        return "sliding-window attention"
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
+        return f"a {config.hidden_act} or biased MLP"
+    if config.model_type == "llama" and getattr(config, "attention_bias", False):
+        return "attention biases on a llama model"
+    return None
+
+
+def checkpoint_source(torch_model: Any, quant: str = "fp32") -> CheckpointSource:
+    """Maps the model's state dict and config; refuses what the builder would get wrong."""
+    config = torch_model.config
+    reason = unsupported_reason(config)
+    if reason is not None:
+        raise UnsupportedModelError(
+            f"the in-place graph cannot express {reason}", fix="export with --graph optimum"
+        )
+    arch = INPLACE_MODEL_TYPES[config.model_type]
+    state = {name: t.detach().float().numpy() for name, t in torch_model.state_dict().items()}
+    tensors = {"token_embd.weight": state["model.embed_tokens.weight"]}
+    for layer in range(config.num_hidden_layers):
+        for hf_name, gguf_name in LAYER_NAMES.items():
+            prefix = f"model.layers.{layer}.{hf_name}"
+            tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
+            if f"{prefix}.bias" in state:
+                tensors[f"blk.{layer}.{gguf_name}.bias"] = state[f"{prefix}.bias"]
+    tensors["output_norm.weight"] = state["model.norm.weight"]
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    if not tied:
+        tensors["output.weight"] = state["lm_head.weight"]
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    rope = getattr(config, "rope_parameters", None) or {}
+    architecture = GGUFArchitecture(
+        arch=arch,
+        name=str(getattr(config, "_name_or_path", arch)),
+        num_layers=int(config.num_hidden_layers),
+        hidden_size=int(config.hidden_size),
+        intermediate_size=int(config.intermediate_size),
+        num_heads=heads,
+        num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+        head_dim=head_dim,
+        vocab_size=int(state["model.embed_tokens.weight"].shape[0]),
+        context_length=int(config.max_position_embeddings),
+        rope_theta=float(getattr(config, "rope_theta", None) or rope.get("rope_theta", 10000.0)),
+        rope_interleaved=False,  # Hugging Face rotates halves
+        rms_norm_eps=float(config.rms_norm_eps),
+        tied_embeddings=tied,
+        qkv_bias="blk.0.attn_q.bias" in tensors,
+    )
+    linear, table = BLOCK_TYPES[quant]
+    edges = ("token_embd.weight", "output.weight")
+    return CheckpointSource(
+        architecture=architecture,
+        tensors={
+            name: _quantized(t, table if name in edges else linear) for name, t in tensors.items()
+        },
+    )
