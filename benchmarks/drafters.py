@@ -4,6 +4,10 @@ by prompt in one process, greedy (or sampled at ``--temperature``), on the ``cha
 ``chat-edit`` sets.
 
     python benchmarks/drafters.py [--target DIR] [--draft DIR] [--threads 2] [--tokens 128]
+        [--also-draft NAME=DIR ...]
+
+``--also-draft`` puts more drafts for the same target in the same run (their draft-model and
+combined configurations, labelled with NAME), each through its own engine.
 
 Defaults: the default model and its shipped draft (converted on first use). Prints one JSON
 line per (set, configuration) and a table; every speculative output is checked against the
@@ -41,16 +45,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--sets", nargs="+", default=["chat", "chat-edit"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    parser.add_argument("--also-draft", nargs="+", default=[], metavar="NAME=DIR")
     parser.add_argument(
         "--only", nargs="+", default=None, help="configurations to run (target-only always runs)"
     )
     args = parser.parse_args()
-    configurations = [
-        c for c in CONFIGURATIONS if args.only is None or c[0] in (*args.only, "target-only")
+    chosen = [
+        (*c, "") for c in CONFIGURATIONS if args.only is None or c[0] in (*args.only, "target-only")
     ]
-    engine = Engine.load(
-        target=args.target, draft=args.draft, threads=args.threads, measure_energy=False
-    )
+    engines = {
+        "": Engine.load(
+            target=args.target, draft=args.draft, threads=args.threads, measure_energy=False
+        )
+    }
+    for spec in args.also_draft:
+        draft_name, _, directory = spec.partition("=")
+        engines[draft_name] = Engine.load(
+            target=args.target, draft=Path(directory), threads=args.threads, measure_energy=False
+        )
+        chosen += [
+            (f"{c[0]} {draft_name}", *c[1:4], draft_name)
+            for c in chosen
+            if c[1] in ("model", "combined") and c[4] == ""
+        ]
+    configurations = chosen
     table = []
     for name in args.sets:
         prompts = load_prompt_set(name)
@@ -58,14 +76,15 @@ def main() -> None:
             c[0]: {"tokens": 0, "seconds": 0.0, "tested": 0, "accepted": 0, "identical": 0}
             for c in configurations
         }
-        engine.generate(prompts.prompts[0], drafter="none", max_new_tokens=8, chat=prompts.chat)
+        for warm in engines.values():
+            warm.generate(prompts.prompts[0], drafter="none", max_new_tokens=8, chat=prompts.chat)
         for repeat in range(args.repeats):
             for index, prompt in enumerate(prompts.prompts):
                 # Rotate the order prompt by prompt so no configuration always runs first.
                 shift = (index + repeat) % len(configurations)
                 order = configurations[shift:] + configurations[:shift]
                 results = {
-                    label: engine.generate(
+                    label: engines[key].generate(
                         prompt,
                         drafter=drafter,
                         k=k,
@@ -75,7 +94,7 @@ def main() -> None:
                         seed=index,
                         sampling_mode=mode,
                     )
-                    for label, drafter, k, mode in order
+                    for label, drafter, k, mode, key in order
                 }
                 plain = results["target-only"].tokens
                 for label, result in results.items():

@@ -171,3 +171,113 @@ def test_a_gguf_target_in_torch_computes_the_files_logits(tiny_model: Any, tmp_p
     )
     assert ids.shape[:2] == (3, 13) and np.isfinite(logprobs[0]).all()
     assert int(ids[1, 2, logprobs[1, 2].argmax()]) == batched[1][0]
+
+
+def test_built_in_edit_requests_quote_standard_library_functions() -> None:
+    """Edit requests are drawn by the seed, each an instruction and one fenced function of at
+    most MAX_LINES lines, never from the packages the benchmark sets quote."""
+    from edgespec.export.distill.edit_prompts import EDIT_INSTRUCTIONS, MAX_LINES, edit_requests
+
+    requests = edit_requests(40, seed=3)
+    assert len(requests) == 40 and len(set(requests)) == 40
+    assert requests == edit_requests(40, seed=3) and requests != edit_requests(40, seed=4)
+    for request in requests:
+        instruction, _, quoted = request.partition("\n\n```python\n")
+        assert instruction in EDIT_INSTRUCTIONS and quoted.endswith("\n```")
+        code = quoted[: -len("\n```")].splitlines()
+        assert code[0].startswith(("def ", "async def ")) and len(code) <= MAX_LINES
+    assert not any(name in r for r in requests for name in ("click", "jinja2", "packaging"))
+    assert edit_requests(0, seed=3) == []
+
+
+def test_a_clock_cut_run_still_ends_at_a_low_learning_rate() -> None:
+    from edgespec.export.distill import DistillConfig
+    from edgespec.export.distill.train import _lr
+
+    config = DistillConfig(target="t", out=Path("d"), steps=10_000, lr=1e-3)
+    # Step 500 of 10,000 with the time all spent: the schedule's end, not its start.
+    assert _lr(500, 1.0, config) == pytest.approx(1e-4)
+    assert _lr(500, 500 / 10_000, config) > 9e-4
+    assert _lr(0, 0.0, config) < 1e-3  # warm-up
+
+
+def test_a_draft_can_stop_at_its_gguf_and_be_imported_elsewhere(
+    target: Path, tmp_path: Path
+) -> None:
+    """export_bundle False (a training machine without llama.cpp): the draft GGUF carries the
+    distillation record, and importing it later puts the record in the manifest."""
+    from edgespec.export.distill import DistillConfig, distill
+
+    config = DistillConfig(
+        target=str(target), out=tmp_path / "draft", samples=12, prompt_tokens=16,
+        new_tokens=12, batch=4, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64,
+        steps=3, export_bundle=False,
+    )  # fmt: skip
+    made = distill(config, log=lambda line: None)
+    assert isinstance(made, Path) and made.suffix == ".gguf" and not config.out.exists()
+    assert main(["export", str(made), "--out", str(tmp_path / "imported")]) == 0
+    record = load_bundle(tmp_path / "imported").manifest.extra["distillation"]
+    assert record["steps"] == 3 and record["gguf_draft"]["file"] == made.name
+
+
+def test_a_reduced_output_vocabulary_scores_only_its_tokens_and_keeps_speculation_exact(
+    target: Path, tmp_path: Path
+) -> None:
+    """--output-vocabulary N: the draft's head scores N tokens (the rest read UNSCORED_LOGIT,
+    never proposed), the kept tokens' logits equal the full head's, and greedy speculation
+    with it equals target-only decoding; sampling with it runs (q is 0 off the vocabulary)."""
+    import numpy as np
+
+    from edgespec.export.distill.gguf_draft import reduce_output_vocabulary
+    from edgespec.export.gguf.check import reference_logits
+    from edgespec.export.gguf.reader import UNSCORED_LOGIT, open_gguf
+
+    out = tmp_path / "draft"
+    command = ["distill", str(target), "--out", str(out), *SMALL, "--steps", "3"]
+    assert main([*command, "--output-vocabulary", "40"]) == 0
+    bundle = load_bundle(out)
+    assert bundle.manifest.extra["gguf"]["output_vocabulary"] == 40
+    record = bundle.manifest.extra["distillation"]
+    assert record["output_vocabulary"] == 40
+    assert 0 <= record["evaluation"]["output_vocabulary_coverage"] <= 1
+
+    reduced = open_gguf(tmp_path / ".draft.distill-work" / "draft.Q8_0.gguf")
+    kept = np.array(reduced.architecture.output_vocabulary)
+    assert len(kept) == 40 and (np.diff(kept) > 0).all()
+    full_file = tmp_path / "full.gguf"
+    reduce_output_vocabulary(reduced.path, full_file, kept)  # a byte-level copy of the head
+    tokens = [3, 9, 27, 4, 11]
+    logits = reference_logits(reduced, tokens)
+    assert (np.delete(logits, kept, axis=1) == UNSCORED_LOGIT).all()
+    assert np.array_equal(logits, reference_logits(open_gguf(full_file), tokens))
+
+    target_bundle = tmp_path / ".draft.distill-work" / "target-bundle"
+    engine = Engine.load(target=target_bundle, draft=out, measure_energy=False)
+    prompt = "the quick brown fox jumps"
+    plain = engine.generate(prompt, drafter="none", max_new_tokens=16)
+    assert engine.generate(prompt, drafter="model", k=3, max_new_tokens=16).tokens == plain.tokens
+    sampled = engine.generate(prompt, drafter="model", k=3, max_new_tokens=8, temperature=0.8)
+    assert len(sampled.tokens) == 8
+
+
+def test_the_reduced_vocabulary_keeps_end_of_turn_then_what_the_target_writes_most() -> None:
+    import numpy as np
+
+    from edgespec.export.distill import DistillConfig
+    from edgespec.export.distill.train import frequent_tokens
+
+    config = DistillConfig(target="t", out=Path("d"), samples=20)
+    # 20 windows (one held out... two: a tenth); prompts are tokens 50, continuations 7 x3, 9.
+    tokens = np.full((20, 6), -1, np.int32)
+    tokens[:, :2] = 50
+    tokens[:, 2:5] = 7
+    tokens[:, 5] = 9
+    arrays = {
+        "tokens": tokens,
+        "prompt_length": np.full(20, 2, np.int32),
+        "window": np.arange(20, dtype=np.int32),
+        "repeat": np.zeros(20, np.int32),
+    }
+    assert frequent_tokens(config, arrays, 3, (2,), 100).tolist() == [2, 7, 9]
+    # Then the prompts' tokens, then the lowest ids.
+    assert frequent_tokens(config, arrays, 6, (2,), 100).tolist() == [0, 1, 2, 7, 9, 50]

@@ -21,9 +21,10 @@ from typing import Any
 #: The shipped draft's shape and training (chosen by the measured draft step on a 2-core
 #: CPU: 256 wide x 6 layers steps in about a tenth of the target's time).
 PRESET = {
-    "samples": 16384,
+    "samples": 24576,
     "self_prompts": 2048,
-    "prompt_tokens": 96,
+    "edit_prompts": 4096,
+    "prompt_tokens": 320,
     "new_tokens": 128,
     "steps": 12000,
     "batch": 64,
@@ -55,6 +56,12 @@ def main() -> int:
         "less two minutes for the evaluation and the export",
     )
     parser.add_argument(
+        "--no-import",
+        action="store_true",
+        help="stop at the draft's GGUF (a training machine without llama.cpp); import it with "
+        "edgespec export FILE.gguf elsewhere",
+    )
+    parser.add_argument(
         "--half-copy", type=Path, default=None, help="also save the trained draft in float16 here"
     )
     for name, value in PRESET.items():
@@ -70,11 +77,15 @@ def main() -> int:
         force=True,
         seed=args.seed,
         init=args.init,
+        export_bundle=not args.no_import,
         **{name: getattr(args, name) for name in PRESET},
     )
     if args.total_minutes is not None:
         config = _with_training_time(config, args.total_minutes, log)
     bundle = distill(config, log=log)
+    if isinstance(bundle, Path):
+        print(json.dumps({"draft_file": str(bundle)}))
+        return 0
     if args.half_copy is not None:
         from transformers import AutoModelForCausalLM
 

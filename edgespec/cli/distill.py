@@ -67,6 +67,22 @@ def add_distill_command(commands: Any) -> None:
         help="add N user requests the target writes itself to the built-in prompts (default 0)",
     )
     distill.add_argument(
+        "--edit-prompts",
+        type=int,
+        default=32,
+        metavar="N",
+        help="add N edit requests (rewrite, comment, refactor a Python standard-library "
+        "function) to the built-in prompts (default 32)",
+    )
+    distill.add_argument(
+        "--output-vocabulary",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the draft's head scores only the N tokens the target writes most (a cheaper "
+        "draft step; the draft never proposes the others). GGUF targets (default 0: all)",
+    )
+    distill.add_argument(
         "--init",
         type=Path,
         default=None,
@@ -108,6 +124,8 @@ def run_distill(args: argparse.Namespace) -> int:
         force=args.force,
         system_prompt=args.system_prompt,
         self_prompts=args.self_prompts,
+        edit_prompts=args.edit_prompts,
+        output_vocabulary=args.output_vocabulary,
         init=args.init,
     )
     from edgespec.export.gguf.locate import is_gguf_source
@@ -121,6 +139,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     bundle = distill(config, log=log)
+    assert not isinstance(bundle, Path)  # the CLI always imports the draft
     target_bundle = _target_bundle(config)
     if target_bundle is not None:
         from edgespec.measure.profile import profile_pair

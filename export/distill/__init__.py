@@ -38,14 +38,21 @@ from edgespec.errors import ConfigError
 from edgespec.export.distill.config import DistillConfig, Log
 from edgespec.export.distill.data import build_data
 from edgespec.export.distill.teacher import Teacher, load_teacher
-from edgespec.export.distill.train import acceptance_by_position, new_draft, train
+from edgespec.export.distill.train import (
+    acceptance_by_position,
+    frequent_tokens,
+    new_draft,
+    train,
+)
 from edgespec.manifest import Bundle
 
 __all__ = ["DistillConfig", "distill", "export_draft", "record_costs"]
 
 
-def distill(config: DistillConfig, *, log: Log) -> Bundle:
-    """Runs every stage (each resumed from the work directory) and exports the draft."""
+def distill(config: DistillConfig, *, log: Log) -> Bundle | Path:
+    """Runs every stage (each resumed from the work directory) and exports the draft; with
+    ``config.export_bundle`` False, returns the draft's GGUF (or Hugging Face directory)
+    unimported."""
     from edgespec.export.bundle import check_output_free
 
     check_output_free(config.out.absolute(), force=config.force)
@@ -56,6 +63,17 @@ def distill(config: DistillConfig, *, log: Log) -> Bundle:
             f"cannot write the work directory {config.work_dir} ({error.strerror})",
             fix="pass an --out in a writable place",
         ) from error
+    from edgespec.export.gguf.locate import is_gguf_source
+
+    gguf_file_target = (
+        is_gguf_source(config.target) and not (Path(config.target) / "manifest.json").is_file()
+    )
+    if config.output_vocabulary and not gguf_file_target:
+        raise ConfigError(
+            "--output-vocabulary needs a GGUF file as the target (the draft's reduced head "
+            "is written into its GGUF)",
+            fix="distil for the model's .gguf file, or leave --output-vocabulary out",
+        )
     teacher = load_teacher(config, log)
     log(f"distill: teacher {teacher.description}, vocabulary {teacher.vocab_size}")
     arrays = build_data(config, teacher, log)
@@ -64,7 +82,12 @@ def distill(config: DistillConfig, *, log: Log) -> Bundle:
     parameters = sum(p.numel() for p in draft.parameters())
     log(f"distill: draft {parameters / 1e6:.1f}M parameters")
     state = train(config, draft, arrays, log)
-    evaluation = acceptance_by_position(config, draft, arrays)
+    kept = None
+    if config.output_vocabulary:
+        size = min(config.output_vocabulary, teacher.vocab_size)
+        kept = frequent_tokens(config, arrays, size, tuple(teacher.eos_ids), teacher.vocab_size)
+        log(f"distill: the draft's head scores {len(kept)} of {teacher.vocab_size} tokens")
+    evaluation = acceptance_by_position(config, draft, arrays, kept)
     alpha = evaluation["alpha"]
     log(f"distill: held-out alpha {'n/a' if alpha is None else f'{alpha:.2f}'}")
     draft_dir = config.work_dir / "draft-hf"
@@ -96,37 +119,32 @@ def distill(config: DistillConfig, *, log: Log) -> Bundle:
             "initialised_from": None if config.init is None else str(config.init),
         },
         "evaluation": evaluation,
+        "output_vocabulary": None if kept is None else len(kept),
         "c": None,
         "recommended_k": None,
     }
-    return export_draft(config, draft_dir, record, log)
+    if not config.export_bundle:
+        return _draft_file(config, draft_dir, record, log, kept)
+    return export_draft(config, draft_dir, record, log, kept)
 
 
 def export_draft(
-    config: DistillConfig, draft_dir: Path, record: dict[str, Any], log: Log
+    config: DistillConfig,
+    draft_dir: Path,
+    record: dict[str, Any],
+    log: Log,
+    kept: np.ndarray | None = None,
 ) -> Bundle:
     """The trained draft (a Hugging Face directory) as a verified bundle recording ``record``:
     for a GGUF target, through a Q8_0 GGUF of the draft and the GGUF importer (the target's
     graph kind, checked against llama.cpp); otherwise through the Hugging Face exporter."""
-    from edgespec.export.gguf.locate import gguf_path, is_gguf_source
     from edgespec.export.gguf.pipeline import export_gguf
     from edgespec.export.pipeline import export_bundle
 
     extra = {"distillation": record}
-    if is_gguf_source(config.target) and not (Path(config.target) / "manifest.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        from edgespec.export.distill.gguf_draft import DRAFT_QUANT, write_draft_gguf
-        from edgespec.export.gguf.reader import open_gguf
-
-        draft = AutoModelForCausalLM.from_pretrained(draft_dir)
-        gguf_file = config.work_dir / f"{config.out.name}.{DRAFT_QUANT}.gguf"
-        with gguf_path(config.target) as path:
-            target = open_gguf(path)
-            name = f"{target.architecture.name} draft"
-            record["gguf_draft"] = {"file": gguf_file.name, "quant": DRAFT_QUANT}
-            write_draft_gguf(draft, target, gguf_file, name=name, record=record)
-        log(f"distill: draft written as {gguf_file.name}; importing it ...")
+    gguf_file = _draft_file(config, draft_dir, record, log, kept)
+    if gguf_file.suffix == ".gguf":
+        log(f"distill: importing {gguf_file.name} ...")
         return export_gguf(
             ExportConfig(model=str(gguf_file), out=config.out, force=config.force, extra=extra)
         )
@@ -136,6 +154,36 @@ def export_draft(
             model=str(draft_dir), out=config.out, quant="fp32", force=config.force, extra=extra
         )
     )
+
+
+def _draft_file(
+    config: DistillConfig,
+    draft_dir: Path,
+    record: dict[str, Any],
+    log: Log,
+    kept: np.ndarray | None = None,
+) -> Path:
+    """For a GGUF target, the draft as a Q8_0 GGUF with ``record`` in its metadata (in the
+    work directory; its head over the ``kept`` tokens when given); otherwise the Hugging Face
+    directory as it is."""
+    from edgespec.export.gguf.locate import gguf_path, is_gguf_source
+
+    if not is_gguf_source(config.target) or (Path(config.target) / "manifest.json").is_file():
+        return draft_dir
+    from transformers import AutoModelForCausalLM
+
+    from edgespec.export.distill.gguf_draft import DRAFT_QUANT, write_draft_gguf
+    from edgespec.export.gguf.reader import open_gguf
+
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir)
+    gguf_file = config.work_dir / f"{config.out.name}.{DRAFT_QUANT}.gguf"
+    with gguf_path(config.target) as path:
+        target = open_gguf(path)
+        name = f"{target.architecture.name} draft"
+        record["gguf_draft"] = {"file": gguf_file.name, "quant": DRAFT_QUANT}
+        write_draft_gguf(draft, target, gguf_file, name=name, record=record, output_vocabulary=kept)
+    log(f"distill: draft written as {gguf_file}")
+    return gguf_file
 
 
 def _tokenizer_config(teacher: Teacher) -> dict[str, Any]:

@@ -105,13 +105,24 @@ class DistillConfig:
     #: User requests the target writes itself (sampled from its chat template's user turn)
     #: and then answers, beside the built-in mix: varied prompts without a corpus.
     self_prompts: int = 0
+    #: Edit requests ("rewrite this function ...") around standard-library functions in the
+    #: built-in mix: answers that copy their prompt, as edits and refactors do.
+    edit_prompts: int = 32
     #: A draft to start from (a Hugging Face directory or a draft GGUF): another round of
     #: training on new data (another --seed) continues where an earlier run stopped.
     init: Path | None = None
+    #: Tokens the draft's head scores (its N most frequent in the target's continuations,
+    #: and the end-of-turn tokens); 0: the whole vocabulary. GGUF targets.
+    output_vocabulary: int = 0
+    #: False: stop at the draft's GGUF (or Hugging Face directory) without importing it, for
+    #: a training machine that lacks the exporter's checks (llama.cpp); import it elsewhere.
+    export_bundle: bool = True
 
     def __post_init__(self) -> None:
-        if self.self_prompts < 0:
-            raise ConfigError(f"--self-prompts is {self.self_prompts}", fix="use 0 or more")
+        for name in ("self_prompts", "edit_prompts", "output_vocabulary"):
+            if getattr(self, name) < 0:
+                flag = f"--{name.replace('_', '-')}"
+                raise ConfigError(f"{flag} is {getattr(self, name)}", fix="use 0 or more")
         for name in ("samples", "prompt_tokens", "new_tokens", "steps", "batch", "layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(
@@ -136,7 +147,7 @@ class DistillConfig:
         """What the data depend on: a resumed run must not mix data of other settings."""
         keys = (
             *("target", "samples", "prompt_tokens", "new_tokens", "seed", "extra_prompts"),
-            *("system_prompt", "self_prompts"),
+            *("system_prompt", "self_prompts", "edit_prompts"),
         )
         payload: dict[str, Any] = {k: str(getattr(self, k)) for k in keys}
         payload["corpus"] = [str(p) for p in self.corpus]

@@ -22,6 +22,7 @@ from edgespec.export.distill.config import (
     DistillConfig,
     Log,
 )
+from edgespec.export.distill.edit_prompts import edit_requests
 from edgespec.export.distill.teacher import Teacher
 
 
@@ -36,6 +37,7 @@ def prompt_texts(config: DistillConfig, teacher: Teacher, log: Log) -> list[str]
         requests = [t.format(s) for t in BUILTIN_TEMPLATES for s in BUILTIN_SUBJECTS]
         requests += [f"Write a Python function that {task}." for task in BUILTIN_CODE_TASKS]
         requests += self_written_requests(config, teacher, log)
+        requests += edit_requests(config.edit_prompts, config.seed)
         texts = [_chat(teacher, request, config.system_prompt) for request in requests]
     if not texts:
         raise ConfigError(

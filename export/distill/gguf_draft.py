@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.distill.torch_teacher import permute_rope_rows
-from edgespec.export.gguf.reader import GGUFFile
+from edgespec.export.gguf.reader import OUTPUT_VOCABULARY_KEY, GGUFFile
 
 #: Metadata the draft copies from its target: everything the tokenizer and chat need.
 COPIED_PREFIXES = ("tokenizer.",)
@@ -26,9 +26,16 @@ RECORD_KEY = "edgespec.distillation"
 
 
 def write_draft_gguf(
-    draft: Any, target: GGUFFile, path: Path, *, name: str, record: dict[str, Any] | None = None
+    draft: Any,
+    target: GGUFFile,
+    path: Path,
+    *,
+    name: str,
+    record: dict[str, Any] | None = None,
+    output_vocabulary: np.ndarray | None = None,
 ) -> Path:
-    """Writes the transformers Llama ``draft`` to ``path`` (atomically) and returns it."""
+    """Writes the transformers Llama ``draft`` to ``path`` (atomically) and returns it; with
+    ``output_vocabulary`` (ascending token ids) its head scores those tokens only."""
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
     config = draft.config
@@ -55,6 +62,8 @@ def write_draft_gguf(
     writer.add_file_type(LlamaFileType.MOSTLY_Q8_0)
     if record is not None:
         writer.add_string(RECORD_KEY, json.dumps(record))
+    if output_vocabulary is not None:
+        writer.add_array(OUTPUT_VOCABULARY_KEY, [int(t) for t in output_vocabulary])
     for field in target.fields.values():
         if not field.name.startswith(COPIED_PREFIXES):
             continue
@@ -62,7 +71,11 @@ def write_draft_gguf(
         sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
     quant = GGMLQuantizationType[DRAFT_QUANT]
-    for gguf_name, value in _gguf_tensors(draft, heads, kv_heads):
+    tensors = _gguf_tensors(draft, heads, kv_heads)
+    if output_vocabulary is not None:  # the tied embedding's rows of the kept tokens
+        table = dict(tensors)["token_embd.weight"]
+        tensors.append(("output.weight", table[np.asarray(output_vocabulary)]))
+    for gguf_name, value in tensors:
         if value.ndim == 2:
             writer.add_tensor(gguf_name, quants.quantize(value, quant), raw_dtype=quant)
         else:
@@ -108,4 +121,75 @@ def _gguf_tensors(draft: Any, heads: int, kv_heads: int) -> list[tuple[str, np.n
             out.append((f"blk.{layer}.{names[rest]}", value))
         elif not name.endswith("rotary_emb.inv_freq"):
             raise ValueError(f"draft tensor {name} has no GGUF name")
+    return out
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The distillation record a draft GGUF carries (None when it has none)."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get(RECORD_KEY)
+    if field is None:
+        return None
+    record: dict[str, Any] = json.loads(bytes(field.parts[field.data[0]]).decode())
+    return record
+
+
+def rewrite_record(path: Path, record: dict[str, Any]) -> Path:
+    """Replaces the distillation record of the draft GGUF at ``path`` (atomically), every
+    other field and every tensor's bytes unchanged: a record completed after training
+    (earlier rounds, what it was measured at) without requantizing the weights."""
+    return _copy_gguf(path, path, record=record)
+
+
+def reduce_output_vocabulary(
+    path: Path, out: Path, kept: np.ndarray, record: dict[str, Any] | None = None
+) -> Path:
+    """A copy of the tied draft GGUF at ``path`` whose head scores the ``kept`` token ids
+    only: ``output.weight`` is the embedding's rows of those tokens, byte for byte, so the
+    draft's logits for them are unchanged and its step skips the other rows."""
+    from gguf import GGUFReader
+
+    kept = np.unique(np.asarray(kept, np.int64))
+    table = next(t for t in GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
+    return _copy_gguf(path, out, record=record, head=(rows, table.tensor_type, kept))
+
+
+def _copy_gguf(
+    path: Path,
+    out: Path,
+    *,
+    record: dict[str, Any] | None = None,
+    head: tuple[np.ndarray, Any, np.ndarray] | None = None,
+) -> Path:
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    reader = GGUFReader(str(path))
+    architecture = reader.fields["general.architecture"].contents()
+    scratch = out.with_name(out.name + ".partial")
+    writer = GGUFWriter(str(scratch), architecture)
+    replaced = {"general.architecture", *(() if record is None else (RECORD_KEY,))}
+    if head is not None:
+        replaced.add(OUTPUT_VOCABULARY_KEY)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in replaced:
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    if record is not None:
+        writer.add_string(RECORD_KEY, json.dumps(record))
+    if head is not None:
+        writer.add_array(OUTPUT_VOCABULARY_KEY, [int(t) for t in head[2]])
+    for tensor in reader.tensors:
+        if head is None or tensor.name != "output.weight":
+            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    if head is not None:
+        writer.add_tensor("output.weight", head[0], raw_dtype=head[1])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    scratch.replace(out)
     return out

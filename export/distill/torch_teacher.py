@@ -57,7 +57,7 @@ def torch_model_from_gguf(source: GGUFFile) -> Any:
         rms_norm_eps=arch.rms_norm_eps,
         rope_theta=arch.rope_theta,
         max_position_embeddings=arch.context_length,
-        tie_word_embeddings=arch.tied_embeddings,
+        tie_word_embeddings=arch.tied_embeddings or bool(arch.output_vocabulary),
     )
     parameters = getattr(config, "rope_parameters", None)
     if isinstance(parameters, dict):  # transformers 5 keeps rope_theta here
@@ -79,6 +79,8 @@ def torch_model_from_gguf(source: GGUFFile) -> Any:
     }
     state: dict[str, Any] = {}
     for name, tensor in source.tensors.items():
+        if name == "output.weight" and arch.output_vocabulary:
+            continue  # a reduced draft head: the rows of its tied embedding
         value = float_tensor(tensor)
         if name.startswith("blk."):
             _, layer, rest = name.split(".", 2)
@@ -94,10 +96,11 @@ def torch_model_from_gguf(source: GGUFFile) -> Any:
             }[name]
         state[target] = torch.from_numpy(np.array(value, dtype=np.float32))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (arch.tied_embeddings and m == "lm_head.weight")]
+    tied = arch.tied_embeddings or bool(arch.output_vocabulary)
+    missing = [m for m in missing if not (tied and m == "lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"GGUF -> torch: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    if arch.tied_embeddings:
+    if tied:
         model.tie_weights()
     return model.eval()
 

@@ -98,6 +98,9 @@ def train(
         log(f"distill: resumed at step {state.step} of {config.steps}")
     started = time.monotonic() - state.elapsed_s
     deadline = None if config.max_minutes is None else time.monotonic() + config.max_minutes * 60
+    # With --max-minutes the schedule decays over whichever ends first, the steps or the time,
+    # so a run cut by the clock still ends at a low learning rate.
+    span_s = None if deadline is None else deadline - started
     window: list[float] = []
     draft.train()
     while state.step < config.steps:
@@ -105,8 +108,11 @@ def train(
             train_rows, size=min(config.batch, len(train_rows)), replace=False
         )
         loss = _loss(draft, arrays, rows, config.device)
+        progress = state.step / config.steps
+        if span_s is not None:
+            progress = max(progress, (time.monotonic() - started) / span_s)
         for group in optimizer.param_groups:
-            group["lr"] = _lr(state.step, config)
+            group["lr"] = _lr(state.step, progress, config)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
@@ -134,14 +140,17 @@ def train(
 def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: str) -> Any:
     import torch
 
-    tokens = torch.from_numpy(arrays["tokens"][rows].astype(np.int64)).to(device)
+    # Columns past the batch's longest sequence are padding everywhere: cut them (sequences
+    # are padded to prompt + new tokens, most prompts are far shorter).
+    width = int((arrays["tokens"][rows] >= 0).sum(1).max())
+    tokens = torch.from_numpy(arrays["tokens"][rows, :width].astype(np.int64)).to(device)
     valid = tokens >= 0
     # bfloat16 matrix products on a GPU (the loss itself stays float32).
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
         logits = draft(input_ids=tokens.clamp(min=0), attention_mask=valid.long()).logits
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, T, vocab]
-    ids = torch.from_numpy(arrays["top_ids"][rows].astype(np.int64)).to(device)
-    teacher = torch.from_numpy(arrays["top_logprobs"][rows]).to(device)
+    ids = torch.from_numpy(arrays["top_ids"][rows, :width].astype(np.int64)).to(device)
+    teacher = torch.from_numpy(arrays["top_logprobs"][rows, :width]).to(device)
     # Padded positions hold -inf everywhere: make them finite (they are masked out below),
     # or their NaN weights would turn the gradient into NaN through the mask.
     teacher = torch.where(valid[..., None], teacher, torch.zeros_like(teacher))
@@ -154,11 +163,11 @@ def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: s
     return (per_position * mask).sum() / mask.sum().clamp(min=1)
 
 
-def _lr(step: int, config: DistillConfig) -> float:
+def _lr(step: int, progress: float, config: DistillConfig) -> float:
+    """Linear warm-up, then cosine decay to a tenth as ``progress`` (0..1) goes by."""
     warmup = max(1, min(20, config.steps // 10))
     if step < warmup:
         return config.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
     return config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -186,13 +195,37 @@ def _split(config: DistillConfig, arrays: dict[str, np.ndarray]) -> tuple[np.nda
 # -- evaluation ----------------------------------------------------------------------------
 
 
+def frequent_tokens(
+    config: DistillConfig,
+    arrays: dict[str, np.ndarray],
+    size: int,
+    always: tuple[int, ...],
+    vocab_size: int,
+) -> np.ndarray:
+    """A reduced output vocabulary of ``size`` ascending ids: ``always``, then tokens by their
+    count in the target's continuations (training rows), then in the prompts, then by id."""
+    rows = _split(config, arrays)[0]
+    tokens = arrays["tokens"][rows]
+    continuation = np.arange(tokens.shape[1])[None, :] >= arrays["prompt_length"][rows][:, None]
+    written = np.bincount(tokens[continuation & (tokens >= 0)], minlength=vocab_size)
+    seen = np.bincount(tokens[tokens >= 0], minlength=vocab_size)
+    order = np.lexsort((np.arange(vocab_size), -seen[:vocab_size], -written[:vocab_size]))
+    kept = dict.fromkeys([*always, *(int(t) for t in order)])
+    return np.array(sorted(list(kept)[:size]), np.int64)
+
+
 def acceptance_by_position(
-    config: DistillConfig, draft: Any, arrays: dict[str, np.ndarray]
+    config: DistillConfig,
+    draft: Any,
+    arrays: dict[str, np.ndarray],
+    kept: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Greedy speculation at k = ``EVAL_K`` simulated along the target's greedy continuation
     of each held-out sample: a draft token is accepted while it equals the target's. Draft
     proposals on an accepted prefix see exactly the target's tokens, so one teacher-forced
-    pass gives them. Returns alpha (accepted / tested) and alpha at each draft position."""
+    pass gives them. With ``kept`` the draft proposes among those tokens only. Returns alpha
+    (accepted / tested), alpha at each draft position and, with ``kept``, the share of the
+    target's tokens it covers."""
     import torch
 
     held = _split(config, arrays)[1]
@@ -201,21 +234,32 @@ def acceptance_by_position(
         sequence = [int(t) for t in arrays["tokens"][row] if t >= 0]
         with torch.no_grad():
             logits = draft(input_ids=torch.tensor([sequence], device=config.device)).logits[0]
-        guesses = logits.argmax(-1).tolist()  # guesses[i] predicts sequence[i + 1]
+        if kept is None:
+            guesses = logits.argmax(-1).tolist()  # guesses[i] predicts sequence[i + 1]
+        else:
+            index = torch.as_tensor(kept, device=logits.device)
+            guesses = index[logits[:, index].argmax(-1)].tolist()
         prompt = int(arrays["prompt_length"][row]) if "prompt_length" in arrays else 0
         position = (prompt or config.prompt_tokens) - 1
         end = len(sequence) - 1
         while position < end:
-            kept = 0
-            while kept < EVAL_K and position + kept < end:
-                offered[kept] += 1
-                if guesses[position + kept] != sequence[position + kept + 1]:
+            run = 0
+            while run < EVAL_K and position + run < end:
+                offered[run] += 1
+                if guesses[position + run] != sequence[position + run + 1]:
                     break
-                accepted[kept] += 1
-                kept += 1
-            position += kept + 1
+                accepted[run] += 1
+                run += 1
+            position += run + 1
     tested = sum(offered)
+    coverage: dict[str, Any] = {}
+    if kept is not None:
+        rows = arrays["tokens"][held]
+        after = np.arange(rows.shape[1])[None, :] >= arrays["prompt_length"][held][:, None]
+        produced = rows[after & (rows >= 0)]
+        coverage["output_vocabulary_coverage"] = float(np.isin(produced, kept).mean())
     return {
+        **coverage,
         "alpha": sum(accepted) / tested if tested else None,
         "alpha_by_position": [a / o if o else None for a, o in zip(accepted, offered, strict=True)],
         "held_out_samples": len(held),

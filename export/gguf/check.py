@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
-from edgespec.export.gguf.reader import WeightSource, float_tensor
+from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor
 from edgespec.manifest import BatchInvarianceResult, ParityResult
 
 PARITY_TEXTS = (
@@ -124,7 +124,12 @@ def reference_logits(source: WeightSource, tokens: Sequence[int]) -> np.ndarray:
             out = _rms(out, weight(p + "post_ffw_norm.weight"), arch.rms_norm_eps)
         x = x + out
     lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
-    return _rms(x, weight("output_norm.weight"), arch.rms_norm_eps) @ weight(lm_head).T
+    logits = _rms(x, weight("output_norm.weight"), arch.rms_norm_eps) @ weight(lm_head).T
+    if not arch.output_vocabulary:
+        return logits
+    full = np.full((length, arch.vocab_size), UNSCORED_LOGIT)  # a draft's reduced head
+    full[:, list(arch.output_vocabulary)] = logits
+    return full
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.errors import UnsupportedModelError
 from edgespec.export.gguf.builder import GraphBuilder, fuse_residual_norms
-from edgespec.export.gguf.reader import WeightSource, float_tensor
+from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor, tensor_rows
 
 OPSET = 21
 #: Bumped when the graph's structure changes (caches of exported bundles key on it).
@@ -256,6 +257,9 @@ def build_graph(
 
 def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> str:
     logits = IO["logits"]
+    kept = source.architecture.output_vocabulary
+    if kept:
+        return _reduced_lm_head(builder, source, x, np.asarray(kept, np.int64))
     if not source.architecture.tied_embeddings:
         return builder.linear(x, source.tensor("output.weight"), logits)
     if isinstance(tied, np.ndarray):  # the float embedding table [vocab, hidden] itself
@@ -268,3 +272,37 @@ def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> 
         return builder.node("Reshape", [products, shape], logits)
     names, weights = tied
     return builder.matmul_nbits(x, names, weights, logits)
+
+
+def _reduced_lm_head(builder: GraphBuilder, source: WeightSource, x: str, kept: np.ndarray) -> str:
+    """A draft's head over its ``kept`` tokens only ([1, S, N]: the output layer's cost falls
+    with N), scattered into full-vocabulary logits [1, S, vocab] that hold ``UNSCORED_LOGIT``
+    elsewhere, so the runtime reads a draft like any other."""
+
+    rows = tensor_rows(source.tensor("output.weight"))[0]
+    vocab = source.architecture.vocab_size
+    if rows != len(kept) or kept.min() < 0 or kept.max() >= vocab or (np.diff(kept) <= 0).any():
+        raise UnsupportedModelError(
+            f"the reduced output vocabulary ({len(kept)} ids) does not match output.weight "
+            f"({rows} rows) or is not ascending ids below {vocab}",
+            fix="rewrite the draft with edgespec's reduce_output_vocabulary",
+        )
+    scored = builder.linear(x, source.tensor("output.weight"), "lm_head.kept")  # [1, S, N]
+    shape = builder.node("Shape", [scored], "lm_head.kept_shape")
+    starts, ends = (
+        builder.constant("lm_head.s0", np.array([0])),
+        builder.constant("lm_head.s2", np.array([2])),
+    )
+    leading = builder.node("Slice", [shape, starts, ends], "lm_head.leading")  # [1, S]
+    full_shape = builder.node(
+        "Concat", [leading, builder.constant("lm_head.vocab", np.array([vocab]))], "lm_head.full",
+        axis=0,
+    )  # fmt: skip
+    fill = builder.node(
+        "Expand", [builder.constant("lm_head.unscored", np.array([UNSCORED_LOGIT], np.float32)),
+                   full_shape], "lm_head.fill",
+    )  # fmt: skip
+    ids = builder.node(
+        "Expand", [builder.constant("lm_head.ids", kept.reshape(1, 1, -1)), shape], "lm_head.where"
+    )
+    return builder.node("ScatterElements", [fill, ids, scored], IO["logits"], axis=2)

@@ -155,7 +155,11 @@ def _verify(
         observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
         runner.min_width = 2
         invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
-    agreement = check.llama_cpp_agreement(source.path, prompts, runner)
+    agreement = (
+        {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
+        if source.architecture.output_vocabulary
+        else check.llama_cpp_agreement(source.path, prompts, runner)
+    )
     record = VerificationRecord(
         performed=True,
         providers=("CPUExecutionProvider",),
@@ -228,6 +232,8 @@ def _manifest(
                 "grid_kept": not requantized and not builder.dequantize,
                 "dequantized": builder.dequantize,
                 "requantized_types": requantized,
+                # A draft's head scores these many tokens (None: the whole vocabulary).
+                "output_vocabulary": len(arch.output_vocabulary) or None,
             },
             **extra,
         },

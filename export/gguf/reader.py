@@ -24,6 +24,10 @@ INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "gemma3": False}
 #: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
 #: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
 GEMMA3_SWA_PATTERN = 6
+#: edgespec's metadata key for a draft's reduced output vocabulary (int32 token ids).
+OUTPUT_VOCABULARY_KEY = "edgespec.output_vocabulary"
+#: The logit of a token outside a reduced output vocabulary: softmax gives it exactly 0.
+UNSCORED_LOGIT = -1e9
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
 
 
@@ -54,6 +58,10 @@ class GGUFArchitecture:
     #: ``local_rope_theta``); 0 when every layer is global.
     sliding_window: int = 0
     local_rope_theta: float = 0.0
+    #: A draft's reduced output vocabulary: the token ids (ascending) its ``output.weight``
+    #: rows score; the graph scatters them into a full-vocabulary ``logits`` whose other
+    #: entries are ``UNSCORED_LOGIT`` (the draft never proposes them). Empty: every token.
+    output_vocabulary: tuple[int, ...] = ()
 
     @property
     def embedding_scale(self) -> float:
@@ -172,6 +180,7 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         gemma=arch == "gemma3",
         sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
         local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
+        output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
     )
 
 
