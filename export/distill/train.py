@@ -126,10 +126,14 @@ def train(
             state.elapsed_s = time.monotonic() - started
             state.stopped_early = out_of_time and state.step < config.steps
             _save_checkpoint(checkpoint, draft, optimizer, state)
-            log(
-                f"distill: step {state.step}/{config.steps} loss {state.losses[-1]:.3f} "
-                f"{eta(started, state.step, config.steps - state.step)}"
-            )
+            timing = eta(started, state.step, config.steps - state.step)
+            if deadline is not None and (deadline - time.monotonic()) / 60 < _minutes_left(
+                started, state.step, config.steps
+            ):  # the clock ends the run first
+                timing = (
+                    f"(~{max(deadline - time.monotonic(), 0) / 60:.1f} min left: --max-minutes)"
+                )
+            log(f"distill: step {state.step}/{config.steps} loss {state.losses[-1]:.3f} {timing}")
         if out_of_time:
             log(f"distill: --max-minutes reached at step {state.step}; rerun to resume")
             break
@@ -161,6 +165,10 @@ def _loss(draft: Any, arrays: dict[str, np.ndarray], rows: np.ndarray, device: s
     mask[:, :-1] &= valid[:, 1:]
     mask[:, -1] = False
     return (per_position * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _minutes_left(started: float, done: int, total: int) -> float:
+    return (time.monotonic() - started) / max(done, 1) * (total - done) / 60
 
 
 def _lr(step: int, progress: float, config: DistillConfig) -> float:

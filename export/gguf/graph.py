@@ -285,7 +285,7 @@ def _reduced_lm_head(builder: GraphBuilder, source: WeightSource, x: str, kept: 
         raise UnsupportedModelError(
             f"the reduced output vocabulary ({len(kept)} ids) does not match output.weight "
             f"({rows} rows) or is not ascending ids below {vocab}",
-            fix="rewrite the draft with edgespec's reduce_output_vocabulary",
+            fix="rewrite the draft with tools/reduce_draft_vocabulary.py",
         )
     scored = builder.linear(x, source.tensor("output.weight"), "lm_head.kept")  # [1, S, N]
     shape = builder.node("Shape", [scored], "lm_head.kept_shape")
