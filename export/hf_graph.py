@@ -1,6 +1,6 @@
-"""``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama or Qwen2 checkpoint as the
-in-place KV graph the GGUF importer builds (GroupQueryAttention over one buffer per layer,
-rollback by length).
+"""``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama, Mistral or Qwen2
+checkpoint as the in-place KV graph the GGUF importer builds (GroupQueryAttention over one
+buffer per layer, rollback by length).
 
 The checkpoint's tensors are presented to the GGUF graph builder under llama.cpp's names;
 Hugging Face's rotate-half rotary embedding is GroupQueryAttention's non-interleaved mode, so
@@ -64,7 +64,9 @@ def covers(config: ExportConfig) -> bool:
     source = resolve_source(
         config.model, revision=config.revision, trust_remote_code=config.trust_remote_code
     )
-    return unsupported_reason(source.config) is None
+    positions = int(getattr(source.config, "max_position_embeddings", 0) or 0) or None
+    capacity = min(config.max_length or 2048, positions or 2048)
+    return unsupported_reason(source.config, capacity) is None
 
 
 def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
@@ -103,7 +105,7 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         parameters = sum(int(p.numel()) for p in torch_model.parameters())
         quant = resolve_quant(config.quant, parameters)
         started = time.perf_counter()
-        checkpoint = checkpoint_source(torch_model, quant)
+        checkpoint = checkpoint_source(torch_model, quant, capacity)
         builder = write_graph(
             checkpoint, staging, capacity=capacity, accuracy=config.accuracy_level
         )

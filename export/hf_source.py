@@ -1,7 +1,8 @@
-"""A Hugging Face Llama or Qwen2 checkpoint as a :class:`~edgespec.export.gguf.reader.WeightSource`:
-its tensors under llama.cpp's names, float32 or quantized with the ``gguf`` package's
-reference quantizers (int4: Q4_1 linear layers with a Q8_0 embedding and untied LM head;
-int8: Q8_0), for the in-place graph builder and its checks."""
+"""A Hugging Face Llama, Mistral or Qwen2 checkpoint as a
+:class:`~edgespec.export.gguf.reader.WeightSource`: its tensors under llama.cpp's names,
+float32 or quantized with the ``gguf`` package's reference quantizers (int4: Q4_1 linear
+layers with a Q8_0 embedding and untied LM head; int8: Q8_0), for the in-place graph builder
+and its checks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import numpy as np
 from edgespec.errors import UnsupportedModelError
 from edgespec.export.gguf.reader import GGUFArchitecture
 
-#: Hugging Face model types whose blocks the builder covers, as llama.cpp names them.
-INPLACE_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2"}
+#: Hugging Face model types whose blocks the builder covers, as llama.cpp names them
+#: (llama.cpp's converter writes Mistral as a Llama too).
+INPLACE_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
 LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "attn_q",
@@ -88,16 +90,25 @@ class CheckpointSource:
         return self.tensors[name]
 
 
-def unsupported_reason(config: Any) -> str | None:
-    """Why the builder cannot express this Hugging Face config (None: it can)."""
+def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
+    """Why the builder cannot express this Hugging Face config in a graph of ``capacity``
+    positions (None: it can)."""
     if config.model_type not in INPLACE_MODEL_TYPES:
-        covered = " and ".join(INPLACE_MODEL_TYPES)
+        *others, last = INPLACE_MODEL_TYPES
+        covered = f"{', '.join(others)} and {last}"
         return f"a {config.model_type} model (it covers {covered})"
     rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
     if rope and rope.get("rope_type", rope.get("type", "default")) != "default":
         return f"{rope.get('rope_type', rope.get('type'))} rope scaling"
     if getattr(config, "use_sliding_window", False):
         return "sliding-window attention"
+    window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
+    if window is not None and (capacity is None or window < capacity):
+        # A window at least as long as the graph's positions never drops one: full attention.
+        return (
+            f"sliding-window attention (a window of {window} positions, shorter than the "
+            f"graph's {capacity or 'context'})"
+        )
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
         return f"a {config.hidden_act} or biased MLP"
     if config.model_type == "llama" and getattr(config, "attention_bias", False):
@@ -105,10 +116,13 @@ def unsupported_reason(config: Any) -> str | None:
     return None
 
 
-def checkpoint_source(torch_model: Any, quant: str = "fp32") -> CheckpointSource:
-    """Maps the model's state dict and config; refuses what the builder would get wrong."""
+def checkpoint_source(
+    torch_model: Any, quant: str = "fp32", capacity: int | None = None
+) -> CheckpointSource:
+    """Maps the model's state dict and config; refuses what the builder would get wrong in a
+    graph of ``capacity`` positions."""
     config = torch_model.config
-    reason = unsupported_reason(config)
+    reason = unsupported_reason(config, capacity)
     if reason is not None:
         raise UnsupportedModelError(
             f"the in-place graph cannot express {reason}", fix="export with --graph optimum"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 PROMPTS = ("def add(a, b):\n    return", "import os\nimport sys\n\n", "class Point:\n    def")
 
 
-@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "mistral"])
 def test_inplace_graph_equals_the_optimum_graph_and_stays_exact(
     exported: Callable[..., Path], architecture: str
 ) -> None:
@@ -58,11 +58,24 @@ def test_inplace_refuses_what_it_does_not_cover(
     assert main([*argv, "--quant", "int4", "--block-size", "64"]) == 1
     assert "blocks of 32, not 64" in capsys.readouterr().err
     assert not out.exists()
-    argv = ["export", str(tiny_model("mistral")), "--out", str(out), "--graph", "inplace"]
-    assert main([*argv, "--quant", "fp32"]) == 1
+    # A Mistral whose window is shorter than the graph's positions drops positions: refused.
+    import json
+    import shutil
+
+    windowed = tmp_path / "windowed"
+    shutil.copytree(tiny_model("mistral"), windowed)
+    config = json.loads((windowed / "config.json").read_text())
+    (windowed / "config.json").write_text(json.dumps({**config, "sliding_window": 16}))
+    argv = ["export", str(windowed), "--out", str(out), "--graph", "inplace"]
+    assert main([*argv, "--quant", "fp32", "--max-length", "64"]) == 1
     err = capsys.readouterr().err
-    assert "cannot express a mistral model (it covers llama and qwen2)" in err
+    assert "cannot express sliding-window attention (a window of 16 positions" in err
     assert err.count("\n") <= 2 and not out.exists()
+    argv = ["export", str(tiny_model("gpt2")), "--out", str(out), "--graph", "inplace"]
+    assert main([*argv, "--quant", "fp32"]) == 1
+    assert "cannot express a gpt2 model (it covers llama, mistral and qwen2)" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(("quant", "dtype"), [("int4", "q4_1/q8_0"), ("int8", "q8_0")])
