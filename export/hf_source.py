@@ -1,4 +1,4 @@
-"""A Hugging Face Llama, Mistral or Qwen2 checkpoint as a
+"""A Hugging Face Llama, Mistral, Qwen2 or Qwen3 checkpoint as a
 :class:`~edgespec.export.gguf.reader.WeightSource`: its tensors under llama.cpp's names,
 float32 or quantized with the ``gguf`` package's reference quantizers (int4: Q4_1 linear
 layers with a Q8_0 embedding and untied LM head; int8: Q8_0), for the in-place graph builder
@@ -16,7 +16,7 @@ from edgespec.export.gguf.reader import GGUFArchitecture
 
 #: Hugging Face model types whose blocks the builder covers, as llama.cpp names them
 #: (llama.cpp's converter writes Mistral as a Llama too).
-INPLACE_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+INPLACE_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "attn_q",
@@ -28,6 +28,8 @@ LAYER_NAMES = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+#: Per-head RMSNorm weights of Q and K (Qwen3), where the checkpoint has them.
+QK_NORM_NAMES = {"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,8 @@ def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
         )
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
         return f"a {config.hidden_act} or biased MLP"
-    if config.model_type == "llama" and getattr(config, "attention_bias", False):
-        return "attention biases on a llama model"
+    if config.model_type != "qwen2" and getattr(config, "attention_bias", False):
+        return f"attention biases on a {config.model_type} model"
     return None
 
 
@@ -136,6 +138,10 @@ def checkpoint_source(
             tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
             if f"{prefix}.bias" in state:
                 tensors[f"blk.{layer}.{gguf_name}.bias"] = state[f"{prefix}.bias"]
+        for hf_name, gguf_name in QK_NORM_NAMES.items():
+            prefix = f"model.layers.{layer}.{hf_name}"
+            if f"{prefix}.weight" in state:
+                tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
     tensors["output_norm.weight"] = state["model.norm.weight"]
     tied = bool(getattr(config, "tie_word_embeddings", False))
     if not tied:
@@ -159,6 +165,7 @@ def checkpoint_source(
         rms_norm_eps=float(config.rms_norm_eps),
         tied_embeddings=tied,
         qkv_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
     )
     linear, table = BLOCK_TYPES[quant]
     edges = ("token_embd.weight", "output.weight")

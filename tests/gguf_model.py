@@ -40,8 +40,8 @@ def write_llama_gguf(
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = model.config
-    if config.model_type not in ("llama", "qwen2"):
-        raise ValueError(f"only Llama and Qwen2 checkpoints are written, not {config.model_type}")
+    if config.model_type not in ("llama", "qwen2", "qwen3"):
+        raise ValueError(f"only Llama and Qwen2/3 checkpoints are written, not {config.model_type}")
     # llama.cpp's Qwen2 uses NeoX rotary (halves), so its Q/K rows keep Hugging Face's order.
     interleave = config.model_type == "llama"
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
@@ -93,6 +93,7 @@ def write_llama_gguf(
 
     state = {name: t.detach().numpy().astype(np.float32) for name, t in model.state_dict().items()}
     from edgespec.export.hf_source import LAYER_NAMES as layer_names
+    from edgespec.export.hf_source import QK_NORM_NAMES as qk_norm_names
 
     def add(name: str, weight: np.ndarray, kind: str | None) -> None:
         if kind is None or weight.ndim != 2:
@@ -114,6 +115,10 @@ def write_llama_gguf(
             bias = state.get(f"model.layers.{layer}.{hf_name}.bias")
             if bias is not None:
                 writer.add_tensor(f"blk.{layer}.{gguf_name}.bias", bias)
+        for hf_name, gguf_name in qk_norm_names.items():  # Qwen3
+            norm = state.get(f"model.layers.{layer}.{hf_name}.weight")
+            if norm is not None:
+                writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", norm)
     writer.add_tensor("output_norm.weight", state["model.norm.weight"])
     lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
     add("output.weight", lm_head, weight_type and "Q8_0")

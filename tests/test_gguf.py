@@ -41,6 +41,9 @@ def gguf_files(
     files["qwen2-Q4_1"] = write_llama_gguf(
         tiny_model("qwen2"), root / "qwen2.gguf", weight_type="Q4_1"
     )
+    files["qwen3-Q8_0"] = write_llama_gguf(
+        tiny_model("qwen3"), root / "qwen3.gguf", weight_type="Q8_0"
+    )
     return files
 
 
@@ -61,7 +64,7 @@ def gguf_bundles(
     return bundles
 
 
-@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1"])
+@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1", "qwen3-Q8_0"])
 def test_import_keeps_the_grid_and_passes_its_checks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -76,11 +79,14 @@ def test_import_keeps_the_grid_and_passes_its_checks(
     assert parity is not None and parity.passed and parity.top1_agreement >= 0.9
     assert invariance is not None and invariance.passed
     assert kind == "F32" or invariance.max_abs_logit_diff == 0.0
-    expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4}[kind]
-    assert manifest.quantization.bits == expected_bits
+    expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4, "qwen3-Q8_0": 8}
+    assert manifest.quantization.bits == expected_bits[kind]
+    if kind.startswith("qwen3"):  # checked against llama.cpp's own logits on the same file
+        agreement = manifest.extra["llama_cpp_agreement"]
+        assert not agreement["checked"] or agreement["top1_agreement"] >= 0.9
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1", "qwen3-Q8_0"])
 def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], kind: str) -> None:
     engine = Engine.load(target=gguf_bundles[kind])
     for prompt in PROMPTS:
@@ -88,7 +94,7 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         for k in (1, 3, 8):
             result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=40)
             assert result.tokens == expected.tokens, (prompt, k)
-    draft = gguf_bundles["Q8_0" if kind != "qwen2-Q4_1" else "qwen2-Q4_1"]
+    draft = gguf_bundles[kind if kind.startswith("qwen") else "Q8_0"]
     with_draft = Engine.load(target=gguf_bundles[kind], draft=draft)
     for prompt in PROMPTS:
         expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)

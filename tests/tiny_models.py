@@ -135,6 +135,15 @@ def _qwen2() -> Any:
     return _grouped_query(Qwen2Config)
 
 
+def _qwen3() -> Any:
+    """Qwen3's blocks: per-head RMSNorm of Q and K, no Q/K/V biases, an explicit head_dim."""
+    from transformers import Qwen3Config
+
+    config = _grouped_query(Qwen3Config)
+    config.head_dim = config.hidden_size // config.num_attention_heads
+    return config
+
+
 def _gpt2() -> Any:
     from transformers import GPT2Config
 
@@ -173,6 +182,7 @@ def _mistral_wide() -> Any:
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "llama": _llama,
     "qwen2": _qwen2,
+    "qwen3": _qwen3,
     "gpt2": _gpt2,
     "phi3": _phi3,
     "mistral": _mistral,

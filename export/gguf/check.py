@@ -99,7 +99,7 @@ def reference_logits(source: WeightSource, tokens: Sequence[int]) -> np.ndarray:
         h = _rms(x, weight(p + "attn_norm.weight"), arch.rms_norm_eps)
         q, k, v = (_project(weight, h, p, part, arch) for part in ("q", "k", "v"))
         q, k = q.reshape(length, arch.num_heads, d), k.reshape(length, arch.num_kv_heads, d)
-        if arch.gemma:
+        if arch.qk_norm:
             q = _rms(q, weight(p + "attn_q_norm.weight"), arch.rms_norm_eps)
             k = _rms(k, weight(p + "attn_k_norm.weight"), arch.rms_norm_eps)
         q = _rope(q, cos, sin, arch.rope_interleaved)

@@ -95,8 +95,10 @@ def _attention(
         biases = [float_tensor(source.tensor(f"{prefix}.attn_{part}.bias")) for part in "qkv"]
         bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
         qkv = builder.node("Add", [qkv, bias], f"l{layer}.qkv.biased")
-    # Packed Q, K, V, or (Gemma: each head of Q and K RMS-normed first) the three apart.
-    query_key_value = [qkv, "", ""] if not arch.gemma else _normed_qkv(builder, source, qkv, layer)
+    # Packed Q, K, V, or (Qwen3, Gemma: each head of Q and K RMS-normed first) the three apart.
+    query_key_value = (
+        [qkv, "", ""] if not arch.qk_norm else _normed_qkv(builder, source, qkv, layer)
+    )
     past_key, past_value = past_names(layer)
     present_key, present_value = present_names(layer)
     sliding = arch.is_sliding(layer)
@@ -137,7 +139,7 @@ def _attention(
 
 def _normed_qkv(builder: GraphBuilder, source: WeightSource, qkv: str, layer: int) -> list[str]:
     """[query, key, value] from the stacked projection, with RMSNorm over each head of the
-    query and the key (Gemma), before the rotary embedding GroupQueryAttention applies."""
+    query and the key (Qwen3, Gemma), before the rotary embedding GroupQueryAttention applies."""
     from onnx import helper
 
     arch, d = source.architecture, source.architecture.head_dim

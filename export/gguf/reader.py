@@ -16,11 +16,11 @@ from edgespec.errors import ModelSourceError, UnsupportedModelError
 #: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases; Gemma 3 adds the
 #: embedding scale, Q/K norms, norms after attention and MLP, GELU, and sliding-window
 #: layers). llama.cpp writes Llama, SmolLM2 and Mistral checkpoints as "llama".
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "gemma3")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
 #: (its converter permuted HF's Q/K rows for that); Qwen's and Gemma's "neox" rope rotates
 #: halves.
-INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "gemma3": False}
+INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": False}
 #: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
 #: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
 GEMMA3_SWA_PATTERN = 6
@@ -54,6 +54,8 @@ class GGUFArchitecture:
     #: Gemma 3: the embedding times sqrt(hidden); RMSNorm on each head of Q and K; RMSNorm
     #: after attention and after the MLP (before their residual adds); GELU (tanh) gating.
     gemma: bool = False
+    #: RMSNorm over each head of Q and K before the rotary embedding (Qwen3, Gemma 3).
+    qk_norm: bool = False
     #: Layers that attend to the last ``sliding_window`` positions only (their rope base is
     #: ``local_rope_theta``); 0 when every layer is global.
     sliding_window: int = 0
@@ -178,6 +180,7 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         tied_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         gemma=arch == "gemma3",
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
         sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
         local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
         output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
