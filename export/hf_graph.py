@@ -1,6 +1,6 @@
-"""``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama, Mistral, Qwen2
-or Qwen3 checkpoint as the in-place KV graph the GGUF importer builds (GroupQueryAttention over one
-buffer per layer, rollback by length).
+"""``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama, Mistral, Phi-3,
+Qwen2 or Qwen3 checkpoint as the in-place KV graph the GGUF importer builds
+(GroupQueryAttention over one buffer per layer, rollback by length).
 
 The checkpoint's tensors are presented to the GGUF graph builder under llama.cpp's names;
 Hugging Face's rotate-half rotary embedding is GroupQueryAttention's non-interleaved mode, so

@@ -1,4 +1,4 @@
-"""A Hugging Face Llama, Mistral, Qwen2 or Qwen3 checkpoint as a
+"""A Hugging Face Llama, Mistral, Phi-3, Qwen2 or Qwen3 checkpoint as a
 :class:`~edgespec.export.gguf.reader.WeightSource`: its tensors under llama.cpp's names,
 float32 or quantized with the ``gguf`` package's reference quantizers (int4: Q4_1 linear
 layers with a Q8_0 embedding and untied LM head; int8: Q8_0), for the in-place graph builder
@@ -16,7 +16,15 @@ from edgespec.export.gguf.reader import GGUFArchitecture
 
 #: Hugging Face model types whose blocks the builder covers, as llama.cpp names them
 #: (llama.cpp's converter writes Mistral as a Llama too).
-INPLACE_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+INPLACE_MODEL_TYPES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "phi3": "phi3",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+}
+#: Model types whose ``sliding_window`` (when set) applies to every layer.
+WINDOWED_MODEL_TYPES = ("mistral", "phi3")
 LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "attn_q",
@@ -104,7 +112,10 @@ def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
         return f"{rope.get('rope_type', rope.get('type'))} rope scaling"
     if getattr(config, "use_sliding_window", False):
         return "sliding-window attention"
-    window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
+    if float(getattr(config, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
+        return "a rotary embedding over part of each head"
+    windowed = config.model_type in WINDOWED_MODEL_TYPES
+    window = getattr(config, "sliding_window", None) if windowed else None
     if window is not None and (capacity is None or window < capacity):
         # A window at least as long as the graph's positions never drops one: full attention.
         return (
@@ -116,6 +127,25 @@ def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
     if config.model_type != "qwen2" and getattr(config, "attention_bias", False):
         return f"attention biases on a {config.model_type} model"
     return None
+
+
+def _unfused_phi3(state: dict[str, np.ndarray], config: Any) -> dict[str, np.ndarray]:
+    """Phi-3's fused projections as Llama's: ``qkv_proj`` [q; k; v] rows and
+    ``gate_up_proj`` [gate; up] rows (its MLP multiplies up by SiLU of the first half)."""
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    out = dict(state)
+    for layer in range(config.num_hidden_layers):
+        prefix = f"model.layers.{layer}"
+        qkv = out.pop(f"{prefix}.self_attn.qkv_proj.weight")
+        q_rows, kv_rows = heads * head_dim, kv_heads * head_dim
+        out[f"{prefix}.self_attn.q_proj.weight"] = qkv[:q_rows]
+        out[f"{prefix}.self_attn.k_proj.weight"] = qkv[q_rows : q_rows + kv_rows]
+        out[f"{prefix}.self_attn.v_proj.weight"] = qkv[q_rows + kv_rows :]
+        gate, up = np.split(out.pop(f"{prefix}.mlp.gate_up_proj.weight"), 2)
+        out[f"{prefix}.mlp.gate_proj.weight"], out[f"{prefix}.mlp.up_proj.weight"] = gate, up
+    return out
 
 
 def checkpoint_source(
@@ -131,6 +161,8 @@ def checkpoint_source(
         )
     arch = INPLACE_MODEL_TYPES[config.model_type]
     state = {name: t.detach().float().numpy() for name, t in torch_model.state_dict().items()}
+    if config.model_type == "phi3":
+        state = _unfused_phi3(state, config)
     tensors = {"token_embd.weight": state["model.embed_tokens.weight"]}
     for layer in range(config.num_hidden_layers):
         for hf_name, gguf_name in LAYER_NAMES.items():

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 PROMPTS = ("def add(a, b):\n    return", "import os\nimport sys\n\n", "class Point:\n    def")
 
 
-@pytest.mark.parametrize("architecture", ["llama", "qwen2", "mistral", "qwen3"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "mistral", "qwen3", "phi3"])
 def test_inplace_graph_equals_the_optimum_graph_and_stays_exact(
     exported: Callable[..., Path], architecture: str
 ) -> None:
@@ -73,7 +73,7 @@ def test_inplace_refuses_what_it_does_not_cover(
     assert err.count("\n") <= 2 and not out.exists()
     argv = ["export", str(tiny_model("gpt2")), "--out", str(out), "--graph", "inplace"]
     assert main([*argv, "--quant", "fp32"]) == 1
-    assert "cannot express a gpt2 model (it covers llama, mistral, qwen2 and qwen3)" in (
+    assert "cannot express a gpt2 model (it covers llama, mistral, phi3, qwen2 and qwen3)" in (
         capsys.readouterr().err
     )
 
