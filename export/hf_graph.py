@@ -1,5 +1,5 @@
 """``edgespec export HF_DIR --graph inplace``: a Hugging Face Llama, Mistral, Phi-3,
-Qwen2 or Qwen3 checkpoint as the in-place KV graph the GGUF importer builds
+Qwen2, Qwen3 or Gemma 3 checkpoint as the in-place KV graph the GGUF importer builds
 (GroupQueryAttention over one buffer per layer, rollback by length).
 
 The checkpoint's tensors are presented to the GGUF graph builder under llama.cpp's names;

@@ -1,4 +1,4 @@
-"""A Hugging Face Llama, Mistral, Phi-3, Qwen2 or Qwen3 checkpoint as a
+"""A Hugging Face Llama, Mistral, Phi-3, Qwen2, Qwen3 or Gemma 3 checkpoint as a
 :class:`~edgespec.export.gguf.reader.WeightSource`: its tensors under llama.cpp's names,
 float32 or quantized with the ``gguf`` package's reference quantizers (int4: Q4_1 linear
 layers with a Q8_0 embedding and untied LM head; int8: Q8_0), for the in-place graph builder
@@ -22,6 +22,7 @@ INPLACE_MODEL_TYPES = {
     "phi3": "phi3",
     "qwen2": "qwen2",
     "qwen3": "qwen3",
+    "gemma3_text": "gemma3",
 }
 #: Model types whose ``sliding_window`` (when set) applies to every layer.
 WINDOWED_MODEL_TYPES = ("mistral", "phi3")
@@ -36,6 +37,15 @@ LAYER_NAMES = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+#: Gemma 3's four norms per layer: after attention and around the MLP (llama.cpp's names).
+GEMMA_LAYER_NAMES = {
+    **{k: v for k, v in LAYER_NAMES.items() if k != "post_attention_layernorm"},
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+#: Gemma 3 in the importer: five sliding-window layers, then one global layer.
+GEMMA_PATTERN = ("sliding_attention",) * 5 + ("full_attention",)
 #: Per-head RMSNorm weights of Q and K (Qwen3), where the checkpoint has them.
 QK_NORM_NAMES = {"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
@@ -108,8 +118,12 @@ def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
         covered = f"{', '.join(others)} and {last}"
         return f"a {config.model_type} model (it covers {covered})"
     rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
-    if rope and rope.get("rope_type", rope.get("type", "default")) != "default":
-        return f"{rope.get('rope_type', rope.get('type'))} rope scaling"
+    # transformers 5 keeps Gemma 3's per layer type: {"full_attention": {...}, ...}.
+    for part in [p for p in (rope or {}).values() if isinstance(p, dict)] or [rope or {}]:
+        if part.get("rope_type", part.get("type", "default")) != "default":
+            return f"{part.get('rope_type', part.get('type'))} rope scaling"
+    if config.model_type == "gemma3_text":
+        return _gemma_unsupported(config)
     if getattr(config, "use_sliding_window", False):
         return "sliding-window attention"
     if float(getattr(config, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
@@ -148,6 +162,37 @@ def _unfused_phi3(state: dict[str, np.ndarray], config: Any) -> dict[str, np.nda
     return out
 
 
+def _gemma_unsupported(config: Any) -> str | None:
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    types = tuple(getattr(config, "layer_types", None) or ())
+    if getattr(config, "query_pre_attn_scalar", head_dim) != head_dim:
+        return "a query scale other than 1/sqrt(head_dim)"
+    if getattr(config, "final_logit_softcapping", None) or getattr(
+        config, "attn_logit_softcapping", None
+    ):
+        return "logit soft-capping"
+    if getattr(config, "hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        return f"a {config.hidden_activation} MLP"
+    if getattr(config, "use_bidirectional_attention", False):
+        return "bidirectional attention"
+    if getattr(config, "attention_bias", False):
+        return "attention biases on a gemma3_text model"
+    if types != tuple(GEMMA_PATTERN[i % 6] for i in range(len(types))):
+        return "a layer pattern other than five sliding-window layers to one global"
+    return None
+
+
+def _gemma_rope_bases(config: Any) -> tuple[float, float]:
+    """(global, local) rope bases, from transformers 4's keys or 5's per-type parameters."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    full = parameters.get("full_attention", parameters) if isinstance(parameters, dict) else {}
+    local = parameters.get("sliding_attention", {}) if isinstance(parameters, dict) else {}
+    global_base = getattr(config, "rope_theta", None) or full.get("rope_theta", 1e6)
+    local_base = getattr(config, "rope_local_base_freq", None) or local.get("rope_theta", 1e4)
+    return float(global_base), float(local_base)
+
+
 def checkpoint_source(
     torch_model: Any, quant: str = "fp32", capacity: int | None = None
 ) -> CheckpointSource:
@@ -163,9 +208,10 @@ def checkpoint_source(
     state = {name: t.detach().float().numpy() for name, t in torch_model.state_dict().items()}
     if config.model_type == "phi3":
         state = _unfused_phi3(state, config)
+    gemma = config.model_type == "gemma3_text"
     tensors = {"token_embd.weight": state["model.embed_tokens.weight"]}
     for layer in range(config.num_hidden_layers):
-        for hf_name, gguf_name in LAYER_NAMES.items():
+        for hf_name, gguf_name in (GEMMA_LAYER_NAMES if gemma else LAYER_NAMES).items():
             prefix = f"model.layers.{layer}.{hf_name}"
             tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
             if f"{prefix}.bias" in state:
@@ -175,12 +221,19 @@ def checkpoint_source(
             if f"{prefix}.weight" in state:
                 tensors[f"blk.{layer}.{gguf_name}.weight"] = state[f"{prefix}.weight"]
     tensors["output_norm.weight"] = state["model.norm.weight"]
+    if gemma:  # Gemma's RMSNorm scales by (1 + w); llama.cpp's converter stores 1 + w
+        tensors = {n: t + 1.0 if n.endswith("norm.weight") else t for n, t in tensors.items()}
     tied = bool(getattr(config, "tie_word_embeddings", False))
     if not tied:
         tensors["output.weight"] = state["lm_head.weight"]
     heads = int(config.num_attention_heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     rope = getattr(config, "rope_parameters", None) or {}
+    bases = (
+        _gemma_rope_bases(config)
+        if gemma
+        else (float(getattr(config, "rope_theta", None) or rope.get("rope_theta", 10000.0)), 0.0)
+    )
     architecture = GGUFArchitecture(
         arch=arch,
         name=str(getattr(config, "_name_or_path", arch)),
@@ -192,12 +245,15 @@ def checkpoint_source(
         head_dim=head_dim,
         vocab_size=int(state["model.embed_tokens.weight"].shape[0]),
         context_length=int(config.max_position_embeddings),
-        rope_theta=float(getattr(config, "rope_theta", None) or rope.get("rope_theta", 10000.0)),
+        rope_theta=bases[0],
         rope_interleaved=False,  # Hugging Face rotates halves
         rms_norm_eps=float(config.rms_norm_eps),
         tied_embeddings=tied,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         qk_norm="blk.0.attn_q_norm.weight" in tensors,
+        gemma=gemma,
+        sliding_window=int(config.sliding_window) if gemma else 0,
+        local_rope_theta=bases[1] if gemma else 0.0,
     )
     linear, table = BLOCK_TYPES[quant]
     edges = ("token_embd.weight", "output.weight")

@@ -144,6 +144,24 @@ def _qwen3() -> Any:
     return config
 
 
+def _gemma3() -> Any:
+    """Gemma 3's text blocks: six layers (five with an 8-position sliding window, one global),
+    scaled embedding, (1 + w) norms around attention and MLP, per-head Q/K norms, GELU."""
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=8,
+        **_common(),
+    )
+
+
 def _gpt2() -> Any:
     from transformers import GPT2Config
 
@@ -183,6 +201,7 @@ ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "llama": _llama,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
+    "gemma3": _gemma3,
     "gpt2": _gpt2,
     "phi3": _phi3,
     "mistral": _mistral,
