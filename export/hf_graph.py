@@ -28,7 +28,13 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
 from edgespec.export.gguf import check
-from edgespec.export.gguf.pipeline import DATA_FILE, GRAPH_FILE, graph_spec, write_graph
+from edgespec.export.gguf.pipeline import (
+    DATA_FILE,
+    GRAPH_FILE,
+    graph_spec,
+    model_spec,
+    write_graph,
+)
 from edgespec.export.hf_source import (
     BLOCK_TYPES,
     CheckpointSource,
@@ -42,7 +48,6 @@ from edgespec.manifest import (
     SCHEMA_VERSION,
     Bundle,
     Manifest,
-    ModelSpec,
     QuantizationSpec,
     VerificationRecord,
     load_bundle,
@@ -134,18 +139,13 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             edgespec_version=__version__,
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             source=source.spec,
-            model=ModelSpec(
+            model=model_spec(
+                arch,
                 model_type=str(torch_model.config.model_type),
                 architecture=type(torch_model).__name__,
                 parameters=parameters,
-                num_layers=arch.num_layers,
-                num_attention_heads=arch.num_heads,
-                num_kv_heads=arch.num_kv_heads,
-                head_dim=arch.head_dim,
-                hidden_size=arch.hidden_size,
-                vocab_size=arch.vocab_size,
-                max_position_embeddings=positions,
-                max_length=capacity,
+                positions=positions,
+                capacity=capacity,
             ),
             graph=spec,
             tokenizer=tokenizer_spec,

@@ -36,7 +36,7 @@ def write_draft_gguf(
 ) -> Path:
     """Writes the transformers Llama ``draft`` to ``path`` (atomically) and returns it; with
     ``output_vocabulary`` (ascending token ids) its head scores those tokens only."""
-    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
+    from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
 
     config = draft.config
     heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
@@ -65,11 +65,8 @@ def write_draft_gguf(
     if output_vocabulary is not None:
         writer.add_array(OUTPUT_VOCABULARY_KEY, [int(t) for t in output_vocabulary])
     for field in target.fields.values():
-        if not field.name.startswith(COPIED_PREFIXES):
-            continue
-        kind = field.types[0]
-        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+        if field.name.startswith(COPIED_PREFIXES):
+            _copy_field(writer, field)
     quant = GGMLQuantizationType[DRAFT_QUANT]
     tensors = _gguf_tensors(draft, heads, kv_heads)
     if output_vocabulary is not None:  # the tied embedding's rows of the kept tokens
@@ -163,7 +160,7 @@ def _copy_gguf(
     record: dict[str, Any] | None = None,
     head: tuple[np.ndarray, Any, np.ndarray] | None = None,
 ) -> Path:
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGUFReader, GGUFWriter
 
     reader = GGUFReader(str(path))
     architecture = reader.fields["general.architecture"].contents()
@@ -173,11 +170,8 @@ def _copy_gguf(
     if head is not None:
         replaced.add(OUTPUT_VOCABULARY_KEY)
     for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in replaced:
-            continue
-        kind = field.types[0]
-        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+        if not field.name.startswith("GGUF.") and field.name not in replaced:
+            _copy_field(writer, field)
     if record is not None:
         writer.add_string(RECORD_KEY, json.dumps(record))
     if head is not None:
@@ -193,3 +187,12 @@ def _copy_gguf(
     writer.close()
     scratch.replace(out)
     return out
+
+
+def _copy_field(writer: Any, field: Any) -> None:
+    """One metadata field of a GGUF reader, written as it was (arrays with their item type)."""
+    from gguf import GGUFValueType
+
+    kind = field.types[0]
+    sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
+    writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)

@@ -21,7 +21,13 @@ from edgespec.export.bundle import file_records, staging_directory, tokenizer_sh
 from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
-from edgespec.export.gguf.reader import GGUFFile, WeightSource, field_value, open_gguf
+from edgespec.export.gguf.reader import (
+    GGUFArchitecture,
+    GGUFFile,
+    WeightSource,
+    field_value,
+    open_gguf,
+)
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import (
     SCHEMA_VERSION,
@@ -242,17 +248,38 @@ def _manifest(
 
 def _model_spec(source: GGUFFile, capacity: int) -> ModelSpec:
     arch = source.architecture
-    return ModelSpec(
+    parameters = sum(int(t.n_elements) for t in source.tensors.values())
+    return model_spec(
+        arch,
         model_type=arch.arch,
         architecture=f"gguf:{arch.arch}",
-        parameters=sum(int(t.n_elements) for t in source.tensors.values()),
+        parameters=parameters,
+        positions=arch.context_length,
+        capacity=capacity,
+    )
+
+
+def model_spec(
+    arch: GGUFArchitecture,
+    *,
+    model_type: str,
+    architecture: str,
+    parameters: int,
+    positions: int,
+    capacity: int,
+) -> ModelSpec:
+    """The manifest's model record of an in-place graph built from ``arch`` (either importer)."""
+    return ModelSpec(
+        model_type=model_type,
+        architecture=architecture,
+        parameters=parameters,
         num_layers=arch.num_layers,
         num_attention_heads=arch.num_heads,
         num_kv_heads=arch.num_kv_heads,
         head_dim=arch.head_dim,
         hidden_size=arch.hidden_size,
         vocab_size=arch.vocab_size,
-        max_position_embeddings=arch.context_length,
+        max_position_embeddings=positions,
         max_length=capacity,
     )
 
