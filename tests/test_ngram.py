@@ -87,6 +87,26 @@ def test_commit_over_rounds_with_full_and_zero_acceptance() -> None:
     assert drafter.propose(4).tokens == (5, 2, 8, 1)  # tail (8, 1) is new; (1,) last at 8
 
 
+def test_cold_k_caps_proposals_until_one_is_accepted_whole() -> None:
+    drafter = PromptLookupDrafter(cold_k=2)
+    drafter.begin([1, 2, 3, 4, 5, 6, 7, 1], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    assert drafter.propose(5).tokens == (2, 3)  # a fresh match: at most cold_k
+    drafter.commit(2, 4)  # accepted whole: the copy runs on
+    assert drafter.propose(5).tokens == (5, 6, 7, 1, 2)  # up to k
+    drafter.commit(1, 9)  # a miss
+    assert drafter.propose(5).tokens == ()  # (5, 9) and (9,) never occurred
+    drafter.commit(0, 1)
+    assert drafter.propose(5).tokens == (2, 3)  # cold again after the miss
+    assert drafter.propose(1).tokens == (2,)  # k below cold_k wins
+    drafter.begin([1, 2, 1], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    drafter.propose(1)
+    drafter.commit(1, 3)  # accepted whole, then a new generation starts cold
+    drafter.begin([1, 2, 3, 4, 1], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    assert drafter.propose(3).tokens == (2, 3)
+    with pytest.raises(ConfigError, match="cold_k"):
+        PromptLookupDrafter(cold_k=0)
+
+
 def test_invalid_n_accepted() -> None:
     drafter = started([1, 2, 1])
     assert drafter.propose(3).tokens == (2, 1)

@@ -54,11 +54,15 @@ def _combined_drafter(source: DraftSource) -> Drafter:
     return CombinedDrafter(model)
 
 
+#: The ngram drafter proposes at most this many tokens unless its last proposal was accepted
+#: whole (``PromptLookupDrafter.cold_k``; measured by ``benchmarks/lookup_policy.py``).
+LOOKUP_COLD_K = 2
+
 #: Drafter name → factory. Names are ``options.DRAFTER_NAMES``.
 DRAFTERS: dict[str, Callable[[DraftSource], Drafter]] = {
     "model": _model_drafter,
     "combined": _combined_drafter,
-    "ngram": lambda source: PromptLookupDrafter(),
+    "ngram": lambda source: PromptLookupDrafter(cold_k=LOOKUP_COLD_K),
     "none": lambda source: NoDrafter(),
 }
 

@@ -36,12 +36,19 @@ class PromptLookupDrafter:
     rescan of the context.
     """
 
-    def __init__(self, *, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(
+        self, *, max_ngram: int = 3, min_ngram: int = 1, cold_k: int | None = None
+    ) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ConfigError(
                 f"n-gram sizes min_ngram={min_ngram}, max_ngram={max_ngram} are invalid",
                 fix="use 1 <= min_ngram <= max_ngram, e.g. min_ngram=1, max_ngram=3",
             )
+        if cold_k is not None and cold_k < 1:
+            raise ConfigError(f"cold_k={cold_k} is invalid", fix="use cold_k >= 1, or None")
+        self.cold_k = cold_k
+        # Was the last proposal accepted whole? (Then the next may be up to k long.)
+        self._streak = False
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self._context: list[int] = []
@@ -65,6 +72,7 @@ class PromptLookupDrafter:
         self._latest = {}
         self._indexed = dict.fromkeys(range(self.min_ngram, self.max_ngram + 1), 0)
         self._proposal = ()
+        self._streak = False
         self._begun = True
         self._extend_index()
 
@@ -76,6 +84,8 @@ class PromptLookupDrafter:
         self._proposal = ()
         if k == 0:
             return _EMPTY
+        if self.cold_k is not None and not self._streak:
+            k = min(k, self.cold_k)
         length = len(self._context)
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             if length < 2 * n:
@@ -106,6 +116,7 @@ class PromptLookupDrafter:
                 f"n_accepted={n_accepted} is outside [0, {len(self._proposal)}], "
                 "the length of the last proposal"
             )
+        self._streak = bool(self._proposal) and n_accepted == len(self._proposal)
         self._context.extend(self._proposal[:n_accepted])
         self._context.append(int(next_token))
         # A proposal is committed once: a second commit must not re-append its tokens.

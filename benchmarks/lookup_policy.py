@@ -1,0 +1,132 @@
+"""How far can prompt lookup go on a target? Greedy output replayed against lookup policies.
+
+    python benchmarks/lookup_policy.py BUNDLE [--prompts 9] [--tokens 128] [--threads 2]
+        [--max-k 8] [--measure-k 4,8]
+
+With greedy decoding a lookup round's outcome is fixed by the target's own output: the
+proposal is a function of the context, and the target accepts the longest prefix that equals
+its continuation. So one target-only generation per prompt (the edit-style chat prompts of
+``gguf_vs_llama_cpp.py``) plus the measured cost of a verify pass over w positions, T(w)/T(1),
+give each policy's speedup without running it. The script prints one JSON line per policy
+(fixed k, larger n-gram sizes, and ``cold_k``: proposals of at most cold_k tokens unless
+the previous one was accepted whole), then, for ``--measure-k``, the speedup of edgespec's
+ngram drafter really measured (target-only and lookup alternating prompt by prompt), so the
+replay's error is on the same page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.api import Engine
+from edgespec.runtime.drafters.ngram import PromptLookupDrafter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_vs_llama_cpp import chat_prompts
+
+#: (k, largest n-gram, cold_k): the drafter's settings for one replay
+Policy = tuple[int, int, int | None]
+
+
+def verify_cost(
+    engine: Engine, prompt: Sequence[int], widths: int, repeats: int = 24
+) -> list[float]:
+    """T(w)/T(1) for w = 1..widths (index w), median of ``repeats`` passes after ``prompt``."""
+    model = engine.target
+    cache = model.new_cache()
+    model.forward(list(prompt), cache)
+    base = cache.length
+    times: dict[int, list[float]] = {w: [] for w in range(1, widths + 1)}
+    for _ in range(repeats):
+        for w in times:
+            started = time.perf_counter()
+            model.forward([int(prompt[-1])] * w, cache)
+            times[w].append(time.perf_counter() - started)
+            cache.crop(base)
+    one = float(np.median(times[1]))
+    return [0.0, *(float(np.median(times[w])) / one for w in times)]
+
+
+def replay(
+    outputs: list[tuple[list[int], list[int]]], cost: list[float], policy: Policy
+) -> dict[str, float]:
+    """Speedup over target-only (one T(1) per token) and tokens per round of ``policy``."""
+    k, max_ngram, cold_k = policy
+    spent = tokens = rounds = 0.0
+    for prompt, out in outputs:
+        drafter = PromptLookupDrafter(max_ngram=max_ngram, cold_k=cold_k)
+        drafter.begin(prompt, sampling=None, rng=None)  # type: ignore[arg-type]
+        position = 0
+        while position < len(out):
+            proposal = drafter.propose(min(k, len(cost) - 2)).tokens
+            accepted = 0
+            while (
+                accepted < len(proposal)
+                and position + accepted < len(out)
+                and proposal[accepted] == out[position + accepted]
+            ):
+                accepted += 1
+            if position + accepted >= len(out):
+                tokens += accepted
+                spent += cost[len(proposal) + 1]
+                break
+            drafter.commit(accepted, out[position + accepted])
+            position += accepted + 1
+            tokens += accepted + 1
+            rounds += 1
+            spent += cost[len(proposal) + 1]
+    return {"speedup": tokens / spent, "tokens_per_round": tokens / max(rounds, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--prompts", type=int, default=9)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-k", type=int, default=8)
+    parser.add_argument("--measure-k", default="4,8,auto", help="k values for the real runs")
+    args = parser.parse_args()
+    engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
+    prompts = chat_prompts(engine, args.prompts)
+    engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up
+    outputs = []
+    for prompt in prompts:
+        result = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens)
+        outputs.append((list(prompt), list(result.tokens)))
+    cost = verify_cost(engine, prompts[0], args.max_k + 1)
+    print(json.dumps({"verify_cost": [round(c, 3) for c in cost[1:]]}), flush=True)
+    top = args.max_k
+    policies: dict[str, Policy] = {f"k {k}": (k, 3, None) for k in range(2, top + 1, 2)}
+    for n in (4, 6):
+        policies[f"k {top}, n-grams up to {n}"] = (top, n, None)
+    for cold in (1, 2, 3, 4):
+        policies[f"k {top}, cold_k {cold}"] = (top, 3, cold)
+    for name, policy in policies.items():
+        print(json.dumps({"policy": name, **replay(outputs, cost, policy)}), flush=True)
+    ks = [k for k in args.measure_k.split(",") if k]
+    totals = {name: [0, 0.0] for name in ["none", *ks]}
+    for prompt, (_, expected) in zip(prompts, outputs, strict=True):
+        for name in totals:
+            drafter = "none" if name == "none" else "ngram"
+            k = 0 if name == "none" else name
+            result = engine.generate(prompt, drafter=drafter, k=k, max_new_tokens=args.tokens)
+            if list(result.tokens) != expected:
+                raise SystemExit(f"k {name}: output differs from target-only on a prompt")
+            totals[name][0] += result.stats.new_tokens
+            totals[name][1] += result.stats.decode_ms
+    rate = {name: count / ms * 1e3 for name, (count, ms) in totals.items()}
+    for k in ks:
+        line = {"measured": f"ngram drafter, k {k}", "speedup": rate[k] / rate["none"]}
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
