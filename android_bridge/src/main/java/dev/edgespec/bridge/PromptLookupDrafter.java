@@ -13,10 +13,16 @@ import java.util.Map;
  * context's last n tokens are looked up among earlier, non-overlapping positions, and up to k
  * of the tokens that followed the most recent earlier copy are proposed. The index maps each
  * n-gram to its latest eligible start and grows on every commit.
+ *
+ * <p>With {@code coldK} above 0, a proposal is at most {@code coldK} tokens long unless the
+ * previous one was accepted whole (a running copy), then up to k: the default constructor's 2
+ * is the Python engine's {@code ngram} drafter ({@code LOOKUP_COLD_K}).
  */
 public final class PromptLookupDrafter implements Drafter {
     private final int maxNgram;
     private final int minNgram;
+    private final int coldK;
+    private boolean streak; // was the last proposal accepted whole?
     private final List<Integer> context = new ArrayList<>();
     private final Map<List<Integer>, Integer> latest = new HashMap<>();
     private int[] indexed;
@@ -24,6 +30,14 @@ public final class PromptLookupDrafter implements Drafter {
     private boolean begun;
 
     public PromptLookupDrafter(int maxNgram, int minNgram) {
+        this(maxNgram, minNgram, 0);
+    }
+
+    public PromptLookupDrafter(int maxNgram, int minNgram, int coldK) {
+        if (coldK < 0) {
+            throw new IllegalArgumentException(
+                    "coldK=" + coldK + " is invalid: use 0 (no cap) or more");
+        }
         if (minNgram < 1 || minNgram > maxNgram) {
             throw new IllegalArgumentException(
                     "n-gram sizes min_ngram=" + minNgram + ", max_ngram=" + maxNgram
@@ -31,10 +45,11 @@ public final class PromptLookupDrafter implements Drafter {
         }
         this.maxNgram = maxNgram;
         this.minNgram = minNgram;
+        this.coldK = coldK;
     }
 
     public PromptLookupDrafter() {
-        this(3, 1);
+        this(3, 1, 2);
     }
 
     @Override
@@ -46,6 +61,7 @@ public final class PromptLookupDrafter implements Drafter {
         latest.clear();
         indexed = new int[maxNgram + 1];
         proposal = new int[0];
+        streak = false;
         begun = true;
         extendIndex();
     }
@@ -59,6 +75,9 @@ public final class PromptLookupDrafter implements Drafter {
         proposal = new int[0];
         if (k == 0) {
             return Draft.EMPTY;
+        }
+        if (coldK > 0 && !streak) {
+            k = Math.min(k, coldK);
         }
         int length = context.size();
         for (int n = maxNgram; n >= minNgram; n--) {
@@ -87,6 +106,7 @@ public final class PromptLookupDrafter implements Drafter {
                     "n_accepted=" + nAccepted + " is outside [0, " + proposal.length
                             + "], the length of the last proposal");
         }
+        streak = proposal.length > 0 && nAccepted == proposal.length;
         for (int i = 0; i < nAccepted; i++) {
             context.add(proposal[i]);
         }

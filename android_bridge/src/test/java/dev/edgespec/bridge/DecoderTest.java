@@ -173,4 +173,17 @@ public class DecoderTest {
         drafter.commit(0, 2); // ... 9 7 2: the 1-gram "2" matched earlier
         assertArrayEquals(new int[] {3, 9, 7}, drafter.propose(3).tokens);
     }
+
+    @Test
+    public void coldKCapsProposalsUntilOneIsAcceptedWhole() {
+        PromptLookupDrafter drafter = new PromptLookupDrafter();
+        drafter.begin(new int[] {1, 2, 3, 4, 5, 6, 7, 1}, Sampling.GREEDY);
+        assertArrayEquals(new int[] {2, 3}, drafter.propose(5).tokens); // a fresh match
+        drafter.commit(2, 4); // accepted whole: the copy runs on
+        assertArrayEquals(new int[] {5, 6, 7, 1, 2}, drafter.propose(5).tokens);
+        drafter.commit(1, 9); // a miss
+        assertArrayEquals(new int[0], drafter.propose(5).tokens);
+        drafter.commit(0, 1);
+        assertArrayEquals(new int[] {2, 3}, drafter.propose(5).tokens); // cold again
+    }
 }
