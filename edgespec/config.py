@@ -23,6 +23,9 @@ def resolve_quant(quant: str, parameters: int) -> str:
     return "int4" if parameters >= AUTO_INT4_MIN_PARAMETERS else "fp32"
 
 
+ATTENTION_CHOICES = ("auto", "folded", "plain")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExportConfig:
     """Everything ``edgespec export`` needs; see ``edgespec export --help`` for each field."""
@@ -44,6 +47,10 @@ class ExportConfig:
     #: Hugging Face checkpoints: "inplace" (Llama, Qwen2), "optimum" (every architecture), or
     #: "auto": inplace where it applies.
     graph: str = "auto"
+    #: In-place graphs of block-quantized weights: "folded" attention (each KV head's query
+    #: heads as rows of one product: no padded single steps, faster at long context),
+    #: "plain", or "auto": folded when the context limit exceeds 2,048 positions.
+    attention: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -64,6 +71,11 @@ class ExportConfig:
             raise ConfigError(
                 f"accuracy level {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
                 fix="use 4 (int8 activations, fastest on CPU) or 0/1 (fp32 activations)",
+            )
+        if self.attention not in ATTENTION_CHOICES:
+            raise ConfigError(
+                f"unknown attention form {self.attention!r}",
+                fix=f"use one of {', '.join(ATTENTION_CHOICES)}",
             )
         if self.max_length is not None and self.max_length < 16:
             raise ConfigError(

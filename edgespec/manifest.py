@@ -79,6 +79,10 @@ class GraphSpec:
     #: ``seqlens_k`` = length + n - 1 and ``total_sequence_length`` = length + n.
     kv_sharing: str = "concat"
     kv_capacity: int | None = None
+    #: Positions a shared-buffer pass of n tokens writes from its start: n, or n × this for a
+    #: graph that folds the query heads of each KV head into rows (the first n are kept, the
+    #: rest are overwritten by the next pass), so a pass needs length + n × this ≤ kv_capacity.
+    kv_positions_per_token: int = 1
     seqlens_k: str | None = None
     total_sequence_length: str | None = None
     #: Passes of fewer positions are padded to this width: a graph whose one-position kernels

@@ -28,6 +28,7 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
 from edgespec.export.gguf import check
+from edgespec.export.gguf.graph import KVLayout
 from edgespec.export.gguf.pipeline import (
     DATA_FILE,
     GRAPH_FILE,
@@ -111,8 +112,12 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         quant = resolve_quant(config.quant, parameters)
         started = time.perf_counter()
         checkpoint = checkpoint_source(torch_model, quant, capacity)
-        builder = write_graph(
-            checkpoint, staging, capacity=capacity, accuracy=config.accuracy_level
+        builder, layout = write_graph(
+            checkpoint,
+            staging,
+            capacity=capacity,
+            accuracy=config.accuracy_level,
+            attention=config.attention,
         )
         observe(
             ProgressEvent(
@@ -121,9 +126,9 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         )
         tokenizer_spec = save_tokenizer(tokenizer, torch_model.generation_config, staging)
         verification, min_width, torch_top1 = _verify(
-            checkpoint, staging / GRAPH_FILE, torch_model, tokenizer, config, capacity, observe
+            checkpoint, staging / GRAPH_FILE, torch_model, tokenizer, config, layout, observe
         )
-        spec = graph_spec(checkpoint, capacity, min_width)
+        spec = graph_spec(checkpoint, layout, min_width)
         weight_bytes = (staging / DATA_FILE).stat().st_size
         files = file_records(
             staging,
@@ -193,7 +198,7 @@ def _verify(
     torch_model: Any,
     tokenizer: Any,
     config: ExportConfig,
-    capacity: int,
+    layout: KVLayout,
     observe: ProgressObserver,
 ) -> tuple[VerificationRecord, int, float | None]:
     """The importer's checks (a float graph at width 1 first, else padded to 2) and agreement
@@ -205,7 +210,9 @@ def _verify(
 
     quantized = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
     min_width = 2 if quantized else 1
-    runner = check.GraphRunner(graph_path, checkpoint, capacity=capacity, min_width=min_width)
+    runner = check.GraphRunner(
+        graph_path, checkpoint, capacity=layout.buffer_length, min_width=min_width
+    )
     prompts = [tokenizer(text)["input_ids"][:48] for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the graph's weights (numpy)"))
     # A wiring check (a quantized graph's 8-bit activations stray a little); --min-top1 gates

@@ -44,6 +44,9 @@ def gguf_files(
     files["qwen3-Q8_0"] = write_llama_gguf(
         tiny_model("qwen3"), root / "qwen3.gguf", weight_type="Q8_0"
     )
+    files["folded-Q4_1"] = write_llama_gguf(
+        tiny_model("llama-groups-of-3"), root / "groups3.gguf", weight_type="Q4_1"
+    )
     return files
 
 
@@ -55,8 +58,13 @@ def gguf_bundles(
     bundles = {}
     for kind, path in gguf_files.items():
         out = root / kind
-        assert main(["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]) == 0
+        argv = ["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]
+        assert main([*argv, *(["--attention", "folded"] if "folded" in kind else [])]) == 0
         bundles[kind] = out
+    out = root / "plain-Q4_1"  # the folded bundle's file with plain attention
+    argv = ["export", str(gguf_files["folded-Q4_1"]), "--out", str(out), "--quiet"]
+    assert main([*argv, "--max-length", "256", "--attention", "plain"]) == 0
+    bundles["plain-Q4_1"] = out
     out = root / "Q4_1-as-fp32"
     argv = ["export", str(gguf_files["Q4_1"]), "--out", str(out), "--quant", "fp32", "--quiet"]
     assert main([*argv, "--max-length", "256"]) == 0
@@ -64,7 +72,7 @@ def gguf_bundles(
     return bundles
 
 
-@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1", "qwen3-Q8_0"])
+@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1", "qwen3-Q8_0", "folded-Q4_1"])
 def test_import_keeps_the_grid_and_passes_its_checks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -80,13 +88,14 @@ def test_import_keeps_the_grid_and_passes_its_checks(
     assert invariance is not None and invariance.passed
     assert kind == "F32" or invariance.max_abs_logit_diff == 0.0
     expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4, "qwen3-Q8_0": 8}
+    expected_bits["folded-Q4_1"] = 4
     assert manifest.quantization.bits == expected_bits[kind]
     if kind.startswith("qwen3"):  # checked against llama.cpp's own logits on the same file
         agreement = manifest.extra["llama_cpp_agreement"]
         assert not agreement["checked"] or agreement["top1_agreement"] >= 0.9
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1", "qwen3-Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1", "qwen3-Q8_0", "folded-Q4_1"])
 def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], kind: str) -> None:
     engine = Engine.load(target=gguf_bundles[kind])
     for prompt in PROMPTS:
@@ -94,12 +103,45 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         for k in (1, 3, 8):
             result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=40)
             assert result.tokens == expected.tokens, (prompt, k)
-    draft = gguf_bundles[kind if kind.startswith("qwen") else "Q8_0"]
+    draft = gguf_bundles[kind if kind.startswith(("qwen", "folded")) else "Q8_0"]
     with_draft = Engine.load(target=gguf_bundles[kind], draft=draft)
     for prompt in PROMPTS:
         expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)
         result = with_draft.generate(prompt, drafter="model", k=4, max_new_tokens=30)
         assert result.tokens == expected.tokens and result.stats.drafted > 0
+
+
+def test_folded_attention_is_recorded_and_runs_to_the_context_limit(
+    gguf_bundles: dict[str, Path],
+) -> None:
+    from edgespec.export.gguf.graph import FOLDED_PASS_WIDTH
+    from edgespec.runtime.model import PREFILL_CHUNK, OnnxModel
+
+    assert FOLDED_PASS_WIDTH == PREFILL_CHUNK  # the buffers' room past the context
+    folded, plain = (load_bundle(gguf_bundles[k]) for k in ("folded-Q4_1", "plain-Q4_1"))
+    # 6 query heads over 2 KV heads: a pass of n tokens writes 3n positions from its start.
+    assert folded.manifest.graph.kv_positions_per_token == 3
+    assert folded.manifest.graph.kv_capacity == 256 + 2 * PREFILL_CHUNK
+    assert folded.manifest.model.max_length == 256
+    assert plain.manifest.graph.kv_positions_per_token == 1
+    assert plain.manifest.graph.kv_capacity == 256
+    # "auto" folds only long-context graphs: these 256-position exports stay plain.
+    assert load_bundle(gguf_bundles["Q4_1"]).manifest.graph.kv_positions_per_token == 1
+    # Both forms of the same weights write the same greedy text.
+    engines = [Engine.load(target=gguf_bundles[k]) for k in ("folded-Q4_1", "plain-Q4_1")]
+    for prompt in PROMPTS:
+        outputs = [e.generate(prompt, drafter="none", max_new_tokens=24).tokens for e in engines]
+        assert outputs[0] == outputs[1], prompt
+    # One forward of 250 tokens (wider than the buffers' room) runs in chunks, and decoding
+    # then reaches the context limit.
+    model = OnnxModel(folded)
+    cache = model.new_cache()
+    rng = np.random.default_rng(1)
+    logits = model.forward(list(rng.integers(3, 200, size=250)), cache)
+    assert logits.shape[0] == 250 and cache.length == 250
+    while cache.length < 256:
+        model.forward([int(logits[-1].argmax())], cache)
+    assert cache.length == 256
 
 
 def test_dequantized_import_is_a_float_graph_of_the_same_weights(
@@ -124,7 +166,7 @@ def test_dequantized_import_is_a_float_graph_of_the_same_weights(
             assert result.tokens == expected.tokens, (prompt, k)
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q4_1-as-fp32"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q4_1-as-fp32", "folded-Q4_1"])
 def test_in_place_path_equals_the_plain_path_through_rollbacks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -140,7 +182,7 @@ def test_in_place_path_equals_the_plain_path_through_rollbacks(
         layers=spec.num_layers,
         kv_heads=spec.num_kv_heads,
         head_dim=spec.head_dim,
-        capacity=fast.max_length,
+        capacity=bundle.manifest.graph.kv_capacity or fast.max_length,
         dtype=fast.kv_dtype,
         device="cpu",
     )

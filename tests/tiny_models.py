@@ -129,6 +129,21 @@ def _llama() -> Any:
     return _grouped_query(LlamaConfig)
 
 
+def _llama_groups_of_three() -> Any:
+    """As SmolLM2's attention: 3 query heads per KV head, heads 32 wide (whole quantization
+    blocks, which folded attention needs)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=192,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        **_common(),
+    )
+
+
 def _qwen2() -> Any:
     from transformers import Qwen2Config
 
@@ -199,6 +214,7 @@ def _mistral_wide() -> Any:
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "llama": _llama,
+    "llama-groups-of-3": _llama_groups_of_three,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
     "gemma3": _gemma3,

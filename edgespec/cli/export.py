@@ -136,6 +136,15 @@ def add_export_command(commands: Any) -> None:
         help="skip the PyTorch parity and batch-invariance checks",
     )
     export.add_argument(
+        "--attention",
+        choices=("auto", "folded", "plain"),
+        default="auto",
+        help="4-bit/8-bit in-place graphs: 'folded' attention (each KV head's query "
+        "heads as rows of one product; faster past about 1,000 tokens of context, "
+        "a few percent slower below), 'plain', or 'auto' (folded when --max-length "
+        "exceeds 2048)",
+    )
+    export.add_argument(
         "--allow-batch-variance",
         action="store_true",
         help="keep a graph that fails the batch-invariance check (recorded in "
@@ -214,6 +223,7 @@ def run_export(args: argparse.Namespace) -> int:
         force=args.force,
         verify=args.verify,
         allow_batch_variance=args.allow_batch_variance,
+        attention=args.attention,
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
         system_prompt=args.system_prompt,

@@ -140,7 +140,7 @@ class OnnxTeacher(Teacher):
         self.runner = GraphRunner(
             bundle.graph_path,
             shape,
-            capacity=model.max_length,
+            capacity=bundle.manifest.graph.kv_capacity or model.max_length,
             min_width=bundle.manifest.graph.min_pass_width,
         )
         self.vocab_size = bundle.manifest.model.vocab_size

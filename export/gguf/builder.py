@@ -10,7 +10,18 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.reader import float_tensor
-from edgespec.export.gguf.weights import BlockWeights, block_weights, concatenate
+from edgespec.export.gguf.weights import BlockWeights, block_weights, concatenate, reordered
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reordered:
+    """A 2-D weight with its outputs (``rows``) and/or inputs (``columns``, whole blocks of 32
+    when it is block-quantized) taken in another order: a graph that regroups attention heads
+    permutes the projections' rows and columns instead of moving activations."""
+
+    tensor: Any
+    rows: np.ndarray | None = None
+    columns: np.ndarray | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +48,23 @@ class GraphBuilder:
 
     def blocks(self, tensor: Any) -> BlockWeights | None:
         """The tensor's MatMulNBits form, or None for a float weight."""
+        if isinstance(tensor, Reordered):
+            weights = self.blocks(tensor.tensor)
+            if weights is None:
+                return None
+            return reordered(weights, rows=tensor.rows, columns=tensor.columns)
         return None if self.dequantize else block_weights(tensor)
+
+    def float_matrix(self, tensor: Any) -> np.ndarray:
+        """The weight as float32 [N, K] (in a :class:`Reordered`'s order)."""
+        if not isinstance(tensor, Reordered):
+            return float_tensor(tensor)
+        matrix = self.float_matrix(tensor.tensor)
+        if tensor.rows is not None:
+            matrix = matrix[tensor.rows]
+        if tensor.columns is not None:
+            matrix = matrix[:, tensor.columns]
+        return np.ascontiguousarray(matrix)
 
     def node(self, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
         from onnx import helper
@@ -93,7 +120,7 @@ class GraphBuilder:
         """x [.., K] @ weight.T → [.., N]: MatMulNBits on the file's blocks, else MatMul."""
         weights = self.blocks(tensor)
         if weights is None:
-            matrix = float_tensor(tensor)  # [N, K]
+            matrix = self.float_matrix(tensor)  # [N, K]
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         return self.matmul_nbits(x, self.block_initializers(name, weights), weights, name)
@@ -104,7 +131,7 @@ class GraphBuilder:
         float, else one linear each."""
         parts = [self.blocks(tensor) for tensor in tensors]
         if all(p is None for p in parts):
-            matrix = np.concatenate([float_tensor(t) for t in tensors])  # [N1 + N2 + ..., K]
+            matrix = np.concatenate([self.float_matrix(t) for t in tensors])  # [N1 + N2 + ..., K]
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]

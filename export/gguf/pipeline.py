@@ -19,7 +19,7 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, staging_directory, tokenizer_sha256
 from edgespec.export.gguf import check
-from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
+from edgespec.export.gguf.graph import IO, KVLayout, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
 from edgespec.export.gguf.reader import (
     GGUFArchitecture,
@@ -69,12 +69,13 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         arch = source.architecture
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
-        builder = write_graph(
+        builder, layout = write_graph(
             source,
             staging,
             capacity=capacity,
             accuracy=config.accuracy_level,
             dequantize=dequantize,
+            attention=config.attention,
         )
         observe(
             ProgressEvent(
@@ -84,7 +85,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
-            source, staging, tokenizer, config, capacity, not builder.quantized, observe
+            source, staging, tokenizer, config, layout, not builder.quantized, observe
         )
         extra.update(_file_records(source), **system_prompt_extra(config.system_prompt))
         extra.update(config.extra)
@@ -96,6 +97,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             builder,
             verification,
             capacity=capacity,
+            layout=layout,
             accuracy=config.accuracy_level,
             min_width=min_width,
             extra=extra,
@@ -111,14 +113,24 @@ def _file_records(source: GGUFFile) -> dict[str, Any]:
 
 
 def write_graph(
-    source: WeightSource, staging: Path, *, capacity: int, accuracy: int, dequantize: bool = False
-) -> Any:
+    source: WeightSource,
+    staging: Path,
+    *,
+    capacity: int,
+    accuracy: int,
+    dequantize: bool = False,
+    attention: str = "auto",
+) -> tuple[Any, KVLayout]:
     """Builds the in-place graph of ``source`` into ``staging`` (graph and one data file) and
-    returns the builder, which knows what was quantized how."""
+    returns the builder, which knows what was quantized how, and the graph's KV layout."""
     import onnx
 
-    model, builder = build_graph(
-        source, capacity=capacity, accuracy_level=accuracy, dequantize=dequantize
+    model, builder, layout = build_graph(
+        source,
+        capacity=capacity,
+        accuracy_level=accuracy,
+        dequantize=dequantize,
+        attention=attention,
     )
     onnx.save(
         model,
@@ -128,7 +140,7 @@ def write_graph(
         location=DATA_FILE,
         size_threshold=1024,
     )
-    return builder
+    return builder, layout
 
 
 def _verify(
@@ -136,7 +148,7 @@ def _verify(
     staging: Path,
     tokenizer: Any,
     config: ExportConfig,
-    capacity: int,
+    layout: KVLayout,
     float_graph: bool,
     observe: ProgressObserver,
 ) -> tuple[VerificationRecord, dict[str, Any], int]:
@@ -150,7 +162,9 @@ def _verify(
     # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
     # differently from its multi-row one, so a quantized graph pads single steps to two rows.
     min_width = 1 if float_graph else 2
-    runner = check.GraphRunner(staging / GRAPH_FILE, source, capacity=capacity, min_width=min_width)
+    runner = check.GraphRunner(
+        staging / GRAPH_FILE, source, capacity=layout.buffer_length, min_width=min_width
+    )
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
     parity = check.check_parity(runner, source, prompts, min_top1=config.min_top1_agreement)
@@ -198,6 +212,7 @@ def _manifest(
     verification: VerificationRecord,
     *,
     capacity: int,
+    layout: KVLayout,
     accuracy: int,
     min_width: int,
     extra: dict[str, Any],
@@ -219,7 +234,7 @@ def _manifest(
             model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
         ),
         model=_model_spec(source, capacity),
-        graph=graph_spec(source, capacity, min_width),
+        graph=graph_spec(source, layout, min_width),
         tokenizer=_tokenizer_spec(tokenizer, tokenizer_files, staging, arch.vocab_size),
         quantization=_quantization_spec(kinds, builder, accuracy),
         verification=verification,
@@ -319,11 +334,11 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
     )
 
 
-def graph_spec(source: Any, capacity: int, min_width: int) -> GraphSpec:
+def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
     """The in-place graph's I/O record (any source with an ``architecture``: a GGUF file, or a
     Hugging Face checkpoint through :mod:`edgespec.export.hf_graph`)."""
     arch = source.architecture
-    kv = (1, arch.num_kv_heads, capacity, arch.head_dim)
+    kv = (1, arch.num_kv_heads, layout.buffer_length, arch.head_dim)
     layers = range(arch.num_layers)
     inputs = [
         TensorSpec(name=IO["input_ids"], dtype="int64", shape=(1, "sequence")),
@@ -353,7 +368,8 @@ def graph_spec(source: Any, capacity: int, min_width: int) -> GraphSpec:
         kv_dtype="float32",
         logits_dtype="float32",
         kv_sharing="shared",
-        kv_capacity=capacity,
+        kv_capacity=layout.buffer_length,
+        kv_positions_per_token=layout.positions_per_token,
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
         min_pass_width=min_width,

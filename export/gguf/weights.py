@@ -31,7 +31,7 @@ not llama.cpp's, and the record says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -281,6 +281,34 @@ def dequantized(weights: BlockWeights) -> np.ndarray:
     if weights.offsets is not None:
         values += weights.offsets[..., None]
     return values.reshape(weights.rows, weights.columns)
+
+
+def reordered(
+    weights: BlockWeights, *, rows: np.ndarray | None = None, columns: np.ndarray | None = None
+) -> BlockWeights:
+    """The same blocks with the outputs in ``rows`` order and the inputs in ``columns`` order;
+    ``columns`` must move whole blocks of 32 (each run of 32 starting at a multiple of 32)."""
+    blocks = None
+    if columns is not None:
+        runs = np.asarray(columns).reshape(-1, BLOCK)
+        blocks = runs[:, 0] // BLOCK
+        if (runs[:, 0] % BLOCK).any() or (runs != runs[:, :1] + np.arange(BLOCK)).any():
+            raise ValueError("block-quantized inputs can only be reordered by whole blocks")
+
+    def take(values: np.ndarray) -> np.ndarray:
+        if rows is not None:
+            values = values[rows]
+        if blocks is not None:
+            values = values[:, blocks]
+        return np.ascontiguousarray(values)
+
+    return replace(
+        weights,
+        packed=take(weights.packed),
+        scales=take(weights.scales),
+        offsets=None if weights.offsets is None else take(weights.offsets),
+        minimums=None if weights.minimums is None else take(weights.minimums),
+    )
 
 
 def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
