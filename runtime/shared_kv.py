@@ -1,6 +1,8 @@
 """Passes of a graph whose KV cache is one in-place buffer per layer (``kv_sharing`` "shared",
 GroupQueryAttention): a pass of n tokens after ``length`` positions writes positions
-length .. length + n - 1 of each buffer and returns logits [n, vocab].
+length .. length + n - 1 of each buffer and returns logits [n, vocab]. (A graph with folded
+attention, ``kv_positions_per_token`` > 1, also writes zero rows after those, up to
+length + n × kv_positions_per_token - 1; they lie past ``length`` and are overwritten too.)
 
 * :func:`forward_shared`: IO binding; past and present of a layer are bound to one ONNX Runtime
   value over the cache's numpy buffer, so nothing is copied; the logits go into a preallocated
