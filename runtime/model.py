@@ -186,12 +186,13 @@ class OnnxModel:
     def forward(self, token_ids: Sequence[int], cache: AnyCache) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
         if self.shared_kv:
+            shared = cast(SharedKVCache, cache)
             width = max(len(token_ids), self.graph.min_pass_width)
             # The context limit counts real tokens; the padding and a folded graph's extra
             # rows must fit the buffers (checked below).
-            self._check_room(cache.length, len(token_ids))
-            written = cache.length + width * self.graph.kv_positions_per_token
-            if written > cache.capacity and len(token_ids) > PREFILL_CHUNK:
+            self._check_room(shared.length, len(token_ids))
+            written = shared.length + width * self.graph.kv_positions_per_token
+            if written > shared.capacity and len(token_ids) > PREFILL_CHUNK:
                 # A folded graph writes heads / kv_heads positions per token from the pass's
                 # start; its buffers leave room for passes of PREFILL_CHUNK tokens.
                 return np.concatenate(
@@ -200,13 +201,12 @@ class OnnxModel:
                         for begin in range(0, len(token_ids), PREFILL_CHUNK)
                     ]
                 )
-            if written > cache.capacity:
+            if written > shared.capacity:
                 raise ConfigError(
-                    f"a pass of {width} tokens after {cache.length} writes {written} positions "
-                    f"of a {cache.capacity}-position KV buffer in {self.bundle.root}",
+                    f"a pass of {width} tokens after {shared.length} writes {written} positions "
+                    f"of a {shared.capacity}-position KV buffer in {self.bundle.root}",
                     fix="stop one token earlier, or re-export with a larger --max-length",
                 )
-            shared = cast(SharedKVCache, cache)
             if not self.io_binding:
                 return forward_shared_reference(self.session, self.graph, token_ids, shared)
             if self._logits.size < width * self.vocab_size:
