@@ -114,7 +114,7 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
 def test_folded_attention_is_recorded_and_runs_to_the_context_limit(
     gguf_bundles: dict[str, Path],
 ) -> None:
-    from edgespec.export.gguf.graph import FOLDED_PASS_WIDTH
+    from edgespec.export.gguf.folded import FOLDED_PASS_WIDTH
     from edgespec.runtime.model import PREFILL_CHUNK, OnnxModel
 
     assert FOLDED_PASS_WIDTH == PREFILL_CHUNK  # the buffers' room past the context

@@ -1,0 +1,213 @@
+"""Folded attention: the query heads that share a KV head as rows of one GroupQueryAttention
+problem (see :mod:`edgespec.export.gguf.graph` for why), and the KV layout it needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.gguf.builder import GraphBuilder
+
+#: The widest pass a folded graph's buffers leave room for at the end of the context: the
+#: runtime prefills 128 tokens per pass.
+FOLDED_PASS_WIDTH = 128
+#: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves 28% of
+#: a 4-bit SmolLM2 step at 3,000 positions and costs 3-7% at 64 (the rotary, split, pad and
+#: reshape nodes it adds), breaking even near 1,000 (benchmarks/step_cost.py).
+FOLDED_FROM = 2048
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    """How a graph uses its KV buffers: ``buffer_length`` positions per layer, of which a pass
+    of n tokens writes n × ``positions_per_token`` from its start (the first n are kept)."""
+
+    buffer_length: int
+    positions_per_token: int = 1
+
+    @property
+    def folded(self) -> bool:
+        return self.positions_per_token > 1
+
+
+def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "auto") -> KVLayout:
+    """Folded attention for block-quantized graphs of models whose query heads share KV heads
+    (and whose heads are whole blocks of 32, so the output projection's blocks can be
+    reordered), when ``attention`` asks for it ("folded", or "auto" past ``FOLDED_FROM``
+    positions); plain otherwise (float graphs, whose one-row pass needs no padding, and
+    sliding-window layers)."""
+    group = arch.num_heads // arch.num_kv_heads
+    wanted = attention == "folded" or (attention == "auto" and capacity > FOLDED_FROM)
+    if not wanted or not quantized or group == 1 or arch.sliding_window or arch.head_dim % 32:
+        return KVLayout(buffer_length=capacity)
+    return KVLayout(
+        buffer_length=capacity + (group - 1) * FOLDED_PASS_WIDTH, positions_per_token=group
+    )
+
+
+def folded_head_order(arch: Any) -> np.ndarray:
+    """The query heads in folded order: ONNX Runtime pairs query head h with KV head
+    h // group, so folded head g * kv_heads + j (row g of KV head j) is head j * group + g."""
+    group = arch.num_heads // arch.num_kv_heads
+    heads = [j * group + g for g in range(group) for j in range(arch.num_kv_heads)]
+    d = arch.head_dim
+    return (np.asarray(heads)[:, None] * d + np.arange(d)[None, :]).reshape(-1)
+
+
+def folding_inputs(
+    builder: GraphBuilder, arch: Any, *, input_ids: str, total_sequence_length: str
+) -> dict[str, str]:
+    """What every folded attention node shares, computed once from the pass's S and lengths:
+    the rotary position offset (the pass's first position) [1]; the lengths the folded
+    problem reports to GroupQueryAttention (past + group × S); the pads that append
+    (group - 1) × S zero rows to K and V; and the bias [1, 1, group × S, past + group × S]
+    that lets folded row r (token r // group) see positions up to past + r // group only."""
+    group = arch.num_heads // arch.num_kv_heads
+    one = builder.constant("fold.one", np.array(1, np.int64))
+    axis0, axis1 = (
+        builder.constant("fold.ax0", np.array([0])),
+        builder.constant("fold.ax1", np.array([1])),
+    )
+    width = builder.node("Shape", [input_ids], "fold.width", start=1, end=2)  # [S]
+    total = builder.node("Cast", [total_sequence_length], "fold.total", to=7)
+    past = builder.node("Sub", [total, width], "fold.past")  # [1]
+    group_c = builder.constant("fold.group", np.array(group, np.int64))
+    rows = builder.node("Mul", [width, group_c], "fold.rows")  # [group × S]
+    folded_total = builder.node("Add", [past, rows], "fold.folded_total")  # [1]
+    seqlens = builder.node(
+        "Cast", [builder.node("Sub", [folded_total, one], "fold.last")], "fold.seqlens_k", to=6
+    )
+    total_scalar = builder.node(
+        "Cast",
+        [builder.node("Squeeze", [folded_total], "fold.total_scalar64")],
+        "fold.total_sequence_length",
+        to=6,
+    )
+    extra = builder.node("Sub", [rows, width], "fold.extra")  # [(group - 1) × S]
+    zeros = builder.constant("fold.zeros", np.zeros(4, np.int64))
+    pads = builder.node(
+        "Concat",
+        [zeros, extra, builder.constant("fold.zero", np.zeros(1, np.int64))],
+        "fold.pads",
+        axis=0,
+    )  # [0, 0, 0, 0, extra, 0]: rows appended on axis 1 of [1, S, kv_heads × D]
+    start = builder.constant("fold.start", np.array(0, np.int64))
+    row_ids = builder.node(
+        "Range", [start, builder.node("Squeeze", [rows], "fold.rows_scalar"), one], "fold.row_ids"
+    )
+    tokens = builder.node("Div", [row_ids, group_c], "fold.row_token")
+    last_seen = builder.node(
+        "Unsqueeze",
+        [builder.node("Add", [tokens, past], "fold.last_seen1"), axis1],
+        "fold.last_seen",
+    )  # [group × S, 1]
+    positions = builder.node(
+        "Unsqueeze",
+        [
+            builder.node(
+                "Range",
+                [start, builder.node("Squeeze", [folded_total], "fold.t"), one],
+                "fold.positions1",
+            ),
+            axis0,
+        ],
+        "fold.positions",
+    )  # [1, past + group × S]
+    visible = builder.node("LessOrEqual", [positions, last_seen], "fold.visible")
+    bias = builder.node(
+        "Where",
+        [
+            visible,
+            builder.constant("fold.open", np.array(0.0, np.float32)),
+            builder.constant("fold.masked", np.array(-np.inf, np.float32)),
+        ],
+        "fold.bias2",
+    )
+    bias = builder.node(
+        "Unsqueeze", [bias, builder.constant("fold.ax01", np.array([0, 1]))], "fold.bias"
+    )
+    return {
+        "position": past,
+        "seqlens_k": seqlens,
+        "total_sequence_length": total_scalar,
+        "pads": pads,
+        "bias": bias,
+    }
+
+
+def folded_attention(
+    builder: GraphBuilder,
+    arch: Any,
+    qkv: list[str],
+    layer: int,
+    caches: dict[str, str],
+    names: dict[str, str],
+    kv: tuple[str, str, str, str],
+) -> None:
+    """Rotary on Q and K, then GroupQueryAttention over the folded problem: Q [1, S, heads × D]
+    (heads already in folded order) as [1, group × S, kv_heads × D]; K and V with zero rows
+    appended to the same length; the output unfolded to [1, S, heads × D] (still in folded
+    head order, which the output projection's columns follow), as ``l{layer}.attn``. ``names``
+    are :func:`folding_inputs`' outputs; ``kv`` the layer's past and present key and value."""
+    from onnx import helper
+
+    query, key, value = qkv
+    position = names["position"]
+    rotated = []
+    for part, tensor, heads in (("q", query, arch.num_heads), ("k", key, arch.num_kv_heads)):
+        rotated.append(
+            builder.node(
+                "RotaryEmbedding",
+                [tensor, position, caches["cos"], caches["sin"]],
+                f"l{layer}.{part}_rot",
+                domain="com.microsoft",
+                num_heads=heads,
+                interleaved=int(arch.rope_interleaved),
+            )
+        )
+    d = arch.head_dim
+    folded_q = builder.node(
+        "Reshape",
+        [
+            rotated[0],
+            builder.constant(f"l{layer}.fold_shape", np.array([1, -1, arch.num_kv_heads * d])),
+        ],
+        f"l{layer}.q_folded",
+    )
+    key_rows = builder.node("Pad", [rotated[1], names["pads"]], f"l{layer}.k_folded")
+    value_rows = builder.node("Pad", [value, names["pads"]], f"l{layer}.v_folded")
+    past_key, past_value, present_key, present_value = kv
+    attended = f"l{layer}.attn"
+    builder.nodes.append(
+        helper.make_node(
+            "GroupQueryAttention",
+            [
+                folded_q,
+                key_rows,
+                value_rows,
+                past_key,
+                past_value,
+                names["seqlens_k"],
+                names["total_sequence_length"],
+                "",
+                "",
+                "",
+                names["bias"],
+            ],
+            [f"{attended}.folded", present_key, present_value],
+            name=f"{attended}.folded",
+            domain="com.microsoft",
+            num_heads=arch.num_kv_heads,
+            kv_num_heads=arch.num_kv_heads,
+        )
+    )
+    builder.node(
+        "Reshape",
+        [
+            f"{attended}.folded",
+            builder.constant(f"l{layer}.unfold_shape", np.array([1, -1, arch.num_heads * d])),
+        ],
+        attended,
+    )
