@@ -4,6 +4,7 @@ one process.
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF [--prompts 9] [--tokens 128] [--threads 2]
         [--draft DRAFT_BUNDLE]
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --contexts 64,1024,3000 [--tokens 32]
+        [--rounds 2]
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --agreement [--also FP32_BUNDLE]
 
 BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
@@ -22,8 +23,9 @@ what exact float arithmetic on the same weights reaches: llama.cpp rounds its ac
 to 8 bits, so no engine agrees with it everywhere).
 
 With ``--contexts``, target-only greedy decoding of ``--tokens`` tokens after a context of each
-length (the start of this repository's README, repeated), both engines alternating, two rounds:
-how the step grows with the context (the bundle needs ``--max-length`` above the longest).
+length (the start of this repository's README, repeated), both engines alternating, over
+``--rounds`` rounds, then each context's median rates and their ratio: how the step grows with
+the context (the bundle needs ``--max-length`` above the longest).
 """
 
 from __future__ import annotations
@@ -71,22 +73,36 @@ def llama_cpp_decode(
     return produced, time.perf_counter() - started
 
 
-def context_scaling(engine: Engine, llm: Any, contexts: list[int], tokens: int) -> None:
+def context_scaling(
+    engine: Engine, llm: Any, contexts: list[int], tokens: int, rounds: int
+) -> None:
+    import statistics
+
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     ids = engine.encode(text * 20)
     eos: set[int] = set()  # decode the full count whatever comes
-    for round_index in range(2):
+    rates: dict[tuple[int, str], list[float]] = {}
+    for round_index in range(rounds):
         for context in contexts:
             prompt = ids[:context]
             _, seconds = llama_cpp_decode(llm, prompt, tokens, eos)
             plain = engine.generate(prompt, drafter="none", max_new_tokens=tokens)
-            rates = {
+            measured = {
                 "llama.cpp": (tokens - 1) / seconds,
                 "edgespec": plain.stats.new_tokens / (plain.stats.decode_ms / 1e3),
             }
-            for name, rate in rates.items():
+            for name, rate in measured.items():
+                rates.setdefault((context, name), []).append(rate)
                 line = {"round": round_index, "context": context, "engine": name, "tok_s": rate}
                 print(json.dumps(line), flush=True)
+    for context in contexts:
+        ours, theirs = (statistics.median(rates[(context, n)]) for n in ("edgespec", "llama.cpp"))
+        summary = {
+            "context": context,
+            "median_tok_s": {"edgespec": round(ours, 1), "llama.cpp": round(theirs, 1)},
+            "edgespec_vs_llama_cpp": round(ours / theirs, 3),
+        }
+        print(json.dumps(summary), flush=True)
 
 
 def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
@@ -132,6 +148,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--draft", type=Path, default=None, help="a draft bundle for the target")
     parser.add_argument("--contexts", default=None, help="e.g. 64,1024,3000")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds over the contexts")
     parser.add_argument("--agreement", action="store_true", help="top-1 agreement with llama.cpp")
     parser.add_argument("--also", type=Path, nargs="*", default=[], help="more bundles to compare")
     args = parser.parse_args()
@@ -153,7 +170,7 @@ def main() -> None:
         return
     if args.contexts:
         contexts = [int(c) for c in args.contexts.split(",")]
-        context_scaling(engine, llm, contexts, args.tokens)
+        context_scaling(engine, llm, contexts, args.tokens, args.rounds)
         return
     prompts = chat_prompts(engine, args.prompts)
     eos = set(engine.eos_ids)

@@ -211,7 +211,11 @@ def _verify(
     quantized = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
     min_width = 2 if quantized else 1
     runner = check.GraphRunner(
-        graph_path, checkpoint, capacity=layout.buffer_length, min_width=min_width
+        graph_path,
+        checkpoint,
+        capacity=layout.buffer_length,
+        min_width=min_width,
+        folded=layout.folded,
     )
     prompts = [tokenizer(text)["input_ids"][:48] for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the graph's weights (numpy)"))

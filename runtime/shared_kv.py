@@ -11,7 +11,8 @@ length + n × kv_positions_per_token - 1; they lie past ``length`` and are overw
   returned presents are copied back into the buffers), kept to test the fast path against.
 
 Both pad a pass narrower than the graph's ``min_pass_width`` by repeating its last token: the
-padded positions are written past ``length`` and overwritten by the next pass.
+padded positions are written past ``length`` and overwritten by the next pass (a folded graph
+is told which tokens are padding and leaves them out of attention).
 """
 
 from __future__ import annotations
@@ -30,11 +31,16 @@ def padded(token_ids: Sequence[int], width: int) -> list[int]:
     return tokens + [tokens[-1]] * (width - len(tokens)) if len(tokens) < width else tokens
 
 
-def _lengths(graph: GraphSpec, past: int, count: int) -> dict[str, np.ndarray]:
+def pass_lengths(graph: GraphSpec, past: int, real: int, width: int) -> dict[str, np.ndarray]:
+    """``seqlens_k`` and ``total_sequence_length`` for a pass of ``width`` tokens after
+    ``past``, the first ``real`` of them real and the rest padding: a folded graph
+    (``kv_positions_per_token`` > 1) takes the real count in ``seqlens_k`` and runs attention
+    on those tokens only; other graphs take every token as real."""
     assert graph.seqlens_k is not None and graph.total_sequence_length is not None
+    counted = real if graph.kv_positions_per_token > 1 else width
     return {
-        graph.seqlens_k: np.array([past + count - 1], dtype=np.int32),
-        graph.total_sequence_length: np.array(past + count, dtype=np.int32),
+        graph.seqlens_k: np.array([past + counted - 1], dtype=np.int32),
+        graph.total_sequence_length: np.array(past + width, dtype=np.int32),
     }
 
 
@@ -78,7 +84,8 @@ def forward_shared(
     tokens = padded(token_ids, graph.min_pass_width)
     binding = _binding(session, graph, cache)
     binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
-    for name, value in _lengths(graph, cache.length, len(tokens)).items():
+    lengths = pass_lengths(graph, cache.length, len(token_ids), len(tokens))
+    for name, value in lengths.items():
         binding.bind_cpu_input(name, value)
     view = logits[: len(tokens) * vocab].reshape(1, len(tokens), vocab)
     binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
@@ -94,7 +101,7 @@ def forward_shared_reference(
         raise ValueError("the plain path needs a cache in host memory (device=None)")
     tokens = padded(token_ids, graph.min_pass_width)
     feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
-    feeds.update(_lengths(graph, cache.length, len(tokens)))
+    feeds.update(pass_lengths(graph, cache.length, len(token_ids), len(tokens)))
     for kind, names in enumerate((graph.past_key, graph.past_value)):
         for layer, name in enumerate(names):
             feeds[name] = cache.buffers[kind][layer]

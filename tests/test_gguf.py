@@ -144,6 +144,39 @@ def test_folded_attention_is_recorded_and_runs_to_the_context_limit(
     assert cache.length == 256
 
 
+def test_folded_graph_leaves_padding_out_of_attention(gguf_bundles: dict[str, Path]) -> None:
+    """A one-token step runs as two tokens (the second a copy, for the products' rounding);
+    told that only the first is real, a folded graph gives the same logits for it and keeps
+    the padding out of the cache: the position after it holds a zero key, not the copy's."""
+    from edgespec.runtime.model import OnnxModel
+    from edgespec.runtime.shared_kv import pass_lengths
+
+    model = OnnxModel(load_bundle(gguf_bundles["folded-Q4_1"]))
+    graph = model.graph
+    past = 40
+    rng = np.random.default_rng(2)
+    prefix = list(rng.integers(3, 200, size=past))
+    step = [int(rng.integers(3, 200))] * 2
+
+    def run(real: int) -> tuple[np.ndarray, np.ndarray]:
+        cache = model.new_cache()
+        model.forward(prefix, cache)
+        feeds = {graph.input_ids: np.array([step], np.int64)}
+        feeds.update(pass_lengths(graph, past, real, 2))
+        for kind, names in enumerate((graph.past_key, graph.past_value)):
+            for layer, name in enumerate(names):
+                feeds[name] = cache.buffers[kind][layer]
+        logits, key = model.session.run([graph.logits, graph.present_key[0]], feeds)
+        return logits[0], key[0, :, past : past + 2]
+
+    padded_logits, padded_keys = run(1)
+    full_logits, full_keys = run(2)
+    np.testing.assert_array_equal(padded_logits[0], full_logits[0])
+    np.testing.assert_array_equal(padded_keys[:, 0], full_keys[:, 0])
+    assert not padded_keys[:, 1].any()  # a zero row of the folded problem, not the copy
+    assert full_keys[:, 1].any()
+
+
 def test_dequantized_import_is_a_float_graph_of_the_same_weights(
     gguf_bundles: dict[str, Path],
 ) -> None:

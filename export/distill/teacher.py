@@ -142,6 +142,7 @@ class OnnxTeacher(Teacher):
             shape,
             capacity=bundle.manifest.graph.kv_capacity or model.max_length,
             min_width=bundle.manifest.graph.min_pass_width,
+            folded=bundle.manifest.graph.kv_positions_per_token > 1,
         )
         self.vocab_size = bundle.manifest.model.vocab_size
         self.tokenizer_dir = bundle.root

@@ -35,7 +35,15 @@ WIDTHS = tuple(range(2, 10))
 class GraphRunner:
     """Plain ``session.run`` passes over full-capacity KV buffers (the checks' driver)."""
 
-    def __init__(self, graph_path: Path, source: WeightSource, *, capacity: int, min_width: int):
+    def __init__(
+        self,
+        graph_path: Path,
+        source: WeightSource,
+        *,
+        capacity: int,
+        min_width: int,
+        folded: bool = False,
+    ):
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -47,6 +55,8 @@ class GraphRunner:
         self.layers = arch.num_layers
         self.shape = (1, arch.num_kv_heads, capacity, arch.head_dim)
         self.min_width = min_width
+        # A folded graph is told how many of a pass's tokens are real (the runtime's lengths).
+        self.folded = folded
 
     def empty(self) -> dict[str, np.ndarray]:
         return {
@@ -58,7 +68,7 @@ class GraphRunner:
         ids = list(tokens) + [tokens[-1]] * max(self.min_width - count, 0)
         feeds = {
             IO["input_ids"]: np.array([ids], np.int64),
-            IO["seqlens_k"]: np.array([past + len(ids) - 1], np.int32),
+            IO["seqlens_k"]: np.array([past + (count if self.folded else len(ids)) - 1], np.int32),
             IO["total_sequence_length"]: np.array(past + len(ids), np.int32),
             **cache,
         }

@@ -20,8 +20,9 @@ Attention comes in two forms (:class:`KVLayout`):
   and masked out (``attention_bias``), so the buffers hold ``(heads / kv_heads - 1) ×``
   :data:`~edgespec.export.gguf.folded.FOLDED_PASS_WIDTH` positions beyond the context.
 
-I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1;
-``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
+I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1
+(a folded graph: past + R - 1 when only the first R of the S tokens are real, the rest
+padding); ``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
 ``.value`` float32 [1, kv_heads, capacity, head_dim], whose outputs ``present.{i}.key`` /
 ``.value`` are bound to the same buffers, so a step writes its S new positions in place and a
 rollback is a change of length; ``logits`` float32 [1, S, vocab].
@@ -41,6 +42,7 @@ from edgespec.export.gguf.folded import (
     folded_head_order,
     folding_inputs,
     kv_layout,
+    real_rows,
 )
 from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor, tensor_rows
 
@@ -127,6 +129,8 @@ def _attention(
             biases[0] = biases[0][order]
         bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
         qkv = builder.node("Add", [qkv, bias], f"l{layer}.qkv.biased")
+    if folding is not None:  # attention runs on the pass's real tokens only
+        qkv = real_rows(builder, qkv, folding, f"l{layer}.qkv_real")
     # Packed Q, K, V, or (Qwen3, Gemma: each head of Q and K RMS-normed first) the three apart.
     if arch.qk_norm:
         query_key_value = _normed_qkv(builder, source, qkv, layer)
@@ -293,6 +297,7 @@ def build_graph(
             builder,
             arch,
             input_ids=IO["input_ids"],
+            seqlens_k=IO["seqlens_k"],
             total_sequence_length=IO["total_sequence_length"],
         )
         if layout.folded

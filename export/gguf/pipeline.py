@@ -163,7 +163,11 @@ def _verify(
     # differently from its multi-row one, so a quantized graph pads single steps to two rows.
     min_width = 1 if float_graph else 2
     runner = check.GraphRunner(
-        staging / GRAPH_FILE, source, capacity=layout.buffer_length, min_width=min_width
+        staging / GRAPH_FILE,
+        source,
+        capacity=layout.buffer_length,
+        min_width=min_width,
+        folded=layout.folded,
     )
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
