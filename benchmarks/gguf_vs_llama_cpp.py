@@ -12,7 +12,8 @@ given function: answers repeat the prompt, where prompt lookup pays), in turn: l
 greedy decoding (llama-cpp-python, ``eval`` one token at a time), edgespec target-only greedy
 decoding, edgespec with prompt lookup (``--k``), and with ``--draft`` edgespec with that
 draft and its recorded drafter and k (a shipped draft: the combined drafter). Decode time
-only (prefill excluded), the same token ids for every engine. Prints one JSON line per
+only (prefill excluded), the same token ids for every engine, each run started after a
+quarter of a second of quiet (see :data:`SETTLE_S`). Prints one JSON line per
 measurement, then a summary line with tok/s totals, the ratios, and whether edgespec's
 speculative output equalled its own target-only output on every prompt.
 
@@ -73,6 +74,19 @@ def llama_cpp_decode(
     return produced, time.perf_counter() - started
 
 
+#: Seconds between one engine's run and the next one's. Both engines' threads spin for a
+#: while after a run; llama.cpp reuses the prompt's cache, so its timed decode starts within
+#: milliseconds of edgespec's run, and ONNX Runtime's still-spinning threads took 16% off its
+#: rate at 3,000 tokens of context (74 against 88-89 tok/s, 50 ms of pause restored it).
+SETTLE_S = 0.25
+
+
+def settled(run: Any, *args: Any, **kwargs: Any) -> Any:
+    """``run(*args, **kwargs)`` after :data:`SETTLE_S` of quiet."""
+    time.sleep(SETTLE_S)
+    return run(*args, **kwargs)
+
+
 def context_scaling(
     engine: Engine, llm: Any, contexts: list[int], tokens: int, rounds: int
 ) -> None:
@@ -85,8 +99,8 @@ def context_scaling(
     for round_index in range(rounds):
         for context in contexts:
             prompt = ids[:context]
-            _, seconds = llama_cpp_decode(llm, prompt, tokens, eos)
-            plain = engine.generate(prompt, drafter="none", max_new_tokens=tokens)
+            _, seconds = settled(llama_cpp_decode, llm, prompt, tokens, eos)
+            plain = settled(engine.generate, prompt, drafter="none", max_new_tokens=tokens)
             measured = {
                 "llama.cpp": (tokens - 1) / seconds,
                 "edgespec": plain.stats.new_tokens / (plain.stats.decode_ms / 1e3),
@@ -181,9 +195,11 @@ def main() -> None:
     identical_draft = 0
     identical = 0
     for index, prompt in enumerate(prompts):
-        theirs, seconds = llama_cpp_decode(llm, prompt, args.tokens, eos)
-        plain = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens)
-        fast = engine.generate(prompt, drafter="ngram", k=args.k, max_new_tokens=args.tokens)
+        theirs, seconds = settled(llama_cpp_decode, llm, prompt, args.tokens, eos)
+        plain = settled(engine.generate, prompt, drafter="none", max_new_tokens=args.tokens)
+        fast = settled(
+            engine.generate, prompt, drafter="ngram", k=args.k, max_new_tokens=args.tokens
+        )
         identical += fast.tokens == plain.tokens
         runs = [
             ("llama.cpp", len(theirs) - 1, seconds, None),
@@ -191,7 +207,7 @@ def main() -> None:
             ("edgespec+ngram", fast.stats.new_tokens, fast.stats.decode_ms / 1e3, fast.stats.alpha),
         ]
         if args.draft:  # the draft's recorded drafter and k (the engine's defaults)
-            drafted = engine.generate(prompt, max_new_tokens=args.tokens)
+            drafted = settled(engine.generate, prompt, max_new_tokens=args.tokens)
             identical_draft += drafted.tokens == plain.tokens
             stats = drafted.stats
             runs.append(("edgespec+draft", stats.new_tokens, stats.decode_ms / 1e3, stats.alpha))

@@ -82,6 +82,8 @@ class GraphSpec:
     #: Positions a shared-buffer pass of n tokens writes from its start: n, or n × this for a
     #: graph that folds the query heads of each KV head into rows (the first n are kept, the
     #: rest are overwritten by the next pass), so a pass needs length + n × this ≤ kv_capacity.
+    #: A folded graph reads ``seqlens_k`` as length + r - 1 for the first r of the n tokens
+    #: that are real (the rest padding, left out of its attention).
     kv_positions_per_token: int = 1
     seqlens_k: str | None = None
     total_sequence_length: str | None = None
