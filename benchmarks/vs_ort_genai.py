@@ -1,7 +1,7 @@
 """edgespec against ONNX Runtime GenAI on the same float32 weights, alternating in one process.
 
     python benchmarks/vs_ort_genai.py BUNDLE GENAI_DIR [--contexts 64,1024,3000] [--tokens 48]
-        [--prompts 9] [--spec-tokens 128] [--k 4] [--threads 2]
+        [--prompts 9] [--spec-tokens 128] [--k 4] [--threads 2] [--draft DRAFT_BUNDLE]
 
 BUNDLE is an edgespec bundle, GENAI_DIR the folder ONNX Runtime GenAI's model builder wrote for
 the same weights. For SmolLM2-135M-Instruct from its GGUF (both dequantize the file's Q4_1
@@ -18,12 +18,15 @@ Two measurements, one JSON line each, then a summary line:
 2. Prompt lookup on edit-style chat prompts (rewrite a given function): edgespec's n-gram
    drafter at ``--k`` against ONNX Runtime GenAI's n-gram speculative decoding
    (``"speculative": {"ngram_size": 3, "max_draft_tokens": k}``), each beside its own
-   target-only decoding, with whether the speculative output equals it.
+   target-only decoding, with whether the speculative output equals it; with ``--draft``,
+   also edgespec with that draft and its recorded drafter (a shipped draft: prompt lookup
+   and the draft combined), which ONNX Runtime GenAI's n-gram decoding has no counterpart to.
 
 Rates are decode steps per second after the prefill: edgespec's ``new_tokens / decode_ms``
 (one pass per token, the first from the last prompt token) and ONNX Runtime GenAI's tokens
 after its first over the time since the first. Both read the same token ids (edgespec's
-tokenizer); both sessions use ``--threads`` intra-op threads.
+tokenizer); both sessions use ``--threads`` intra-op threads; every run starts after a quarter
+of a second of quiet (the other engine's threads spin for a moment after its run).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 from edgespec.api import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_vs_llama_cpp import chat_prompts
+from gguf_vs_llama_cpp import chat_prompts, settled
 
 
 def genai_model(folder: Path, threads: int, capacity: int, speculative: dict[str, int] | None):
@@ -87,9 +90,11 @@ def context_scaling(engine: Engine, genai: Any, args: argparse.Namespace) -> dic
     for round_index in range(2):
         for context in args.contexts:
             prompt = ids[:context]
-            _, theirs = genai_decode(genai, prompt, args.tokens, engine.max_length)
+            _, theirs = settled(genai_decode, genai, prompt, args.tokens, engine.max_length)
             ours = edgespec_rate(
-                engine.generate(prompt, drafter="none", max_new_tokens=args.tokens, stop=())
+                settled(
+                    engine.generate, prompt, drafter="none", max_new_tokens=args.tokens, stop=()
+                )
             )
             for name, rate in (("ort_genai", theirs), ("edgespec", ours)):
                 rates[name].setdefault(context, []).append(rate)
@@ -105,17 +110,16 @@ def context_scaling(engine: Engine, genai: Any, args: argparse.Namespace) -> dic
 
 def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespace) -> dict:
     prompts = chat_prompts(engine, args.prompts)
-    totals = {
-        name: [0, 0.0] for name in ("edgespec", "edgespec+ngram", "ort_genai", "ort_genai+ngram")
-    }
-    same = {"edgespec": 0, "ort_genai": 0}
+    names = ["edgespec", "edgespec+ngram", "ort_genai", "ort_genai+ngram"]
+    totals = {name: [0, 0.0] for name in names + (["edgespec+draft"] if args.draft else [])}
+    same = {"edgespec": 0, "ort_genai": 0, **({"edgespec+draft": 0} if args.draft else {})}
     capacity = engine.max_length
     for index, prompt in enumerate(prompts):
-        base, base_rate = genai_decode(plain, prompt, args.spec_tokens, capacity)
-        fast, fast_rate = genai_decode(ngram, prompt, args.spec_tokens, capacity)
-        ours = engine.generate(prompt, drafter="none", max_new_tokens=args.spec_tokens)
-        ours_fast = engine.generate(
-            prompt, drafter="ngram", k=args.k, max_new_tokens=args.spec_tokens
+        base, base_rate = settled(genai_decode, plain, prompt, args.spec_tokens, capacity)
+        fast, fast_rate = settled(genai_decode, ngram, prompt, args.spec_tokens, capacity)
+        ours = settled(engine.generate, prompt, drafter="none", max_new_tokens=args.spec_tokens)
+        ours_fast = settled(
+            engine.generate, prompt, drafter="ngram", k=args.k, max_new_tokens=args.spec_tokens
         )
         same["ort_genai"] += fast == base
         same["edgespec"] += ours_fast.tokens == ours.tokens
@@ -125,6 +129,10 @@ def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespa
             "edgespec": (ours.stats.new_tokens, edgespec_rate(ours)),
             "edgespec+ngram": (ours_fast.stats.new_tokens, edgespec_rate(ours_fast)),
         }
+        if args.draft:  # the draft's recorded drafter and k (a shipped draft: combined)
+            drafted = settled(engine.generate, prompt, max_new_tokens=args.spec_tokens)
+            same["edgespec+draft"] += drafted.tokens == ours.tokens
+            runs["edgespec+draft"] = (drafted.stats.new_tokens, edgespec_rate(drafted))
         for name, (count, rate) in runs.items():
             totals[name][0] += count
             totals[name][1] += count / rate
@@ -133,6 +141,11 @@ def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespa
     return {
         "tok_s": rates,
         "speculative_ratio": rates["edgespec+ngram"] / rates["ort_genai+ngram"],
+        **(
+            {"draft_vs_ort_genai_ngram": rates["edgespec+draft"] / rates["ort_genai+ngram"]}
+            if args.draft
+            else {}
+        ),
         "speedup": {
             "edgespec": rates["edgespec+ngram"] / rates["edgespec"],
             "ort_genai": rates["ort_genai+ngram"] / rates["ort_genai"],
@@ -154,9 +167,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-contexts", action="store_true")
     parser.add_argument("--skip-lookup", action="store_true")
+    parser.add_argument(
+        "--draft", type=Path, default=None, help="also edgespec with this draft (its drafter)"
+    )
     args = parser.parse_args()
     args.contexts = [int(c) for c in args.contexts.split(",")]
-    engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
+    engine = Engine.load(
+        target=args.bundle, draft=args.draft, threads=args.threads, measure_energy=False
+    )
     plain = genai_model(args.genai_dir, args.threads, engine.max_length, None)
     warm = engine.encode("Hello")
     genai_decode(plain, warm, 4, engine.max_length)
@@ -168,7 +186,9 @@ def main() -> None:
         speculative = {"ngram_size": 3, "max_draft_tokens": args.k}
         ngram = genai_model(args.genai_dir, args.threads, engine.max_length, speculative)
         summary["prompt_lookup"] = prompt_lookup(engine, plain, ngram, args)
-    summary["settings"] = {k: v for k, v in vars(args).items() if k not in ("bundle", "genai_dir")}
+    summary["settings"] = {
+        k: v for k, v in vars(args).items() if k not in ("bundle", "genai_dir", "draft")
+    }
     print(json.dumps(summary, default=str), flush=True)
 
 
