@@ -13,9 +13,9 @@ from edgespec.export.gguf.builder import GraphBuilder
 #: The widest pass a folded graph's buffers leave room for at the end of the context: the
 #: runtime prefills 128 tokens per pass.
 FOLDED_PASS_WIDTH = 128
-#: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves 28% of
-#: a 4-bit SmolLM2 step at 3,000 positions and costs 3-7% at 64 (the rotary, split, pad and
-#: reshape nodes it adds), breaking even near 1,000 (benchmarks/step_cost.py).
+#: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves 24-33%
+#: of a 4-bit SmolLM2 step at 3,000 positions and costs about 10% at 64 (the slice, rotary,
+#: split, pad and reshape nodes it adds), breaking even near 1,000 (benchmarks/step_cost.py).
 FOLDED_FROM = 2048
 
 
