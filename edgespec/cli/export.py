@@ -141,7 +141,7 @@ def add_export_command(commands: Any) -> None:
         default="auto",
         help="4-bit/8-bit in-place graphs: 'folded' attention (each KV head's query "
         "heads as rows of one product; faster past about 1,000 tokens of context, "
-        "a few percent slower below), 'plain', or 'auto' (folded when --max-length "
+        "about 10% slower at short context), 'plain', or 'auto' (folded when --max-length "
         "exceeds 2048)",
     )
     export.add_argument(
