@@ -91,6 +91,10 @@ class GraphSpec:
     #: round differently from its multi-position ones is batch invariant once every pass is
     #: at least two positions wide.
     min_pass_width: int = 1
+    #: Total lengths (past + pass width) at which the graph's attention rounds differently
+    #: (probed on the exporting machine, see :mod:`edgespec.runtime.attention_regimes`): the
+    #: runtime cuts passes so that each position is computed in its single step's regime.
+    attention_boundaries: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,7 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
 from edgespec.export.gguf import check
+from edgespec.export.gguf.folded import attention_boundaries
 from edgespec.export.gguf.graph import KVLayout
 from edgespec.export.gguf.pipeline import (
     DATA_FILE,
@@ -216,6 +217,7 @@ def _verify(
         capacity=layout.buffer_length,
         min_width=min_width,
         folded=layout.folded,
+        boundaries=attention_boundaries(checkpoint.architecture, layout),
     )
     prompts = [tokenizer(text)["input_ids"][:48] for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the graph's weights (numpy)"))

@@ -27,6 +27,7 @@ import numpy as np
 
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import Bundle
+from edgespec.runtime.attention_regimes import pass_pieces
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache, SharedKVCache
 from edgespec.runtime.shared_kv import forward_shared, forward_shared_reference
 
@@ -187,7 +188,17 @@ class OnnxModel:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
         if self.shared_kv:
             shared = cast(SharedKVCache, cache)
-            width = max(len(token_ids), self.graph.min_pass_width)
+            pieces = pass_pieces(
+                shared.length,
+                len(token_ids),
+                self.graph.min_pass_width,
+                self.graph.attention_boundaries,
+            )
+            if len(pieces) > 1:  # the pass mixes attention regimes: run it in pieces
+                return np.concatenate(
+                    [np.array(self.forward(token_ids[b:e], cache)) for b, e, _ in pieces]
+                )
+            width = pieces[0][2]
             # The context limit counts real tokens; the padding and a folded graph's extra
             # rows must fit the buffers (checked below).
             self._check_room(shared.length, len(token_ids))
@@ -208,7 +219,9 @@ class OnnxModel:
                     fix="stop one token earlier, or re-export with a larger --max-length",
                 )
             if not self.io_binding:
-                return forward_shared_reference(self.session, self.graph, token_ids, shared)
+                return forward_shared_reference(
+                    self.session, self.graph, token_ids, shared, width=width
+                )
             if self._logits.size < width * self.vocab_size:
                 self._logits = np.zeros(width * self.vocab_size, dtype=np.float32)
             return forward_shared(
@@ -218,6 +231,7 @@ class OnnxModel:
                 shared,
                 logits=self._logits,
                 vocab=self.vocab_size,
+                width=width,
             )
         if self.io_binding:
             return self.forward_bound(token_ids, cast(KVCache, cache))

@@ -10,7 +10,8 @@ length + n × kv_positions_per_token - 1; they lie past ``length`` and are overw
 * :func:`forward_shared_reference`: the plain path (``session.run`` with numpy feeds; the
   returned presents are copied back into the buffers), kept to test the fast path against.
 
-Both pad a pass narrower than the graph's ``min_pass_width`` by repeating its last token: the
+Both pad a pass narrower than the graph's ``min_pass_width`` (or a given width: see
+:mod:`edgespec.runtime.attention_regimes`) by repeating its last token: the
 padded positions are written past ``length`` and overwritten by the next pass (a folded graph
 is told which tokens are padding and leaves them out of attention).
 """
@@ -79,9 +80,11 @@ def forward_shared(
     *,
     logits: np.ndarray,
     vocab: int,
+    width: int | None = None,
 ) -> np.ndarray:
-    """One bound pass; ``logits`` is a flat float32 buffer of at least width × vocab."""
-    tokens = padded(token_ids, graph.min_pass_width)
+    """One bound pass, padded to ``width`` (default: the graph's ``min_pass_width``);
+    ``logits`` is a flat float32 buffer of at least width × vocab."""
+    tokens = padded(token_ids, width or graph.min_pass_width)
     binding = _binding(session, graph, cache)
     binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
     lengths = pass_lengths(graph, cache.length, len(token_ids), len(tokens))
@@ -95,11 +98,15 @@ def forward_shared(
 
 
 def forward_shared_reference(
-    session: Any, graph: GraphSpec, token_ids: Sequence[int], cache: SharedKVCache
+    session: Any,
+    graph: GraphSpec,
+    token_ids: Sequence[int],
+    cache: SharedKVCache,
+    width: int | None = None,
 ) -> np.ndarray:
     if not cache.buffers:
         raise ValueError("the plain path needs a cache in host memory (device=None)")
-    tokens = padded(token_ids, graph.min_pass_width)
+    tokens = padded(token_ids, width or graph.min_pass_width)
     feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
     feeds.update(pass_lengths(graph, cache.length, len(token_ids), len(tokens)))
     for kind, names in enumerate((graph.past_key, graph.past_value)):

@@ -143,6 +143,7 @@ class OnnxTeacher(Teacher):
             capacity=bundle.manifest.graph.kv_capacity or model.max_length,
             min_width=bundle.manifest.graph.min_pass_width,
             folded=bundle.manifest.graph.kv_positions_per_token > 1,
+            boundaries=bundle.manifest.graph.attention_boundaries,
         )
         self.vocab_size = bundle.manifest.model.vocab_size
         self.tokenizer_dir = bundle.root

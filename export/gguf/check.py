@@ -22,6 +22,7 @@ import numpy as np
 from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
 from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor
 from edgespec.manifest import BatchInvarianceResult, ParityResult
+from edgespec.runtime.attention_regimes import pass_pieces
 
 PARITY_TEXTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -43,6 +44,7 @@ class GraphRunner:
         capacity: int,
         min_width: int,
         folded: bool = False,
+        boundaries: Sequence[int] = (),
     ):
         import onnxruntime
 
@@ -57,6 +59,8 @@ class GraphRunner:
         self.min_width = min_width
         # A folded graph is told how many of a pass's tokens are real (the runtime's lengths).
         self.folded = folded
+        # Passes are cut where the attention's arithmetic changes, as the runtime cuts them.
+        self.boundaries = tuple(boundaries)
 
     def empty(self) -> dict[str, np.ndarray]:
         return {
@@ -64,8 +68,13 @@ class GraphRunner:
         }
 
     def forward(self, tokens: Sequence[int], past: int, cache: dict[str, np.ndarray]) -> np.ndarray:
+        pieces = pass_pieces(past, len(tokens), self.min_width, self.boundaries)
+        if len(pieces) > 1:
+            return np.concatenate(
+                [self.forward(tokens[b:e], past + b, cache) for b, e, _ in pieces]
+            )
         count = len(tokens)
-        ids = list(tokens) + [tokens[-1]] * max(self.min_width - count, 0)
+        ids = list(tokens) + [tokens[-1]] * (pieces[0][2] - count)
         feeds = {
             IO["input_ids"]: np.array([ids], np.int64),
             IO["seqlens_k"]: np.array([past + (count if self.folded else len(ids)) - 1], np.int32),

@@ -47,6 +47,27 @@ def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "au
     )
 
 
+def attention_boundaries(arch: Any, layout: KVLayout) -> tuple[int, ...]:
+    """The totals at which this graph's GroupQueryAttention rounds differently on this machine
+    (:func:`edgespec.runtime.attention_regimes.probe_boundaries`, for its global and, with a
+    sliding window, its local layers); none for folded graphs, whose every problem already
+    has the same multi-row shape at any width (SmolLM2's 64-wide heads show none either)."""
+    from edgespec.runtime.attention_regimes import probe_boundaries
+
+    if layout.folded:
+        return ()
+    shape = {
+        "heads": arch.num_heads,
+        "kv_heads": arch.num_kv_heads,
+        "head_dim": arch.head_dim,
+        "capacity": layout.buffer_length,
+    }
+    found = set(probe_boundaries(**shape))
+    if arch.sliding_window:
+        found |= set(probe_boundaries(**shape, window=arch.sliding_window))
+    return tuple(sorted(found))
+
+
 def folded_head_order(arch: Any) -> np.ndarray:
     """The query heads in folded order: ONNX Runtime pairs query head h with KV head
     h // group, so folded head g * kv_heads + j (row g of KV head j) is head j * group + g."""

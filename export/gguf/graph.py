@@ -47,8 +47,9 @@ from edgespec.export.gguf.folded import (
 from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor, tensor_rows
 
 OPSET = 21
-#: Bumped when the graph's structure changes (caches of exported bundles key on it).
-GRAPH_REVISION = 3
+#: Bumped when the graph's structure or what its manifest tells the runtime changes (caches of
+#: exported bundles key on it). 4: the manifest records the attention's rounding boundaries.
+GRAPH_REVISION = 4
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",

@@ -19,7 +19,8 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import file_records, staging_directory, tokenizer_sha256
 from edgespec.export.gguf import check
-from edgespec.export.gguf.graph import IO, KVLayout, build_graph, past_names, present_names
+from edgespec.export.gguf.folded import KVLayout, attention_boundaries
+from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
 from edgespec.export.gguf.reader import (
     GGUFArchitecture,
@@ -162,13 +163,11 @@ def _verify(
     # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
     # differently from its multi-row one, so a quantized graph pads single steps to two rows.
     min_width = 1 if float_graph else 2
+    boundaries = attention_boundaries(source.architecture, layout)
     runner = check.GraphRunner(
-        staging / GRAPH_FILE,
-        source,
-        capacity=layout.buffer_length,
-        min_width=min_width,
-        folded=layout.folded,
-    )
+        staging / GRAPH_FILE, source, capacity=layout.buffer_length, min_width=min_width,
+        folded=layout.folded, boundaries=boundaries,
+    )  # fmt: skip
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
     parity = check.check_parity(runner, source, prompts, min_top1=config.min_top1_agreement)
@@ -357,6 +356,7 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in present_names(i)
     ]
     return GraphSpec(
+        attention_boundaries=attention_boundaries(arch, layout),
         file=GRAPH_FILE,
         opset=21,
         inputs=tuple(inputs),

@@ -1,0 +1,118 @@
+"""Passes cut at the attention's rounding boundaries: every position gets the bits its single
+step would give, whatever the speculative schedule (Gemma 3's 256-wide heads need it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.runtime.attention_regimes import pass_pieces, probe_boundaries, regime
+
+pytest.importorskip("onnx")
+
+BOUNDARIES = (65, 193, 321)
+
+
+def test_pieces_cover_the_pass_and_hold_one_regime_each() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        past, count = int(rng.integers(0, 400)), int(rng.integers(1, 140))
+        min_width = int(rng.integers(1, 3))
+        pieces = pass_pieces(past, count, min_width, BOUNDARIES)
+        assert [b for b, _, _ in pieces] == [0] + [e for _, e, _ in pieces[:-1]]
+        assert pieces[-1][1] == count
+        for begin, end, width in pieces:
+            assert width >= max(end - begin, min_width)
+            total = past + begin + width
+            for i in range(begin, end):
+                assert regime(total, BOUNDARIES) == regime(past + i + min_width, BOUNDARIES)
+
+
+def test_without_boundaries_a_pass_stays_whole() -> None:
+    assert pass_pieces(60, 9, 2, ()) == [(0, 9, 9)]
+    assert pass_pieces(60, 1, 2, ()) == [(0, 1, 2)]
+    assert pass_pieces(62, 3, 2, BOUNDARIES) == [(0, 1, 2), (1, 3, 2)]
+
+
+def _attention(heads: int, kv_heads: int, head_dim: int, capacity: int):  # type: ignore[no-untyped-def]
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    cache = [1, kv_heads, capacity, head_dim]
+    names = ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"]
+    shapes = [
+        [1, "S", heads * head_dim],
+        [1, "S", kv_heads * head_dim],
+        [1, "S", kv_heads * head_dim],
+        cache,
+        cache,
+        [1],
+        [],
+    ]
+    types = [TensorProto.FLOAT] * 5 + [TensorProto.INT32] * 2
+    specs = zip(names, types, shapes, strict=True)
+    inputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in specs]
+    node = helper.make_node(
+        "GroupQueryAttention",
+        names,
+        ["out", "present_k", "present_v"],
+        domain="com.microsoft",
+        num_heads=heads,
+        kv_num_heads=kv_heads,
+    )
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in node.output]
+    model = helper.make_model(
+        helper.make_graph([node], "attention", inputs, outputs),
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+    )
+    model.ir_version = 10
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+
+
+def _decode(session, q, k, v, capacity, schedule, boundaries):  # type: ignore[no-untyped-def]
+    """Each position's attention output [hidden], running passes of the given widths (cut at
+    ``boundaries``, each padded to two positions) over one KV buffer."""
+    kv_heads, head_dim = 1, k.shape[-1]
+    past_k = np.zeros((1, kv_heads, capacity, head_dim), np.float32)
+    past_v = np.zeros_like(past_k)
+    rows, position, widths = [], 0, iter(schedule)
+    while position < len(q):
+        count = min(next(widths), len(q) - position)
+        for begin, end, width in pass_pieces(position, count, 2, boundaries):
+            start = position + begin
+            index = [min(start + i, start + end - begin - 1) for i in range(width)]
+            out, past_k, past_v = session.run(
+                None,
+                {
+                    "q": q[None, index],
+                    "k": k[None, index],
+                    "v": v[None, index],
+                    "past_k": past_k,
+                    "past_v": past_v,
+                    "seqlens_k": np.array([start + width - 1], np.int32),
+                    "total": np.array(start + width, np.int32),
+                },
+            )
+            rows.extend(out[0, : end - begin])
+        position += count
+    return np.stack(rows)
+
+
+def test_cut_passes_give_every_position_its_single_step_bits() -> None:
+    heads, head_dim, capacity, length = 4, 256, 256, 220
+    boundaries = probe_boundaries(heads=heads, kv_heads=1, head_dim=head_dim, capacity=capacity)
+    assert all(0 < b <= capacity for b in boundaries)
+    session = _attention(heads, 1, head_dim, capacity)
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((length, heads * head_dim)).astype(np.float32)
+    k = rng.standard_normal((length, head_dim)).astype(np.float32)
+    v = rng.standard_normal((length, head_dim)).astype(np.float32)
+    single = _decode(session, q, k, v, capacity, iter(lambda: 1, None), boundaries)
+    schedule = [9, 3, 5, 2, 8, 4, 7, 6] * 40
+    cut = _decode(session, q, k, v, capacity, schedule, boundaries)
+    assert np.array_equal(cut, single)
+    if boundaries:  # the machine's kernel does round by total: uncut passes show it
+        uncut = _decode(session, q, k, v, capacity, schedule, ())
+        assert not np.array_equal(uncut, single)
