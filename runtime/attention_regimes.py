@@ -24,6 +24,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 
 def regime(total: int, boundaries: Sequence[int]) -> int:
@@ -78,7 +79,7 @@ def probe_boundaries(
         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
         helper.make_tensor_value_info("total", TensorProto.INT32, []),
     ]
-    attributes = {"local_window_size": window} if window else {}
+    attributes: dict[str, Any] = {"local_window_size": window} if window else {}
     node = helper.make_node(
         "GroupQueryAttention",
         ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"],
