@@ -92,7 +92,7 @@ class GraphSpec:
     #: at least two positions wide.
     min_pass_width: int = 1
     #: Total lengths (past + pass width) at which the graph's attention rounds differently
-    #: (probed on the exporting machine, see :mod:`edgespec.runtime.attention_regimes`): the
+    #: (probed on the exporting machine, see :mod:`edgespec.export.gguf.regimes`): the
     #: runtime cuts passes so that each position is computed in its single step's regime.
     attention_boundaries: tuple[int, ...] = ()
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import Bundle
-from edgespec.runtime.attention_regimes import pass_pieces
+from edgespec.passes import pass_pieces
 from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache, SharedKVCache
 from edgespec.runtime.shared_kv import forward_shared, forward_shared_reference
 

@@ -11,7 +11,7 @@ length + n × kv_positions_per_token - 1; they lie past ``length`` and are overw
   returned presents are copied back into the buffers), kept to test the fast path against.
 
 Both pad a pass narrower than the graph's ``min_pass_width`` (or a given width: see
-:mod:`edgespec.runtime.attention_regimes`) by repeating its last token: the
+:func:`edgespec.passes.pass_pieces`) by repeating its last token: the
 padded positions are written past ``length`` and overwritten by the next pass (a folded graph
 is told which tokens are padding and leaves them out of attention).
 """

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.runtime.attention_regimes import pass_pieces, probe_boundaries, regime
+from edgespec.export.gguf.regimes import probe_boundaries
+from edgespec.passes import pass_pieces, regime
 
 pytest.importorskip("onnx")
 

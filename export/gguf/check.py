@@ -22,7 +22,7 @@ import numpy as np
 from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
 from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor
 from edgespec.manifest import BatchInvarianceResult, ParityResult
-from edgespec.runtime.attention_regimes import pass_pieces
+from edgespec.passes import pass_pieces
 
 PARITY_TEXTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",

@@ -49,10 +49,10 @@ def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "au
 
 def attention_boundaries(arch: Any, layout: KVLayout) -> tuple[int, ...]:
     """The totals at which this graph's GroupQueryAttention rounds differently on this machine
-    (:func:`edgespec.runtime.attention_regimes.probe_boundaries`, for its global and, with a
+    (:func:`edgespec.export.gguf.regimes.probe_boundaries`, for its global and, with a
     sliding window, its local layers); none for folded graphs, whose every problem already
     has the same multi-row shape at any width (SmolLM2's 64-wide heads show none either)."""
-    from edgespec.runtime.attention_regimes import probe_boundaries
+    from edgespec.export.gguf.regimes import probe_boundaries
 
     if layout.folded:
         return ()

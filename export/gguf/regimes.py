@@ -8,7 +8,8 @@ a row's output changes when T crosses 65, 193, 321, ... (every 128 from 65), by 
 enough to flip a near-tie, so a verify pass and the single steps it replaces could disagree.
 Heads of 64 or 128 show no such totals.
 
-The fix is in how passes are cut, not in the graph: every position p is computed at a total
+The fix is in how passes are cut (:func:`edgespec.passes.pass_pieces`), not in the graph:
+every position p is computed at a total
 in the same *regime* (the number of boundaries at or below T) as the single step that would
 compute it (T = p + min_pass_width), so target-only decoding and any speculative schedule give
 the same bits. A pass that would mix regimes is cut where the regime changes (a few extra
@@ -21,39 +22,8 @@ changes between passes of two and three positions.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
-
-
-def regime(total: int, boundaries: Sequence[int]) -> int:
-    """How many boundaries lie at or below ``total``."""
-    return bisect_right(boundaries, total)
-
-
-def pass_pieces(
-    past: int, count: int, min_width: int, boundaries: Sequence[int]
-) -> list[tuple[int, int, int]]:
-    """A pass of ``count`` tokens after ``past`` as (begin, end, width) pieces: tokens
-    [begin, end) run as one pass padded to ``width`` positions. Token i (position past + i)
-    belongs to the regime of its single step's total, past + i + min_width, and each piece
-    holds the tokens of one regime."""
-    step = max(min_width, 1)
-    if not boundaries:
-        return [(0, count, max(count, step))]
-    pieces: list[tuple[int, int, int]] = []
-    begin = 0
-    while begin < count:
-        wanted = regime(past + begin + step, boundaries)
-        end = begin + 1
-        while end < count and regime(past + end + step, boundaries) == wanted:
-            end += 1
-        # The piece's total, past + begin + width, lies between its first token's single-step
-        # total and its last token's, so it falls in the same regime.
-        pieces.append((begin, end, max(end - begin, step)))
-        begin = end
-    return pieces
 
 
 @lru_cache(maxsize=16)
