@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.export.gguf.regimes import probe_boundaries
+from edgespec.export.gguf.regimes import attention_session, probe_boundaries
 from edgespec.passes import pass_pieces, regime
 
 pytest.importorskip("onnx")
@@ -33,43 +33,6 @@ def test_without_boundaries_a_pass_stays_whole() -> None:
     assert pass_pieces(60, 9, 2, ()) == [(0, 9, 9)]
     assert pass_pieces(60, 1, 2, ()) == [(0, 1, 2)]
     assert pass_pieces(62, 3, 2, BOUNDARIES) == [(0, 1, 2), (1, 3, 2)]
-
-
-def _attention(heads: int, kv_heads: int, head_dim: int, capacity: int):  # type: ignore[no-untyped-def]
-    import onnxruntime
-    from onnx import TensorProto, helper
-
-    cache = [1, kv_heads, capacity, head_dim]
-    names = ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"]
-    shapes = [
-        [1, "S", heads * head_dim],
-        [1, "S", kv_heads * head_dim],
-        [1, "S", kv_heads * head_dim],
-        cache,
-        cache,
-        [1],
-        [],
-    ]
-    types = [TensorProto.FLOAT] * 5 + [TensorProto.INT32] * 2
-    specs = zip(names, types, shapes, strict=True)
-    inputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in specs]
-    node = helper.make_node(
-        "GroupQueryAttention",
-        names,
-        ["out", "present_k", "present_v"],
-        domain="com.microsoft",
-        num_heads=heads,
-        kv_num_heads=kv_heads,
-    )
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in node.output]
-    model = helper.make_model(
-        helper.make_graph([node], "attention", inputs, outputs),
-        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
-    )
-    model.ir_version = 10
-    return onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
 
 
 def _decode(session, q, k, v, capacity, schedule, boundaries):  # type: ignore[no-untyped-def]
@@ -105,7 +68,7 @@ def test_cut_passes_give_every_position_its_single_step_bits() -> None:
     heads, head_dim, capacity, length = 4, 256, 256, 220
     boundaries = probe_boundaries(heads=heads, kv_heads=1, head_dim=head_dim, capacity=capacity)
     assert all(0 < b <= capacity for b in boundaries)
-    session = _attention(heads, 1, head_dim, capacity)
+    session = attention_session(heads=heads, kv_heads=1, head_dim=head_dim, capacity=capacity)
     rng = np.random.default_rng(1)
     q = rng.standard_normal((length, heads * head_dim)).astype(np.float32)
     k = rng.standard_normal((length, head_dim)).astype(np.float32)

@@ -26,15 +26,12 @@ from functools import lru_cache
 from typing import Any
 
 
-@lru_cache(maxsize=16)
-def probe_boundaries(
+def attention_session(
     *, heads: int, kv_heads: int, head_dim: int, capacity: int, window: int = 0
-) -> tuple[int, ...]:
-    """Totals T at which the output of a pass's first row changes, for one GroupQueryAttention
-    node of this shape (``window``: its ``local_window_size``, 0 for none) on this machine's
-    CPU kernels: for each past length, the row is computed in passes of two and three
-    positions, and a difference puts a boundary at past + 3."""
-    import numpy as np
+) -> Any:
+    """An ONNX Runtime session of one GroupQueryAttention node of this shape: inputs q, k, v
+    [1, S, heads|kv_heads × D], past_k and past_v [1, kv_heads, capacity, D], seqlens_k [1],
+    total []; outputs out, present_k, present_v."""
     import onnxruntime
     from onnx import TensorProto, helper
 
@@ -67,9 +64,25 @@ def probe_boundaries(
     model.ir_version = 10
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(
+    return onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
+
+
+@lru_cache(maxsize=16)
+def probe_boundaries(
+    *, heads: int, kv_heads: int, head_dim: int, capacity: int, window: int = 0
+) -> tuple[int, ...]:
+    """Totals T at which the output of a pass's first row changes, for one GroupQueryAttention
+    node of this shape (``window``: its ``local_window_size``, 0 for none) on this machine's
+    CPU kernels: for each past length, the row is computed in passes of two and three
+    positions, and a difference puts a boundary at past + 3."""
+    import numpy as np
+
+    shape = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "capacity": capacity}
+    session = attention_session(**shape, window=window)
+    hidden, kv_hidden = heads * head_dim, kv_heads * head_dim
+    cache = [1, kv_heads, capacity, head_dim]
     rng = np.random.default_rng(0)
     past_k = rng.standard_normal(cache).astype(np.float32)
     past_v = rng.standard_normal(cache).astype(np.float32)
