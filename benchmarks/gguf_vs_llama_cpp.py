@@ -21,7 +21,10 @@ With ``--agreement``, teacher-forced top-1 agreement with llama.cpp's logits ove
 positions (the start of this repository's README and of docs/runtime.md, 700 tokens each),
 for the bundle and any ``--also`` bundles of the same file (a ``--quant fp32`` import shows
 what exact float arithmetic on the same weights reaches: llama.cpp rounds its activations
-to 8 bits, so no engine agrees with it everywhere).
+to 8 bits, so no engine agrees with it everywhere). llama.cpp's logits are taken both ways
+it computes them, the whole text in one ``eval`` and one token per ``eval``, and the first
+line says how often those two agree with each other (``--f32-cache``: with llama.cpp's KV
+cache in float32 instead of its default float16).
 
 With ``--contexts``, target-only greedy decoding of ``--tokens`` tokens after a context of each
 length (the start of this repository's README, repeated), both engines alternating, over
@@ -120,6 +123,10 @@ def context_scaling(
 
 
 def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
+    """Top-1 agreement of each bundle with llama.cpp's logits from both of its paths: one
+    ``eval`` of the whole text (its batched prompt path, the reference the export's check
+    uses) and one ``eval`` per token (its decoding path). First line: the two paths against
+    each other, since llama.cpp's batched and one-token kernels round differently."""
     import numpy as np
     from tokenizers import Tokenizer
 
@@ -130,22 +137,47 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
     texts = [(root / name).read_text(encoding="utf-8")[:3000] for name in AGREEMENT_TEXTS]
     tokenizer = Tokenizer.from_file(str(bundles[0] / "tokenizer.json"))
     sequences = [tokenizer.encode(text).ids[:700] for text in texts]
-    theirs = []
+    batched, one_by_one = [], []
     for ids in sequences:
         llm.reset()
         llm.eval(ids)
-        theirs.append(np.array(llm.scores[: len(ids)], copy=True))  # the buffer is reused
+        batched.append(np.array(llm.scores[: len(ids)], copy=True))  # the buffer is reused
+        llm.reset()
+        rows = []
+        for token in ids:
+            llm.eval([token])
+            rows.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
+        one_by_one.append(np.stack(rows))
+
+    def top1(ours: list[Any], theirs: list[Any]) -> float:
+        pairs = zip(ours, theirs, strict=True)
+        agree = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in pairs)
+        return agree / sum(len(ids) for ids in sequences)
+
+    positions = sum(len(ids) for ids in sequences)
+    gap = max(float(np.abs(a - b).max()) for a, b in zip(batched, one_by_one, strict=True))
+    line = {
+        "llama.cpp batched vs one token at a time": top1(batched, one_by_one),
+        "max_abs_logit_diff": gap,
+        "positions": positions,
+    }
+    print(json.dumps(line), flush=True)
     for bundle in bundles:
         model = OnnxModel(load_bundle(bundle), options=ModelOptions(intra_op_threads=threads))
-        agree = positions = 0
-        for ids, reference in zip(sequences, theirs, strict=True):
+        ours = []
+        for ids in sequences:
             cache = model.new_cache()
-            ours = np.concatenate(
-                [np.array(model.forward(ids[s : s + 64], cache)) for s in range(0, len(ids), 64)]
-            )
-            agree += int((ours.argmax(-1) == reference.argmax(-1)).sum())
-            positions += len(ids)
-        line = {"bundle": str(bundle), "top1_agreement": agree / positions, "positions": positions}
+            # forward's logits live in a reused output buffer: copy each chunk's at once
+            chunks = [
+                np.array(model.forward(ids[s : s + 64], cache)) for s in range(0, len(ids), 64)
+            ]
+            ours.append(np.concatenate(chunks))
+        line = {
+            "bundle": str(bundle),
+            "top1_agreement": top1(ours, batched),
+            "top1_agreement_one_token_path": top1(ours, one_by_one),
+            "positions": positions,
+        }
         print(json.dumps(line), flush=True)
 
 
@@ -165,6 +197,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the contexts")
     parser.add_argument("--agreement", action="store_true", help="top-1 agreement with llama.cpp")
     parser.add_argument("--also", type=Path, nargs="*", default=[], help="more bundles to compare")
+    parser.add_argument(
+        "--f32-cache", action="store_true", help="llama.cpp with a float32 KV cache (else f16)"
+    )
     args = parser.parse_args()
     from llama_cpp import Llama
 
@@ -177,6 +212,7 @@ def main() -> None:
         n_ctx=n_ctx,
         n_threads=args.threads,
         logits_all=args.agreement,  # every position's logits, not only the last
+        **({"type_k": 0, "type_v": 0} if args.f32_cache else {}),  # GGML_TYPE_F32
         verbose=False,
     )
     if args.agreement:
