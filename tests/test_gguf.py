@@ -17,6 +17,7 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
+from edgespec.cli.bundles import bundle_summary
 from edgespec.manifest import load_bundle
 
 pytestmark = pytest.mark.integration
@@ -268,6 +269,9 @@ def test_tokenizer_and_logits_agree_with_llama_cpp(
     assert agreement["checked"] and agreement["top1_agreement"] >= 0.9
     # llama.cpp's batched logits against its own one-token logits, recorded beside ours
     assert 0.9 <= agreement["llama_cpp_self_agreement"] <= 1.0
+    summary = bundle_summary(load_bundle(gguf_bundles["Q8_0"]))
+    top1 = f"{agreement['top1_agreement']:.1%}"
+    assert f"llama.cpp   top-1 agreement {top1} with its logits" in summary
 
 
 def test_the_importer_needs_no_torch(gguf_files: dict[str, Path], tmp_path: Path) -> None:

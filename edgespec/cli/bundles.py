@@ -183,7 +183,21 @@ def bundle_summary(bundle: Bundle) -> str:
             f"(widths {invariance.widths[0]}-{invariance.widths[-1]}), max |Δlogit| "
             f"{invariance.max_abs_logit_diff:.2e}"
         )
+    lines.extend(_llama_cpp_line(m.extra.get("llama_cpp_agreement")))
     return "\n".join(lines)
+
+
+def _llama_cpp_line(agreement: object) -> list[str]:
+    """A GGUF import's agreement with llama.cpp, when the export measured it."""
+    if not isinstance(agreement, dict) or not agreement.get("checked"):
+        return []
+    line = f"llama.cpp   top-1 agreement {agreement['top1_agreement']:.1%} with its logits"
+    if "llama_cpp_self_agreement" in agreement:
+        line += (
+            f" (its own prompt and decoding paths agree at "
+            f"{agreement['llama_cpp_self_agreement']:.1%})"
+        )
+    return [line]
 
 
 def _default_model_state() -> str:
