@@ -12,6 +12,12 @@ give each policy's speedup without running it. The script prints one JSON line p
 the previous one was accepted whole), then, for ``--measure-k``, the speedup of edgespec's
 ngram drafter really measured (target-only and lookup alternating prompt by prompt), so the
 replay's error is on the same page.
+
+``--branches B`` also replays verifying up to B candidate continuations at once (every
+distinct continuation of the tail's earlier occurrences, longest n-gram and latest first,
+merged into a prefix tree): the accepted length is the best candidate's, and the pass is
+charged as a causal pass over the tree's positions. ONNX Runtime's GroupQueryAttention takes
+no tree mask, so this is an upper bound on what such verification could gain.
 """
 
 from __future__ import annotations
@@ -85,6 +91,52 @@ def replay(
     return {"speedup": tokens / spent, "tokens_per_round": tokens / max(rounds, 1)}
 
 
+def candidates(context: list[int], k: int, branches: int, max_ngram: int = 3) -> list[list[int]]:
+    """Up to ``branches`` distinct continuations of k tokens after earlier occurrences of the
+    context's tail: longest n-gram first, then the latest occurrence first."""
+    found: list[list[int]] = []
+    length = len(context)
+    for n in range(max_ngram, 0, -1):
+        tail = context[length - n :]
+        for start in range(length - 2 * n, -1, -1):  # non-overlapping, as the drafter's
+            if context[start : start + n] == tail:
+                continuation = context[start + n : start + n + k]
+                if continuation and continuation not in found:
+                    found.append(continuation)
+                    if len(found) == branches:
+                        return found
+    return found
+
+
+def replay_tree(
+    outputs: list[tuple[list[int], list[int]]], cost: list[float], k: int, branches: int
+) -> dict[str, float]:
+    """Speedup and tokens per round when one pass verifies a tree of candidates."""
+    spent = tokens = rounds = 0.0
+    for prompt, out in outputs:
+        context, position = list(prompt), 0
+        while position < len(out):
+            found = candidates(context, k, branches)
+            nodes = {tuple(c[:i]) for c in found for i in range(1, len(c) + 1)}
+            accepted = 0
+            for candidate in found:
+                matched = 0
+                while (
+                    matched < len(candidate)
+                    and position + matched < len(out)
+                    and candidate[matched] == out[position + matched]
+                ):
+                    matched += 1
+                accepted = max(accepted, matched)
+            accepted = min(accepted, len(out) - position - 1)
+            context += out[position : position + accepted + 1]
+            position += accepted + 1
+            tokens += accepted + 1
+            rounds += 1
+            spent += cost[len(nodes) + 1]  # the tree's positions and the last token's
+    return {"speedup": tokens / spent, "tokens_per_round": tokens / rounds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
@@ -93,6 +145,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-k", type=int, default=8)
     parser.add_argument("--measure-k", default="4,8,auto", help="k values for the real runs")
+    parser.add_argument("--branches", default="", help="e.g. 1,2,4: replay tree verification")
     args = parser.parse_args()
     engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
     prompts = chat_prompts(engine, args.prompts)
@@ -101,7 +154,9 @@ def main() -> None:
     for prompt in prompts:
         result = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens)
         outputs.append((list(prompt), list(result.tokens)))
-    cost = verify_cost(engine, prompts[0], args.max_k + 1)
+    branches = [int(b) for b in args.branches.split(",") if b]
+    widest = max([args.max_k + 1, *(1 + b * args.max_k for b in branches)])
+    cost = verify_cost(engine, prompts[0], widest)
     print(json.dumps({"verify_cost": [round(c, 3) for c in cost[1:]]}), flush=True)
     top = args.max_k
     policies: dict[str, Policy] = {f"k {k}": (k, 3, None) for k in range(2, top + 1, 2)}
@@ -111,6 +166,10 @@ def main() -> None:
         policies[f"k {top}, cold_k {cold}"] = (top, 3, cold)
     for name, policy in policies.items():
         print(json.dumps({"policy": name, **replay(outputs, cost, policy)}), flush=True)
+    for k in sorted({4, top}):
+        for count in branches:
+            line = {"policy": f"tree of up to {count} candidates, k {k}"}
+            print(json.dumps({**line, **replay_tree(outputs, cost, k, count)}), flush=True)
     ks = [k for k in args.measure_k.split(",") if k]
     totals = {name: [0, 0.0] for name in ["none", *ks]}
     for prompt, (_, expected) in zip(prompts, outputs, strict=True):
