@@ -60,6 +60,18 @@ def verify_cost(
     return [0.0, *(float(np.median(times[w])) / one for w in times)]
 
 
+def accepted_length(proposal: Sequence[int], out: list[int], position: int) -> int:
+    """How many of ``proposal``'s tokens equal the target's output from ``position`` on."""
+    accepted = 0
+    while (
+        accepted < len(proposal)
+        and position + accepted < len(out)
+        and proposal[accepted] == out[position + accepted]
+    ):
+        accepted += 1
+    return accepted
+
+
 def replay(
     outputs: list[tuple[list[int], list[int]]], cost: list[float], policy: Policy
 ) -> dict[str, float]:
@@ -72,13 +84,7 @@ def replay(
         position = 0
         while position < len(out):
             proposal = drafter.propose(min(k, len(cost) - 2)).tokens
-            accepted = 0
-            while (
-                accepted < len(proposal)
-                and position + accepted < len(out)
-                and proposal[accepted] == out[position + accepted]
-            ):
-                accepted += 1
+            accepted = accepted_length(proposal, out, position)
             if position + accepted >= len(out):
                 tokens += accepted
                 spent += cost[len(proposal) + 1]
@@ -118,17 +124,8 @@ def replay_tree(
         while position < len(out):
             found = candidates(context, k, branches)
             nodes = {tuple(c[:i]) for c in found for i in range(1, len(c) + 1)}
-            accepted = 0
-            for candidate in found:
-                matched = 0
-                while (
-                    matched < len(candidate)
-                    and position + matched < len(out)
-                    and candidate[matched] == out[position + matched]
-                ):
-                    matched += 1
-                accepted = max(accepted, matched)
-            accepted = min(accepted, len(out) - position - 1)
+            best = max((accepted_length(c, out, position) for c in found), default=0)
+            accepted = min(best, len(out) - position - 1)  # the last token is the target's
             context += out[position : position + accepted + 1]
             position += accepted + 1
             tokens += accepted + 1

@@ -97,8 +97,9 @@ def add_export_command(commands: Any) -> None:
         choices=("auto", "inplace", "optimum"),
         default="auto",
         help="Hugging Face checkpoints: 'inplace' writes the graph GGUF imports get "
-        "(GroupQueryAttention, the KV cache written in place, rollback without a copy; Llama "
-        "and Qwen2; --quant int4 as llama.cpp's Q4_1, int8 as Q8_0, or fp32); 'optimum' "
+        "(GroupQueryAttention, the KV cache written in place, rollback without a copy; Llama, "
+        "Mistral, Phi-3, Qwen2, Qwen3 and Gemma 3; --quant int4 as llama.cpp's Q4_1, int8 as "
+        "Q8_0, or fp32); 'optimum' "
         "optimum's graph, for every architecture and --quant; 'auto' (default): inplace "
         "where it applies, else optimum",
     )
