@@ -18,7 +18,8 @@ measurement, then a summary line with tok/s totals, the ratios, and whether edge
 speculative output equalled its own target-only output on every prompt.
 
 With ``--agreement``, teacher-forced top-1 agreement with llama.cpp's logits over 1,400
-positions (the start of this repository's README and of docs/runtime.md, 700 tokens each),
+positions (``agreement_texts.json``: the start of this project's README and runtime guide,
+700 tokens each),
 for the bundle and any ``--also`` bundles of the same file (a ``--quant fp32`` import shows
 what exact float arithmetic on the same weights reaches: llama.cpp rounds its activations
 to 8 bits, so no engine agrees with it everywhere). llama.cpp's logits are taken both ways
@@ -133,8 +134,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
     from edgespec.manifest import load_bundle
     from edgespec.runtime.model import ModelOptions, OnnxModel
 
-    root = Path(__file__).resolve().parent.parent
-    texts = [(root / name).read_text(encoding="utf-8")[:3000] for name in AGREEMENT_TEXTS]
+    texts = agreement_texts(3000)
     tokenizer = Tokenizer.from_file(str(bundles[0] / "tokenizer.json"))
     sequences = [tokenizer.encode(text).ids[:700] for text in texts]
     batched, one_by_one = [], []
@@ -156,7 +156,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
 
     positions = sum(len(ids) for ids in sequences)
     gap = max(float(np.abs(a - b).max()) for a, b in zip(batched, one_by_one, strict=True))
-    line = {
+    line: dict[str, Any] = {
         "llama.cpp batched vs one token at a time": top1(batched, one_by_one),
         "max_abs_logit_diff": gap,
         "positions": positions,
@@ -181,7 +181,15 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
         print(json.dumps(line), flush=True)
 
 
-AGREEMENT_TEXTS = ("README.md", "docs/runtime.md")
+#: Two fixed texts for top-1 agreement, the start of this project's README and runtime guide
+#: (a copy, so that editing the docs does not move the measured figures)
+AGREEMENT_TEXTS = Path(__file__).resolve().parent / "agreement_texts.json"
+
+
+def agreement_texts(characters: int) -> list[str]:
+    """The agreement texts, each cut to its first ``characters`` characters."""
+    texts = json.loads(AGREEMENT_TEXTS.read_text(encoding="utf-8"))
+    return [text[:characters] for text in texts]
 
 
 def main() -> None:
@@ -212,7 +220,8 @@ def main() -> None:
         n_ctx=n_ctx,
         n_threads=args.threads,
         logits_all=args.agreement,  # every position's logits, not only the last
-        **({"type_k": 0, "type_v": 0} if args.f32_cache else {}),  # GGML_TYPE_F32
+        type_k=0 if args.f32_cache else None,  # GGML_TYPE_F32; None: llama.cpp's f16
+        type_v=0 if args.f32_cache else None,
         verbose=False,
     )
     if args.agreement:

@@ -13,16 +13,18 @@ linear layers compute in one of four ways, each scored against llama.cpp's own l
   d × (q - 8), and the Q4_1 offsets (m + 8d) times the exact float block sums;
 * ``mlas_qsum``: the same with the offsets times the quantized block sums, as llama.cpp does.
 
-Norms, rotary and attention run in float64 for every mode. Texts: the start of this
-repository's README and docs/runtime.md, ``--positions`` tokens each, teacher-forced (as
-``gguf_vs_llama_cpp.py --agreement``). Prints one JSON line per mode: top-1 agreement with
-llama.cpp and llama.cpp's own top-2 margin at each position where they part.
+Norms, rotary and attention run in float64 for every mode. Texts: ``agreement_texts.json``
+(the start of this project's README and runtime guide), ``--positions`` tokens each,
+teacher-forced (as ``gguf_vs_llama_cpp.py --agreement``). Prints one JSON line per mode:
+top-1 agreement with llama.cpp and llama.cpp's own top-2 margin at each position where they
+part.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +34,8 @@ from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.reader import float_tensor, open_gguf
 from edgespec.export.gguf.weights import _blocks, _half, _nibbles
 
-ROOT = Path(__file__).resolve().parent.parent
-TEXTS = ("README.md", "docs/runtime.md")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_vs_llama_cpp import agreement_texts
 
 
 def _fp16(x: np.ndarray) -> np.ndarray:
@@ -139,7 +141,7 @@ def main() -> None:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(args.tokenizer))
-    texts = [(ROOT / name).read_text(encoding="utf-8")[:3000] for name in TEXTS]
+    texts = agreement_texts(3000)
     sequences = [tokenizer.encode(text).ids[: args.positions] for text in texts]
     llm = Llama(model_path=str(args.gguf), n_ctx=1024, logits_all=True, n_threads=2, verbose=False)
     theirs = []

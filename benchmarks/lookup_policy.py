@@ -165,8 +165,9 @@ def main() -> None:
         print(json.dumps({"policy": name, **replay(outputs, cost, policy)}), flush=True)
     for k in sorted({4, top}):
         for count in branches:
-            line = {"policy": f"tree of up to {count} candidates, k {k}"}
-            print(json.dumps({**line, **replay_tree(outputs, cost, k, count)}), flush=True)
+            figures = replay_tree(outputs, cost, k, count)
+            name = f"tree of up to {count} candidates, k {k}"
+            print(json.dumps({"policy": name, **figures}), flush=True)
     ks = [k for k in args.measure_k.split(",") if k]
     totals = {name: [0, 0.0] for name in ["none", *ks]}
     for prompt, (_, expected) in zip(prompts, outputs, strict=True):

@@ -3,8 +3,9 @@
     python benchmarks/top1_agreement.py REFERENCE BUNDLE [BUNDLE ...] [--positions 700]
 
 For quantized exports against the float32 export of the same checkpoint (which matches
-PyTorch within 1e-4): both read the start of this repository's README and of
-docs/runtime.md (``--positions`` tokens each, the reference's tokenizer), 64 tokens per
+PyTorch within 1e-4): both read the texts of ``agreement_texts.json``, the start of this
+project's README and runtime guide (``--positions`` tokens each, at most about 1,500; the
+reference's tokenizer), 64 tokens per
 pass, and the script prints, per bundle, the share of positions whose argmax equals the
 reference's.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,8 @@ from tokenizers import Tokenizer
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
-TEXTS = ("README.md", "docs/runtime.md")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_vs_llama_cpp import agreement_texts
 
 
 def logits(bundle: Path, sequences: list[list[int]], threads: int) -> list[np.ndarray]:
@@ -41,9 +44,8 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=700)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    root = Path(__file__).resolve().parent.parent
     tokenizer = Tokenizer.from_file(str(args.reference / "tokenizer.json"))
-    texts = [(root / name).read_text(encoding="utf-8")[: 5 * args.positions] for name in TEXTS]
+    texts = agreement_texts(5 * args.positions)
     sequences = [tokenizer.encode(text).ids[: args.positions] for text in texts]
     reference = logits(args.reference, sequences, args.threads)
     for bundle in args.bundles:
