@@ -21,7 +21,7 @@ from edgespec.engine.generation import (
     Plan,
     Result,
 )
-from edgespec.engine.loading import LoadedPair, LoadRequest, load_pair
+from edgespec.engine.loading import ChatTemplate, LoadedPair, LoadRequest, load_pair
 from edgespec.engine.options import (
     GenerationOptions,
     RemoteOptions,
@@ -61,6 +61,10 @@ class Engine:
         self._pieces: TokenPieces | None = None
         #: Why the remote target was given up before the first round (None: it was not).
         self.remote_down: str | None = None
+        #: How chat prompts are formatted, and whose format it is: the local target's, the
+        #: remote target's ("server"), else the draft's.
+        self.chat: ChatTemplate | None = pair.chat_template
+        self.chat_source = "target" if pair.target is not None else "draft"
         limits = [model.max_length for model in (pair.target, pair.draft) if model is not None]
         if remote is not None:
             self.remote_options.check_loaded(
@@ -71,6 +75,7 @@ class Engine:
                 limits.append(info.max_length)
                 # An engine reports no vocabulary: the draft's names the tokens it may be sent.
                 self.vocab_size = info.vocab_size or (pair.draft.vocab_size if pair.draft else 0)
+                self._use_remote_chat(remote)
         if self.remote is None:
             verifying = self.local_verifier_model
             if verifying is None:
@@ -90,6 +95,15 @@ class Engine:
                 raise
             self.remote, self.remote_down = None, str(error)
             return None
+
+    def _use_remote_chat(self, remote: RemoteTarget) -> None:
+        """Without a local target, chats are formatted as the remote target formats them (its
+        template and system prompt), so that remote chat sends the tokens local chat sends."""
+        if self.pair.target is not None:
+            return
+        served = remote.chat_format()
+        if served is not None:
+            self.chat, self.chat_source = ChatTemplate.from_format(served), "server"
 
     @property
     def local_verifier_model(self) -> Any:
@@ -183,6 +197,11 @@ class Engine:
                 else "the draft goes on alone, unverified (lossy)"
             )
             lines.append(f"{self.remote_down}; --fallback {self.remote_options.fallback}: {how}")
+        if self.remote is not None and self.chat_source == "draft" and self.chat is not None:
+            lines.append(
+                f"{self.remote.peer} does not say how its target formats chats: chat prompts "
+                "use the draft's template, which may differ from the target's"
+            )
         if self.target is None:
             return lines
         invariant = self.target.bundle.manifest.verification.batch_invariant
@@ -210,15 +229,14 @@ class Engine:
 
     @property
     def chat_template(self) -> str | None:
-        template = self.pair.chat_template
-        return template.source if template is not None else None
+        return self.chat.source if self.chat is not None else None
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
-        if self.pair.chat_template is None:
+        if self.chat is None:
             raise ConfigError(
                 "this bundle's tokenizer has no chat template", fix="pass the prompt as plain text"
             )
-        return self.pair.chat_template.render(messages)
+        return self.chat.render(messages)
 
     @property
     def greedy_only(self) -> bool:

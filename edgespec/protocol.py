@@ -331,10 +331,47 @@ def decode_q_draft(data: Any, *, k: int, vocab_size: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ChatFormat:
+    """How the target turns a conversation into its prompt: its Jinja chat ``template``, the
+    special-token strings the template may use, and the ``system_prompt`` put first when a
+    conversation has none. A device that drafts for a remote target formats chats with the
+    target's, so that remote and local chat send the same tokens."""
+
+    template: str
+    bos_token: str = ""
+    eos_token: str = ""
+    system_prompt: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "system_prompt": self.system_prompt,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> ChatFormat:
+        if not isinstance(data, Mapping):
+            raise ProtocolError("'chat' must be an object")
+        system_prompt = data.get("system_prompt")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ProtocolError("'chat.system_prompt' must be a string or null")
+        return cls(
+            template=_field(data, "template", str),
+            bos_token=_field(data, "bos_token", str),
+            eos_token=_field(data, "eos_token", str),
+            system_prompt=system_prompt,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerInfo:
     """``GET /v1/verify/info``: what a client checks before it opens sessions.
 
     ``target_step_s`` and ``verify_cost`` (T(w)/T(1) for w = 1..) feed the client's cost model.
+    ``chat`` is the target's chat format (None: its tokenizer has no chat template; a server
+    older than the field sends none either).
     """
 
     vocab_size: int
@@ -344,9 +381,10 @@ class ServerInfo:
     max_k: int
     target_step_s: float
     verify_cost: tuple[float, ...]
+    chat: ChatFormat | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "protocol": PROTOCOL_VERSION,
             "vocab_size": self.vocab_size,
             "max_length": self.max_length,
@@ -356,11 +394,15 @@ class ServerInfo:
             "target_step_s": self.target_step_s,
             "verify_cost": list(self.verify_cost),
         }
+        if self.chat is not None:
+            found["chat"] = self.chat.to_json()
+        return found
 
     @classmethod
     def from_json(cls, data: Any) -> ServerInfo:
         _check_version(data)
         costs: Sequence[Any] = _field(data, "verify_cost", list)
+        chat = data.get("chat")
         return cls(
             vocab_size=_field(data, "vocab_size", int),
             max_length=_field(data, "max_length", int),
@@ -369,4 +411,5 @@ class ServerInfo:
             max_k=_field(data, "max_k", int),
             target_step_s=float(_field(data, "target_step_s", (int, float))),
             verify_cost=tuple(float(c) for c in costs),
+            chat=None if chat is None else ChatFormat.from_json(chat),
         )

@@ -183,3 +183,42 @@ def test_openai_chat_completion_answers_with_the_default_model(
         )
     assert response.status_code == 200, response.text
     assert "Paris" in response.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.real_model
+def test_remote_chat_with_the_shipped_draft_answers_as_local_chat(
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The device holds only the shipped draft; the server holds the model. Chat is formatted
+    with the model's template and system message, so local, remote and OpenAI-remote chat
+    give the same tokens (and "Paris")."""
+    import json
+
+    from edgespec.api import Engine
+    from edgespec.cli import main
+    from edgespec.engine.default_model import draft_bundle_dir
+    from edgespec.server.app import create_app
+
+    from servers import FAKE_PROFILE, ThreadServer
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(model_cache))
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.delenv(DRAFT_ENV, raising=False)
+    engine = Engine.load(measure_energy=False)  # converts both on a fresh cache
+    draft = str(draft_bundle_dir(cache=model_cache))
+    ask = ["generate", "--chat", QUESTION, "--max-new-tokens", "16", "--json"]
+    results = []
+    with ThreadServer(create_app(engine, profile=FAKE_PROFILE)) as server:
+        for where in (
+            [],
+            ["--draft", draft, "--remote", server.url],
+            ["--draft", draft, "--remote", server.url, "--remote-api", "openai"],
+        ):
+            assert main([*ask, *where]) == 0
+            results.append(json.loads(capsys.readouterr().out))
+    assert "Paris" in results[0]["text"]
+    assert all(result["tokens"] == results[0]["tokens"] for result in results)
+    assert all(
+        result["stats"]["prompt_tokens"] == results[0]["stats"]["prompt_tokens"]
+        for result in results
+    )

@@ -17,6 +17,7 @@ The package ships a draft distilled for it (``data/drafts``, a 22 MB Q8_0 GGUF m
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -168,8 +169,10 @@ def draft_bundle_dir(
     source = packaged_draft(model)
     if source is None:
         return None
-    key = sha256_of_file(source)[:12]
-    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-r{GRAPH_REVISION}"
+    # The draft carries the target's system prompt (chat formatted on the device alone, under
+    # a remote target, must match the target's), so it is part of the key too.
+    key = hashlib.sha256(f"{sha256_of_file(source)}\n{model.system_prompt}".encode()).hexdigest()
+    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key[:12]}-r{GRAPH_REVISION}"
 
 
 def default_draft_bundle(
@@ -191,7 +194,10 @@ def default_draft_bundle(
         from edgespec.export.gguf.pipeline import export_gguf
 
         notify(f"edgespec: converting the draft of {model.title} (once; a few seconds) ...")
-        return export_gguf(ExportConfig(model=str(source), out=root, force=True))
+        config = ExportConfig(
+            model=str(source), out=root, force=True, system_prompt=model.system_prompt
+        )
+        return export_gguf(config)
 
     return _cached_or_built(root, build, verify_checksums, notify)
 

@@ -14,6 +14,7 @@ from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
+from edgespec.protocol import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import Admission, admit, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
@@ -53,6 +54,25 @@ class ChatTemplate:
     eos_token: str
     #: Put first when the messages hold no system message (the bundle's ``system_prompt``).
     system_prompt: str | None = None
+
+    @classmethod
+    def from_format(cls, chat: ChatFormat) -> ChatTemplate:
+        """The template a remote target described (``ServerInfo.chat``)."""
+        return cls(
+            source=chat.template,
+            bos_token=chat.bos_token,
+            eos_token=chat.eos_token,
+            system_prompt=chat.system_prompt,
+        )
+
+    def to_format(self) -> ChatFormat:
+        """What ``edgespec serve`` tells devices that format chats for it."""
+        return ChatFormat(
+            template=self.source,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+            system_prompt=self.system_prompt,
+        )
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         import jinja2

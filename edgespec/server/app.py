@@ -108,6 +108,7 @@ def create_app(
         max_k=min(options.limits.max_k, MAX_K),
         target_step_s=profile.target_step_s,
         verify_cost=profile.verify_cost,
+        chat=engine.chat.to_format() if engine.chat is not None else None,
     )
     _add_error_answers(app, store=store)
     _add_verify_routes(app, store=store, info=info, api_key=options.api_key)

@@ -35,7 +35,7 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError, RemoteUnavailableError
-from edgespec.protocol import ServerInfo
+from edgespec.protocol import ChatFormat, ServerInfo
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
 from edgespec.runtime.verifiers.http import Connection, Traffic, TrafficMeter, raise_for_status
@@ -120,6 +120,27 @@ class OpenAITarget(Connection):
             target_step_s=0.0,
             verify_cost=(1.0,) * (self.max_k + 1),
         )
+
+    def chat_format(self) -> ChatFormat | None:
+        """The target's chat format where the engine tells it, else None: ``edgespec serve``
+        answers it in ``GET /v1/verify/info``, llama.cpp's server in ``GET /props``. Asked
+        once each, without retries; an engine that answers neither (vLLM, llama-cpp-python)
+        leaves chat formatting to the draft's template."""
+        for path in ("/v1/verify/info", "/props"):
+            try:
+                exchange = self.request("GET", path, retry=False)
+            except RemoteUnavailableError:
+                return None
+            data = exchange.data if exchange.status == 200 else None
+            if isinstance(data, dict) and isinstance(data.get("chat"), dict):
+                return ChatFormat.from_json(data["chat"])
+            if isinstance(data, dict) and isinstance(data.get("chat_template"), str):
+                return ChatFormat(
+                    template=data["chat_template"],
+                    bos_token=str(data.get("bos_token") or ""),
+                    eos_token=str(data.get("eos_token") or ""),
+                )
+        return None
 
     def echo(self, token_ids: Sequence[int], pieces: TokenPieces, meter: TrafficMeter) -> Echo:
         """One ``/v1/completions`` request that echoes ``token_ids`` with log-probabilities

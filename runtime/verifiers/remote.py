@@ -22,6 +22,7 @@ from edgespec.config import SamplingConfig
 from edgespec.errors import ProtocolError, RemoteError, RemoteUnavailableError
 from edgespec.protocol import (
     SESSION_SECRET_HEADER,
+    ChatFormat,
     OpenRequest,
     OpenResponse,
     ServerInfo,
@@ -66,6 +67,10 @@ class ServerTarget(Connection):
             raise_for_status(exchange, "GET /v1/verify/info")
             self._info = ServerInfo.from_json(exchange.data)
         return self._info
+
+    def chat_format(self) -> ChatFormat | None:
+        """The target's chat format (None: the server's tokenizer has none)."""
+        return self.info().chat
 
 
 class RemoteVerifier:
