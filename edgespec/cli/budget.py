@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgespec.cli.models import add_model_argument, resolve_model
+
 if TYPE_CHECKING:
     from edgespec.engine.generation import GenerationStats
 
@@ -101,6 +103,7 @@ def add_doctor_command(commands: Any) -> None:
         metavar="DIR",
         help="target bundle to estimate (default: the default model)",
     )
+    add_model_argument(doctor)
     doctor.add_argument(
         "--draft",
         type=Path,
@@ -127,6 +130,7 @@ def add_doctor_command(commands: Any) -> None:
 def run_doctor(args: argparse.Namespace) -> int:
     from edgespec.measure.doctor import diagnose, format_report
 
+    resolve_model(args)
     report = diagnose(
         target=args.target,
         draft=args.draft,

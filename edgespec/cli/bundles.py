@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec._version import __version__
+from edgespec.cli.models import add_model_argument, resolve_model
 from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError
@@ -47,6 +48,7 @@ def add_bundle_commands(commands: Any) -> None:
         nargs="?",
         help="target bundle (default: the default model)",
     )
+    add_model_argument(pair)
     pair.add_argument("--json", action="store_true", help="print the report as JSON")
     pair.add_argument(
         "--profile",
@@ -77,6 +79,7 @@ def add_bundle_commands(commands: Any) -> None:
 
 
 def run_pair(args: argparse.Namespace) -> int:
+    resolve_model(args)
     if args.draft is None or args.target is None:
         if args.draft is not None:
             raise ConfigError("pair got a DRAFT but no TARGET", fix="give both, or neither")

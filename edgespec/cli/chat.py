@@ -33,6 +33,13 @@ def add_chat_command(commands: Any) -> None:
         f"decoding. {COMMANDS}. Ctrl-C stops an answer; Ctrl-C again or Ctrl-D leaves. With "
         "stdin not a terminal, each line is one message.",
     )
+    chat.add_argument(
+        "name",
+        nargs="?",
+        default=None,
+        metavar="MODEL",
+        help="a model of the catalog by name ('edgespec models'), the same as --model MODEL",
+    )
     add_engine_arguments(chat)
     add_decoding_arguments(chat)
     chat.add_argument(
@@ -121,6 +128,12 @@ def stats_line(stats: Any) -> str:
 def run_chat(args: argparse.Namespace) -> int:
     from edgespec.errors import ConfigError
 
+    if args.name is not None:
+        if args.model is not None and args.model != args.name:
+            raise ConfigError(
+                f"chat got the model {args.name!r} and --model {args.model}", fix="name one"
+            )
+        args.model = args.name
     options = generation_options(args)
     engine = load_engine(args)
     if not engine.chat_template:

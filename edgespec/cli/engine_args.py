@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.cli.budget import add_budget_arguments, budget_options
+from edgespec.cli.models import add_model_argument
 from edgespec.engine.options import DRAFTER_NAMES, FALLBACKS, MAX_K, REMOTE_APIS, REMOTE_WHEN
 
 
@@ -22,6 +23,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="target bundle directory (default: $EDGESPEC_TARGET, else SmolLM2-135M-Instruct, "
         "fetched and converted on first use)",
     )
+    add_model_argument(parser)
     parser.add_argument(
         "--draft",
         type=Path,
@@ -191,6 +193,7 @@ def load_engine(args: argparse.Namespace) -> Any:
     engine = Engine.load(
         target=args.target,
         draft=args.draft,
+        model=args.model,
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,

