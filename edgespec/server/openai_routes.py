@@ -36,7 +36,7 @@ from edgespec.server.bodies import (
     Common,
     CompletionBody,
 )
-from edgespec.server.scoring import Scored, ScoreBudgetError, Scorer
+from edgespec.server.scoring import ScoreBudgetError, Scored, Scorer
 from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:

@@ -96,9 +96,7 @@ class Scorer:
                     logits = target.forward(fed[begin:end], cache)
                     # Rows before position first - 1 only fill the cache.
                     wanted = max(first - 1 - begin, 0)
-                    return _reduce(
-                        logits[wanted:], tokens[begin + wanted + 1 : end + 1], top=top
-                    )
+                    return _reduce(logits[wanted:], tokens[begin + wanted + 1 : end + 1], top=top)
 
                 started = time.perf_counter()
                 scores += self.turn(chunk)

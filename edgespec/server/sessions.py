@@ -5,11 +5,12 @@ No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (the l
 session's cache), closes them, expires idle ones and evicts the least recently used at the
 session or memory cap (a timer expires them too: ``expire_idle``, so that idle sessions' memory
 goes back, and the gauges are true, without waiting for traffic). The memory cap keeps
-``reserved_bytes`` back for the transient work of one request's model turns (the scoring pass of
-``edgespec.server.scoring``). Each session has a secret, handed to its opener only: rounds and closes
-without it are answered as for an unknown session, so that no other client (even one with the
-server's API key) can read or end it. Model passes run one at a time (``run_exclusive``); the
-number of requests waiting for that turn is the queue the suggested k shrinks with.
+``reserved_bytes`` back for the transient work of one request's model turns (the scoring pass
+of ``edgespec.server.scoring``). Each session has a secret, handed to its opener only: rounds
+and closes without it are answered as for an unknown session, so that no other client (even
+one with the server's API key) can read or end it. Model passes run one at a time
+(``run_exclusive``); the number of requests waiting for that turn is the queue the suggested k
+shrinks with.
 """
 
 from __future__ import annotations
