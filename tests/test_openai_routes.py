@@ -138,6 +138,54 @@ def test_completions_score_the_prompt_and_completion(server: ThreadServer, local
     assert refused.status_code == 422 and "token ids" in refused.text
 
 
+def test_logprobs_are_scored_in_slices_within_a_bound(local: Engine) -> None:
+    """The scoring pass runs in chunks of positions, each reduced in slices: its numbers are
+    one whole pass's log-softmax. The positions a request may score and the model time it may
+    take are bounded; each refusal is a 422 that says which bound and how to stay within it."""
+    import numpy as np
+
+    from edgespec.server.scoring import ScoreLimits
+
+    from servers import client_for
+
+    prompt = [3 + (7 * i) % (local.vocab_size - 3) for i in range(200)]  # two chunks of passes
+    body = {
+        "prompt": prompt,
+        "max_tokens": 2,
+        "echo": True,
+        "logprobs": 3,
+        "return_tokens_as_token_ids": True,
+    }
+    client = client_for(local, scoring=ScoreLimits(max_positions=202))
+    answer = client.post("/v1/completions", json=body)
+    assert answer.status_code == 200, answer.text
+    logprobs = answer.json()["choices"][0]["logprobs"]
+    tokens = [int(name.removeprefix("token_id:")) for name in logprobs["tokens"]]
+    assert tokens[:200] == prompt and len(tokens) == 202
+    target = local.target
+    logits = np.array(target.forward(tokens[:-1], target.new_cache()), dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    own = np.array(logprobs["token_logprobs"][1:])
+    np.testing.assert_allclose(own, expected[np.arange(201), tokens[1:]], atol=1e-4)
+    for position in (1, 127, 128, 129, 201):  # both sides of the chunk's edge
+        top = sorted(logprobs["top_logprobs"][position].values(), reverse=True)[:3]
+        np.testing.assert_allclose(top, np.sort(expected[position - 1])[::-1][:3], atol=1e-4)
+
+    over = client.post("/v1/completions", json={**body, "max_tokens": 3})
+    assert over.status_code == 422
+    assert "200 prompt tokens + 3 of max_tokens = 203 positions" in over.json()["detail"]
+    assert "more than the 202 this server scores per request" in over.json()["detail"]
+
+    slow = client_for(local, scoring=ScoreLimits(max_positions=256, max_seconds=1e-9))
+    stopped = slow.post("/v1/completions", json=body)
+    assert stopped.status_code == 422
+    detail = stopped.json()["detail"]
+    assert "scoring stopped after" in detail and "at position 128 of 202" in detail
+    assert "past the 1e-09 s this server scores per request" in detail
+    assert slow.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2}).status_code == 200
+
+
 def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
     pair: tuple[Path, Path], local: Engine, server: ThreadServer
 ) -> None:

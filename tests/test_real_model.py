@@ -184,3 +184,38 @@ def test_folded_attention_is_exact_on_the_real_model(smollm2_folded: Path) -> No
     for tokens in (prompt, prompt[-5:-4], prompt[-4:]):
         got = [np.array(m.forward(tokens, c)) for m, c in zip((fast, plain), caches, strict=True)]
         assert np.array_equal(got[0], got[1])
+
+
+#: How far the server's RSS may stay above its post-load value after long scoring requests
+#: (measured: see docs/serving.md, "Memory and scoring bounds").
+ECHO_RSS_BOUND_MB = 200
+
+
+def test_the_server_gives_memory_back_after_long_echo_requests(smollm2: Path) -> None:
+    """Three ``echo`` + ``logprobs`` requests over 1,900 words (the default model's whole
+    context, allowed by --max-scored-positions): the RSS returns within a bound of its value
+    after load (without the slices and with ONNX Runtime's arena it grew by about 600 MB)."""
+    import httpx
+    import psutil
+
+    from servers import ServerProcess, free_port
+
+    port = free_port()
+    args = [sys.executable, "-m", "edgespec", "serve", "--target", str(smollm2)]
+    args += ["--port", str(port), "--api-key", "k", "--max-scored-positions", "2048"]
+    body = {"prompt": "word " * 1900, "max_tokens": 1, "echo": True, "logprobs": 5}
+    with ServerProcess(args, port=port) as server:
+        assert server.process is not None
+        process = psutil.Process(server.process.pid)
+        loaded = process.memory_info().rss
+        for _ in range(3):
+            answer = httpx.post(
+                server.url + "/v1/completions",
+                json=body,
+                headers={"Authorization": "Bearer k"},
+                timeout=600,
+            )
+            assert answer.status_code == 200, answer.text
+            assert len(answer.json()["choices"][0]["logprobs"]["tokens"]) > 1900
+        grown_mb = (process.memory_info().rss - loaded) / 2**20
+    assert grown_mb < ECHO_RSS_BOUND_MB, f"RSS grew by {grown_mb:.0f} MB"

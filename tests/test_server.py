@@ -201,6 +201,34 @@ def test_idle_sessions_expire_and_the_least_recently_used_is_evicted(engine: Eng
     assert store.count == 0 and store.counters["sessions_expired"] == 2
 
 
+def test_idle_sessions_expire_on_a_timer_without_traffic(engine: Engine) -> None:
+    """A session idle past the TTL is dropped by the server's timer, with no request to
+    trigger it; /metrics then counts it. The wait is bounded: TTL + 5 s."""
+    import time
+
+    import httpx
+
+    from servers import ThreadServer
+
+    ttl = 0.5
+    options = ServerOptions(limits=StoreLimits(idle_ttl_s=ttl), shutdown_grace_s=1)
+    app = create_app(engine, options=options, profile=FAKE_PROFILE)
+    store = app.state.store
+    with ThreadServer(app, options) as server:
+        opened = httpx.post(
+            f"{server.url}/v1/verify/sessions", json={"prompt": [5, 6, 7], "sampling": GREEDY}
+        )
+        assert opened.status_code == 200 and store.count == 1 and store.cache_bytes() > 0
+        # The store is watched in process, not through /metrics: a request could expire it too.
+        deadline = time.monotonic() + ttl + 5
+        while store.count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.count == 0, "the idle session was not expired by the timer"
+        text = httpx.get(f"{server.url}/metrics").text
+    assert "edgespec_sessions 0\n" in text and "edgespec_cache_bytes 0\n" in text
+    assert "edgespec_sessions_expired_total 1\n" in text
+
+
 def test_suggested_k_shrinks_as_the_queue_grows(engine: Engine) -> None:
     from edgespec.server.sessions import SessionStore
 

@@ -191,6 +191,31 @@ def test_max_tokens_is_an_integer_within_the_context(
     assert answer.status_code == status, answer.text
 
 
+def test_length_refusals_name_max_tokens_and_the_context(client: Any, engine: Engine) -> None:
+    """In the request's own terms: its field names and the model's context, nothing internal."""
+    context = engine.max_length
+    huge = client.post("/v1/completions", json={"prompt": "def", "max_tokens": 10**9})
+    assert huge.status_code == 422
+    detail = huge.json()["detail"]
+    assert f"max_tokens 1000000000 is more than the model's context of {context}" in detail
+    chat = client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 10**9},
+    )
+    assert chat.status_code == 422 and "max_completion_tokens" in chat.json()["detail"]
+    prompt = " ".join(["def"] * (2 * context))  # fits the characters' bound, not the context
+    long = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4})
+    assert long.status_code == 422
+    detail = long.json()["detail"]
+    assert f"in the model's context of {context} tokens" in detail and "of prompt" in detail
+    assert "max_new_tokens" not in detail and f"at most {context - 1} tokens" in detail
+    messages = [{"role": "user", "content": prompt}]
+    chat = client.post("/v1/chat/completions", json={"messages": messages})
+    assert chat.status_code == 422 and "tokens of messages leave" in chat.json()["detail"]
+    ids = client.post("/v1/completions", json={"prompt": [5] * context, "max_tokens": 1})
+    assert ids.status_code == 422 and f"context of {context}" in ids.json()["detail"]
+
+
 @pytest.mark.parametrize(
     ("stop", "status"),
     [(["x"] * 17, 422), (["x" * 257], 422), ("x" * 257, 422), (["\n" * 256] * 16, 200)],

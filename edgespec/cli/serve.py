@@ -87,6 +87,21 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
         help="the draft length suggested to clients when the server is idle (default: %(default)s)",
     )
     serve.add_argument(
+        "--max-scored-positions",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="completions 'logprobs' score at most N prompt and completion tokens per request "
+        "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-score-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="model time one request's 'logprobs' scoring may take (default: %(default)s)",
+    )
+    serve.add_argument(
         "--shutdown-grace",
         type=float,
         default=10.0,
@@ -100,6 +115,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         from edgespec.server.app import ServerOptions
         from edgespec.server.run import check_binding, check_port, default_cache_mb, serve
+        from edgespec.server.scoring import ScoreLimits
         from edgespec.server.sessions import StoreLimits
     except ImportError as error:
         raise MissingDependencyError(
@@ -112,6 +128,9 @@ def run_serve(args: argparse.Namespace) -> int:
         max_cache_bytes=int(cache_mb * 1024 * 1024),
         idle_ttl_s=args.idle_ttl,
         max_k=args.max_k,
+    )
+    scoring = ScoreLimits(
+        max_positions=args.max_scored_positions, max_seconds=args.max_score_seconds
     )
     check_binding(args.host, args.api_key)
     check_port(args.host, args.port)
@@ -128,7 +147,10 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         options=ServerOptions(
-            api_key=args.api_key, limits=limits, shutdown_grace_s=args.shutdown_grace
+            api_key=args.api_key,
+            limits=limits,
+            scoring=scoring,
+            shutdown_grace_s=args.shutdown_grace,
         ),
         threads=args.threads,
     )

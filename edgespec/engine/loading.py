@@ -37,6 +37,9 @@ class LoadRequest:
     #: :func:`session_options`); False lets them sleep: slower, gentler on shared cores.
     spinning: bool = True
     io_binding: bool | None = None
+    #: ONNX Runtime's CPU memory arena (:class:`~edgespec.runtime.model.ModelOptions`); a
+    #: long-running server turns it off so that a long request's buffers do not outlive it.
+    memory_arena: bool = True
     verify_checksums: bool = True
     memory_budget_mb: float | None = None
     shrink_context: bool = False
@@ -206,6 +209,7 @@ def session_options(
         spinning=request.spinning,
         io_binding=request.io_binding,
         max_length=context,
+        memory_arena=request.memory_arena,
     )
     if not local_target:
         return target, target

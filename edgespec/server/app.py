@@ -11,6 +11,7 @@ with a short 500 that is counted too.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -45,6 +46,7 @@ from edgespec.server.guard import (
 )
 from edgespec.server.metrics import prometheus_text
 from edgespec.server.openai_routes import add_openai_routes
+from edgespec.server.scoring import ScoreLimits, peak_bytes
 from edgespec.server.sessions import ServerStoppingError, SessionStore, StoreLimits
 
 #: Problems of an invalid body shown in the 422: the first few say what to fix.
@@ -65,6 +67,8 @@ class ServerOptions:
     max_body_bytes: int = 4 * 1024 * 1024
     #: Longest completion the OpenAI-compatible routes generate.
     max_new_tokens: int = 1024
+    #: The scoring work (completions ``logprobs``) one request may ask for.
+    scoring: ScoreLimits = field(default_factory=ScoreLimits)
     read_timeout_s: float = 30.0
     header_timeout_s: float = 10.0
     shutdown_grace_s: float = 10.0
@@ -85,11 +89,13 @@ def create_app(
     target = engine.target
     if target is None:
         raise ConfigError("the server needs a local target", fix="load the engine with target=")
-    store = SessionStore(target, limits=options.limits)
+    store = SessionStore(target, limits=options.limits, reserved_bytes=peak_bytes(target))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_expire_idle_sessions(store))
         yield
+        sweeper.cancel()
         # After uvicorn's grace: requests still running stop at their next model turn.
         store.stop(timeout_s=options.shutdown_grace_s)
 
@@ -125,6 +131,13 @@ def create_app(
     app.add_middleware(RequestGuard, api_key=options.api_key, limits=limits)
     app.add_middleware(StatusCounter, counters=store.counters)
     return app
+
+
+async def _expire_idle_sessions(store: SessionStore) -> None:
+    """Expires idle sessions on a timer: their caches go back without waiting for a request."""
+    while True:
+        await asyncio.sleep(store.sweep_interval_s)
+        store.expire_idle()
 
 
 def _add_error_answers(app: FastAPI, *, store: SessionStore) -> None:
@@ -190,6 +203,7 @@ def _add_verify_routes(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
+        store.expire_idle()  # the timer runs every sweep_interval_s: be exact now
         return prometheus_text(store)
 
     @app.get("/v1/verify/info")

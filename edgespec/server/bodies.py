@@ -24,11 +24,9 @@ MAX_MESSAGES = 256
 #: Prompt characters per token of context: a longer text cannot fit, so it is refused before
 #: it is tokenized.
 CHARS_PER_TOKEN = 64
-#: The largest token count a request may name at all (the context bounds it further).
-MAX_TOKEN_COUNT = 1 << 24
-
-#: ``max_tokens``: an integer (10001.0 is refused, not rounded), at least 1.
-TokenCount = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKEN_COUNT)]
+#: ``max_tokens``: an integer (10001.0 is refused, not rounded), at least 1; the routes refuse
+#: one beyond the model's context in those words.
+TokenCount = Annotated[int, Field(strict=True, ge=1)]
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 
 

@@ -12,8 +12,9 @@ lists) is refused with a 404, as OpenAI does.
 
 ``/v1/completions`` also takes a prompt of token ids and the legacy ``logprobs`` (top tokens
 per position) with ``echo`` (the prompt's positions too) and vLLM's
-``return_tokens_as_token_ids``: one extra target pass scores the prompt and the completion.
-That is what an engine verifier reads (``edgespec.runtime.verifiers.openai_compat``).
+``return_tokens_as_token_ids``: one extra target pass scores the prompt and the completion, in
+slices and within a per-request bound (``edgespec.server.scoring``). That is what an engine
+verifier reads (``edgespec.runtime.verifiers.openai_compat``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 
@@ -36,6 +36,7 @@ from edgespec.server.bodies import (
     Common,
     CompletionBody,
 )
+from edgespec.server.scoring import ScoreBudgetError, Scored, Scorer
 from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:
@@ -77,27 +78,48 @@ class Completions:
     (``store.run_exclusive``), as whole replies or as server-sent events."""
 
     def __init__(self, engine: Engine, *, store: SessionStore, options: ServerOptions) -> None:
+        assert engine.target is not None, "edgespec serve always holds a target"
         self.engine = engine
         self.store = store
         self.options = options
+        self.scorer = Scorer(engine.target, turn=store.run_exclusive, limits=options.scoring)
 
-    def start(self, prompt: list[int], body: Common) -> Generation:
-        """The generation: at most the server's ``max_new_tokens`` and what the context leaves;
-        a ``max_tokens`` beyond the whole context is refused (it can never be honoured)."""
-        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    def check_max_tokens(self, body: Common) -> None:
+        """Refuses a ``max_tokens`` beyond the model's whole context (it can never be
+        honoured), before the prompt is tokenized."""
         context = self.engine.max_length
         asked = body.max_completion_tokens or body.max_tokens
         if asked is not None and asked > context:
+            name = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             raise HTTPException(
                 422,
-                detail=f"max_tokens {asked} is more than the context of {context} tokens; "
-                f"ask for at most {context}",
+                detail=f"{name} {_shown(asked)} is more than the model's context of {context} "
+                f"tokens; ask for at most {context}",
             )
-        wanted = min(asked or self.options.max_new_tokens, self.options.max_new_tokens)
+
+    def new_tokens(self, prompt: list[int], body: Common, *, field: str) -> int:
+        """The completion's length: ``max_tokens``, capped by the server's ``max_new_tokens``
+        and by what the context leaves after the prompt (sent as ``field``); a prompt that
+        leaves no room is refused."""
+        context = self.engine.max_length
         room = context - len(prompt)
+        if room < 1:
+            raise HTTPException(
+                422,
+                detail=f"{len(prompt)} tokens of {field} leave no room for max_tokens in the "
+                f"model's context of {context} tokens; send {field} of at most "
+                f"{context - 1} tokens",
+            )
+        asked = body.max_completion_tokens or body.max_tokens
+        limit = self.options.max_new_tokens
+        return min(asked or limit, limit, room)
+
+    def start(self, prompt: list[int], body: Common, *, new_tokens: int) -> Generation:
+        """The generation of at most ``new_tokens``."""
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         return self.engine.stream_deltas(
             prompt,
-            max_new_tokens=min(wanted, max(room, 1)),
+            max_new_tokens=new_tokens,
             temperature=body.temperature,
             top_p=body.top_p,
             seed=body.seed or 0,
@@ -139,43 +161,68 @@ class Completions:
             self.check_text_length(len(body.prompt))
             return engine.encode(body.prompt)
         bad = [t for t in body.prompt if not 0 <= t < engine.vocab_size]
-        if bad or len(body.prompt) >= engine.max_length:
-            problem = (
-                f"token ids must lie in [0, {engine.vocab_size}): {bad[:5]}"
-                if bad
-                else f"{len(body.prompt)} prompt tokens leave no room in {engine.max_length}"
+        if bad:
+            raise HTTPException(
+                422, detail=f"token ids must lie in [0, {engine.vocab_size}): {bad[:5]}"
             )
-            raise HTTPException(422, detail=problem)
         return list(body.prompt)
 
     def completion(self, body: CompletionBody) -> Any:
         refuse_unsupported(body)
-        prompt = self.prompt_ids(body)
-        if body.logprobs is None:
-            return self.answer(self.start(prompt, body), body, chat=False)
-        if body.stream:
+        self.check_max_tokens(body)
+        if body.logprobs is not None and body.stream:
             raise HTTPException(422, detail="logprobs with stream is not supported")
-        generation = self.start(prompt, body)
-        reply = self.answer(generation, body, chat=False)
-        assert generation.result is not None
-        tokens = prompt + list(generation.result.tokens)
-        logits = self.store.run_exclusive(lambda: target_logits(self.engine, tokens))
+        prompt = self.prompt_ids(body)
+        new_tokens = self.new_tokens(prompt, body, field="prompt")
+        if body.logprobs is None:
+            return self.answer(self.start(prompt, body, new_tokens=new_tokens), body, chat=False)
+        self.check_scoring(len(prompt), new_tokens)
+        reply, completed = self.generated(prompt, body, new_tokens=new_tokens)
+        tokens = prompt + completed
         first = 0 if body.echo else len(prompt)
+        try:
+            scores = self.scorer.score(tokens, first=first, top=body.logprobs)
+        except ScoreBudgetError as error:
+            raise HTTPException(
+                422,
+                detail=f"{error}, past the {self.options.scoring.max_seconds:g} s this server "
+                "scores per request; send a shorter prompt or a lower max_tokens, or leave "
+                "logprobs out",
+            ) from error
         reply["choices"][0]["logprobs"] = scored(
-            self.engine,
-            tokens,
-            logits,
-            first=first,
-            top=body.logprobs,
-            by_id=body.return_tokens_as_token_ids,
+            self.engine, tokens[first:], scores, by_id=body.return_tokens_as_token_ids
         )
         if body.echo:
             echoed = self.engine.tokenizer.decode(prompt)
             reply["choices"][0]["text"] = echoed + reply["choices"][0]["text"]
         return reply
 
+    def check_scoring(self, prompt_tokens: int, new_tokens: int) -> None:
+        """Refuses ``logprobs`` over more positions than one request may score."""
+        limit = self.options.scoring.max_positions
+        positions = prompt_tokens + new_tokens
+        if positions > limit:
+            raise HTTPException(
+                422,
+                detail=f"logprobs scores the prompt and the completion: {prompt_tokens} prompt "
+                f"tokens + {new_tokens} of max_tokens = {positions} positions, more than the "
+                f"{limit} this server scores per request; send a shorter prompt or a lower "
+                "max_tokens, or leave logprobs out",
+            )
+
+    def generated(
+        self, prompt: list[int], body: Common, *, new_tokens: int
+    ) -> tuple[dict[str, Any], list[int]]:
+        """The answer and the completion's tokens; the generation (and its caches) is gone
+        when this returns, before the scoring pass allocates its own."""
+        generation = self.start(prompt, body, new_tokens=new_tokens)
+        reply = self.answer(generation, body, chat=False)
+        assert generation.result is not None
+        return reply, list(generation.result.tokens)
+
     def chat_completion(self, body: ChatBody) -> Any:
         refuse_unsupported(body)
+        self.check_max_tokens(body)
         engine = self.engine
         self.check_text_length(sum(len(m.content) for m in body.messages))
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
@@ -185,7 +232,8 @@ class Completions:
         else:  # no template in the bundle: a plain transcript
             text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
             prompt = engine.encode(text)
-        return self.answer(self.start(prompt, body), body, chat=True)
+        new_tokens = self.new_tokens(prompt, body, field="messages")
+        return self.answer(self.start(prompt, body, new_tokens=new_tokens), body, chat=True)
 
     def check_text_length(self, chars: int) -> None:
         """Refuses text that cannot fit the context before it is tokenized (tokenizing
@@ -267,53 +315,31 @@ def _events(
     yield "data: [DONE]\n\n"
 
 
-def target_logits(engine: Engine, tokens: Sequence[int]) -> np.ndarray:
-    """The target's logits [len(tokens), vocab] in one pass over a fresh cache (row i is its
-    prediction of token i + 1)."""
-    session = engine.target
-    assert session is not None, "edgespec serve always holds a target"
-    return np.array(session.forward(tokens, session.new_cache()), dtype=np.float64)
-
-
 def scored(
-    engine: Engine,
-    tokens: Sequence[int],
-    logits: np.ndarray,
-    *,
-    first: int,
-    top: int,
-    by_id: bool,
+    engine: Engine, tokens: Sequence[int], scores: Sequence[Scored | None], *, by_id: bool
 ) -> dict[str, Any]:
-    """The legacy completions ``logprobs`` object for ``tokens[first:]``: each token's name,
-    its log-probability and the ``top`` most likely tokens at its position (None for token 0,
-    which nothing predicts)."""
+    """The legacy completions ``logprobs`` object for ``tokens`` and their ``scores``: each
+    token's name, its log-probability and the top tokens at its position (None where nothing
+    predicts the token: position 0)."""
 
     def name(token: int) -> str:
         return f"token_id:{token}" if by_id else str(engine.tokenizer.decode([token]))
 
-    top = min(top, logits.shape[-1])
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    logprobs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     names: list[str] = []
     own: list[float | None] = []
     tops: list[dict[str, float] | None] = []
     offsets: list[int] = []
     offset = 0
-    for position in range(first, len(tokens)):
-        token = int(tokens[position])
-        names.append(name(token))
+    for token, score in zip(tokens, scores, strict=True):
+        names.append(name(int(token)))
         offsets.append(offset)
         offset += len(names[-1])
-        if position == 0:
+        if score is None:
             own.append(None)
             tops.append(None)
             continue
-        row = logprobs[position - 1]
-        # The ``top`` largest without sorting the whole vocabulary (this runs per position).
-        best = np.argpartition(-row, top - 1)[:top] if top else np.zeros(0, dtype=np.int64)
-        best = best[np.lexsort((best, -row[best]))]  # most likely first, ties by lower id
-        entry = {name(int(t)): float(row[t]) for t in best}
-        entry[name(token)] = float(row[token])
-        own.append(float(row[token]))
+        entry = {name(t): value for t, value in zip(score.top_ids, score.top_logprobs, strict=True)}
+        entry[names[-1]] = score.logprob
+        own.append(score.logprob)
         tops.append(entry)
     return {"tokens": names, "token_logprobs": own, "top_logprobs": tops, "text_offset": offsets}

@@ -3,10 +3,14 @@
 No HTTP here. :class:`SessionStore` opens sessions (prefill), runs rounds (the local verifier's
 :func:`~edgespec.runtime.verifiers.local.verify_round` from the round's absolute position, on the
 session's cache), closes them, expires idle ones and evicts the least recently used at the
-session or memory cap. Each session has a secret, handed to its opener only: rounds and closes
-without it are answered as for an unknown session, so that no other client (even one with the
-server's API key) can read or end it. Model passes run one at a time (``run_exclusive``); the
-number of requests waiting for that turn is the queue the suggested k shrinks with.
+session or memory cap (a timer expires them too: ``expire_idle``, so that idle sessions' memory
+goes back, and the gauges are true, without waiting for traffic). The memory cap keeps
+``reserved_bytes`` back for the transient work of one request's model turns (the scoring pass
+of ``edgespec.server.scoring``). Each session has a secret, handed to its opener only: rounds
+and closes without it are answered as for an unknown session, so that no other client (even
+one with the server's API key) can read or end it. Model passes run one at a time
+(``run_exclusive``); the number of requests waiting for that turn is the queue the suggested k
+shrinks with.
 """
 
 from __future__ import annotations
@@ -117,16 +121,25 @@ class SessionStore:
         *,
         limits: StoreLimits = StoreLimits(),
         clock: Callable[[], float] = time.monotonic,
+        reserved_bytes: int = 0,
     ) -> None:
         self.target = target
         self.limits = limits
         self.clock = clock
+        self.reserved_bytes = reserved_bytes
         needed = full_session_bytes(target)
-        if limits.max_cache_bytes and limits.max_cache_bytes < needed:
+        if limits.max_cache_bytes and limits.max_cache_bytes < needed + reserved_bytes:
+            reserved = (
+                f" beside the {reserved_bytes / 2**20:.1f} MB kept for one request's scoring pass"
+                if reserved_bytes
+                else ""
+            )
             raise ConfigError(
-                f"--max-cache-mb {limits.max_cache_bytes / 2**20:.1f} holds no session: one at "
-                f"the target's context of {target.max_length} tokens takes {needed / 2**20:.1f} MB",
-                fix=f"pass --max-cache-mb {needed / 2**20:.0f} or more (0: no cap)",
+                f"--max-cache-mb {limits.max_cache_bytes / 2**20:.1f} holds no session{reserved}: "
+                f"one at the target's context of {target.max_length} tokens takes "
+                f"{needed / 2**20:.1f} MB",
+                fix=f"pass --max-cache-mb {(needed + reserved_bytes) / 2**20:.0f} or more "
+                "(0: no cap)",
             )
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._model_lock = threading.Lock()
@@ -171,6 +184,17 @@ class SessionStore:
         with self._state_lock:
             return sum(s.cache.nbytes for s in self._sessions.values())
 
+    @property
+    def sweep_interval_s(self) -> float:
+        """How often the server's timer calls :meth:`expire_idle`: a session is gone at most
+        this long after its TTL."""
+        return min(1.0, self.limits.idle_ttl_s / 4)
+
+    def expire_idle(self) -> None:
+        """Drops the sessions idle past the TTL (and any past the caps)."""
+        with self._state_lock:
+            self._expire()
+
     def _expire(self) -> None:
         """Drops idle sessions, then the least recently used ones past the caps."""
         now = self.clock()
@@ -179,9 +203,10 @@ class SessionStore:
                 del self._sessions[session_id]
                 self.counters["sessions_expired"] += 1
         limits = self.limits
+        cache_budget = limits.max_cache_bytes - self.reserved_bytes
         while self._sessions and (
             len(self._sessions) > limits.max_sessions
-            or (limits.max_cache_bytes and self._total_bytes() > limits.max_cache_bytes)
+            or (limits.max_cache_bytes and self._total_bytes() > cache_budget)
         ):
             self._sessions.popitem(last=False)
             self.counters["sessions_evicted"] += 1
