@@ -246,3 +246,68 @@ def write_gemma3_gguf(
         writer.add_tensor(p + "post_ffw_norm.weight", norm(hidden))
     writer.add_tensor("output_norm.weight", norm(hidden))
     return _finish(writer, out_path)
+
+
+#: Bytes per super-block of 256 weights, and where its float16 fields start.
+K_QUANTS = {"Q4_K": (144, 0, 2), "Q6_K": (210, 208, 1)}
+
+
+def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:
+    """A weight [rows, columns] of random llama.cpp K-quant blocks (any bytes are valid but the
+    float16 scales, set small): uint8 [rows, bytes per row]."""
+    size, at, halves = K_QUANTS[kind]
+    count = rows * columns // 256
+    blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
+    fields = rng.uniform(2e-4, 6e-4, (count, halves)).astype(np.float16)
+    blocks[:, at : at + 2 * halves] = fields.view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+def write_tied_k_quant_gguf(out_path: Path, *, seed: int = 0, layers: int = 2) -> Path:
+    """A random-weight Llama as llama.cpp's Q4_K_M writes a tied model: Q4_K layers, Q6_K
+    output projections of attention values and MLP, a Q6_K embedding that is also the LM head
+    (no ``output.weight``), and the SentencePiece test vocabulary."""
+    import gguf
+
+    hidden, heads, kv_heads, ffn = 256, 4, 2, 512
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_name("edgespec-test-tied-k-quants")
+    writer.add_context_length(256)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    vocab = _add_spm_vocab(writer, seed=seed, add_space_prefix=True)
+    writer.add_vocab_size(vocab)
+
+    def add(name: str, kind: str, rows: int, columns: int) -> None:
+        writer.add_tensor(
+            name,
+            random_k_blocks(rng, kind, rows, columns),
+            raw_shape=(rows, columns * K_QUANTS[kind][0] // 256),
+            raw_dtype=gguf.GGMLQuantizationType[kind],
+        )
+
+    def norm(size: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(size)).astype(np.float32)
+
+    add("token_embd.weight", "Q6_K", vocab, hidden)
+    for layer in range(layers):
+        p = f"blk.{layer}."
+        writer.add_tensor(p + "attn_norm.weight", norm(hidden))
+        add(p + "attn_q.weight", "Q4_K", heads * head_dim, hidden)
+        add(p + "attn_k.weight", "Q4_K", kv_heads * head_dim, hidden)
+        add(p + "attn_v.weight", "Q6_K", kv_heads * head_dim, hidden)
+        add(p + "attn_output.weight", "Q4_K", hidden, heads * head_dim)
+        writer.add_tensor(p + "ffn_norm.weight", norm(hidden))
+        add(p + "ffn_gate.weight", "Q4_K", ffn, hidden)
+        add(p + "ffn_up.weight", "Q4_K", ffn, hidden)
+        add(p + "ffn_down.weight", "Q6_K", hidden, ffn)
+    writer.add_tensor("output_norm.weight", norm(hidden))
+    return _finish(writer, out_path)

@@ -332,14 +332,21 @@ def test_bad_gguf_files_are_one_line_and_write_nothing(
 
 
 @pytest.mark.parametrize(
-    ("kind", "block_bytes", "block_weights_count", "halves"),
-    [("Q4_K", 144, 256, 2), ("Q5_K", 176, 256, 2), ("Q5_0", 22, 32, 1), ("Q5_1", 24, 32, 2)],
+    ("kind", "block_bytes", "block_weights_count", "halves", "at"),
+    [
+        ("Q4_K", 144, 256, 2, 0),
+        ("Q5_K", 176, 256, 2, 0),
+        ("Q6_K", 210, 256, 1, 208),
+        ("Q5_0", 22, 32, 1, 0),
+        ("Q5_1", 24, 32, 2, 0),
+    ],
 )
 def test_block_types_keep_llama_cpp_values(
-    kind: str, block_bytes: int, block_weights_count: int, halves: int
+    kind: str, block_bytes: int, block_weights_count: int, halves: int, at: int
 ) -> None:
     """Random blocks (any bytes are valid but the float16 scales, set here) convert to
-    MatMulNBits blocks whose values are the gguf package's own dequantization."""
+    MatMulNBits blocks whose values are the gguf package's own dequantization (Q6_K's in
+    blocks of 16)."""
     from types import SimpleNamespace
 
     import gguf
@@ -351,12 +358,13 @@ def test_block_types_keep_llama_cpp_values(
     count = rows * columns // block_weights_count
     blocks = generator.integers(0, 256, (count, block_bytes), dtype=np.uint8)
     scales = generator.uniform(0.001, 0.05, (count, halves)).astype(np.float16)
-    blocks[:, : 2 * halves] = scales.view(np.uint8)  # d (and dmin or m)
+    blocks[:, at : at + 2 * halves] = scales.view(np.uint8)  # d (and dmin or m)
     qtype = gguf.GGMLQuantizationType[kind]
     tensor = SimpleNamespace(data=blocks, tensor_type=qtype, shape=(columns, rows))
     weights = block_weights(tensor)
     assert weights is not None and weights.grid_kept and weights.source_type == kind
-    assert weights.bits == (4 if kind == "Q4_K" else 8)  # 5-bit grids: exact at 8 bits
+    assert weights.bits == (4 if kind == "Q4_K" else 8)  # 5- and 6-bit grids: exact at 8 bits
+    assert weights.block == (16 if kind == "Q6_K" else 32)
     expected = gguf.quants.dequantize(blocks, qtype).reshape(rows, columns)
     np.testing.assert_allclose(dequantized(weights), expected, rtol=0, atol=1e-6)
 
@@ -367,7 +375,8 @@ def test_float16_fields_are_stored_as_float16_and_restored_exactly(
 ) -> None:
     """The bundle stores llama.cpp's float16 scales and minimums as float16, and the graph
     recomputes the float32 scales and offsets the importer computed, bit for bit, when
-    ONNX Runtime loads it. Fields that are not float16 (Q4_K's d·sc) stay float32."""
+    ONNX Runtime loads it. Q4_K's d·sc and dmin·m, which float16 cannot always hold, are
+    stored as their factors, the file's own fields."""
     from types import SimpleNamespace
 
     import gguf
@@ -392,8 +401,10 @@ def test_float16_fields_are_stored_as_float16_and_restored_exactly(
     stored = {i.name: i.data_type for i in builder.initializers}
     if kind == "Q4_1":
         assert stored["w.scales.f16"] == stored["w.minimums_t.f16"] == TensorProto.FLOAT16
-    else:
-        assert stored["w.scales"] == stored["w.offsets_t"] == TensorProto.FLOAT
+    else:  # d·sc and dmin·m as the file's float16 per super-block and 6-bit integer per block
+        assert stored["w.scales.super"] == stored["w.minimums.super"] == TensorProto.FLOAT16
+        assert stored["w.scales.block"] == stored["w.minimums.block"] == TensorProto.UINT8
+        assert not {"w.scales", "w.offsets_t"} & set(stored)
     outputs = [
         helper.make_tensor_value_info(names.scales, TensorProto.FLOAT, None),
         helper.make_tensor_value_info(names.offsets_t, TensorProto.FLOAT, None),
@@ -410,6 +421,43 @@ def test_float16_fields_are_stored_as_float16_and_restored_exactly(
     scales, offsets_t = session.run(None, {})
     assert np.array_equal(scales, weights.scales)
     assert np.array_equal(offsets_t, weights.offsets.T)
+
+
+def test_tied_k_quant_embedding_is_stored_once_on_the_file_grid(tmp_path: Path) -> None:
+    """A tied Q4_K_M-style file (Q6_K embedding that is also the LM head, Q4_K and Q6_K
+    layers): every grid is kept, the embedding's one initializer feeds both the Gather and the
+    LM head's MatMulNBits, the parameter count is the file's, and the bundle stays near the
+    file's size (the 6-bit grid is stored at 8 bits); greedy speculative output equals the
+    target's own."""
+    import gguf
+    import onnx
+    from gguf_model import write_tied_k_quant_gguf
+
+    path = write_tied_k_quant_gguf(tmp_path / "tied.gguf")
+    out = tmp_path / "bundle"
+    assert main(["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]) == 0
+    manifest = load_bundle(out).manifest
+    assert manifest.verification.parity.passed and manifest.verification.batch_invariant
+    assert manifest.verification.batch_invariance.max_abs_logit_diff == 0.0
+    assert manifest.extra["gguf"]["grid_kept"] and not manifest.extra["gguf"]["requantized_types"]
+    tensors = gguf.GGUFReader(str(path)).tensors
+    assert manifest.model.parameters == sum(int(t.n_elements) for t in tensors)
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    readers = [n.op_type for n in graph.node for name in n.input if name == "embed.qweight"]
+    assert sorted(readers) == ["Gather", "MatMulNBits"]
+    vocab = manifest.model.vocab_size
+    assert [i.name for i in graph.initializer if i.dims and i.dims[0] == vocab] == [
+        "embed.qweight",
+        "embed.scales.block",
+        "embed.scales.super",
+    ]
+    # Stored twice, the embedding (1.07 bytes per weight at 8 bits) would add 1.3x its size.
+    assert manifest.memory.weight_bytes < 1.25 * sum(int(t.n_bytes) for t in tensors)
+    engine = Engine.load(target=out, draft=out)
+    for prompt in PROMPTS:
+        expected = engine.generate(prompt, drafter="none", max_new_tokens=24)
+        result = engine.generate(prompt, drafter="model", k=4, max_new_tokens=24)
+        assert result.tokens == expected.tokens and result.stats.drafted > 0
 
 
 @pytest.mark.parametrize("add_space_prefix", [True, False])

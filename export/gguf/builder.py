@@ -5,12 +5,48 @@ next RMSNorm."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from edgespec.export.gguf.reader import float_tensor
-from edgespec.export.gguf.weights import BlockWeights, block_weights, concatenate, reordered
+from edgespec.export.gguf.weights import (
+    BlockShape,
+    BlockWeights,
+    Factors,
+    block_weights,
+    concatenate,
+    reordered,
+)
+
+#: Initializers at least this large go to the data file (onnx.save's default threshold).
+EXTERNAL_THRESHOLD = 1024
+
+
+@dataclass
+class ExternalData:
+    """The graph's data file, written as initializers are made: the graph being built holds
+    each weight's location and length, never the weight, so an import's memory does not grow
+    with the model."""
+
+    stream: BinaryIO
+    location: str
+
+    def tensor(self, name: str, value: np.ndarray) -> Any:
+        from onnx import TensorProto, helper
+
+        tensor = TensorProto(
+            name=name,
+            data_type=helper.np_dtype_to_tensor_dtype(value.dtype),
+            dims=value.shape,
+            data_location=TensorProto.EXTERNAL,
+        )
+        offset = self.stream.tell()
+        self.stream.write(memoryview(value).cast("B"))
+        entries = {"location": self.location, "offset": offset, "length": value.nbytes}
+        for key, entry in entries.items():
+            tensor.external_data.add(key=key, value=str(entry))
+        return tensor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,13 +73,15 @@ class BlockNames:
 class GraphBuilder:
     """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type;
     ``dequantize`` turns every block-quantized weight into a float32 one (a float graph of
-    the file's weights, as llama.cpp dequantizes them)."""
+    the file's weights, as llama.cpp dequantizes them); ``data``, when set, receives the
+    large initializers as they are made."""
 
     accuracy_level: int
     dequantize: bool = False
+    data: ExternalData | None = None
     nodes: list[Any] = field(default_factory=list)
     initializers: list[Any] = field(default_factory=list)
-    quantized: list[BlockWeights] = field(default_factory=list)
+    quantized: list[BlockShape] = field(default_factory=list)
     float_weights: int = 0
 
     def blocks(self, tensor: Any) -> BlockWeights | None:
@@ -78,18 +116,41 @@ class GraphBuilder:
     def constant(self, name: str, value: np.ndarray | np.generic) -> str:
         from onnx import numpy_helper
 
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        value = np.ascontiguousarray(value)
+        if self.data is not None and value.nbytes >= EXTERNAL_THRESHOLD:
+            self.initializers.append(self.data.tensor(name, value))
+        else:
+            self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
     def block_initializers(self, name: str, weights: BlockWeights) -> BlockNames:
-        self.quantized.append(weights)
-        scales = self.half_stored(f"{name}.scales", weights.scales)
+        self.quantized.append(weights.shape)
+        scales = (
+            self.factored(f"{name}.scales", weights.scale_factors)
+            if weights.scale_factors is not None
+            else self.half_stored(f"{name}.scales", weights.scales)
+        )
         return BlockNames(
             packed=self.constant(f"{name}.qweight", weights.packed),
             scales=scales,
             # [K / 32, N]: the offsets term is blocksum(x) [.., K / 32] @ this.
             offsets_t=self.offsets_t(name, weights, scales),
         )
+
+    def factored(self, name: str, factors: Factors) -> str:
+        """A K-quant's per-block values [N, K / block] as the file stores them: a float16 per
+        super-block times an integer per block, multiplied in float32 when the session
+        loads (folded into one initializer, as :meth:`half_stored`'s Cast is)."""
+        per_super = self.node(
+            "Cast", [self.constant(f"{name}.super", factors.per_super)], f"{name}.super_f", to=1
+        )
+        per_block = self.node(
+            "Cast", [self.constant(f"{name}.block", factors.per_block)], f"{name}.block_f", to=1
+        )
+        product = self.node("Mul", [per_super, per_block], f"{name}.product")
+        rows = factors.per_block.shape[0]
+        shape = self.constant(f"{name}.shape", np.array([rows, -1]))
+        return self.node("Reshape", [product, shape], name)
 
     def half_stored(self, name: str, values: np.ndarray) -> str:
         """A float32 constant stored as float16 when that is exact (llama.cpp's scales and
@@ -106,11 +167,17 @@ class GraphBuilder:
         minimums + shift * scales, the same float32 operations as the importer's."""
         if weights.offsets is None:
             return None
-        if weights.minimums is None or not np.array_equal(
+        if weights.minimum_factors is not None:
+            minimums = self.factored(f"{name}.minimums", weights.minimum_factors)
+            minimums = self.node("Transpose", [minimums], f"{name}.minimums_t", perm=[1, 0])
+        elif weights.minimums is None or not np.array_equal(
             weights.minimums.astype(np.float16).astype(np.float32), weights.minimums
         ):
             return self.constant(f"{name}.offsets_t", weights.offsets.T)
-        minimums = self.half_stored(f"{name}.minimums_t", np.ascontiguousarray(weights.minimums.T))
+        else:
+            minimums = self.half_stored(
+                f"{name}.minimums_t", np.ascontiguousarray(weights.minimums.T)
+            )
         shift = self.constant(f"{name}.shift", np.float32(weights.minimum_shift))
         scales_t = self.node("Transpose", [scales], f"{name}.scales_t", perm=[1, 0])
         shifted = self.node("Mul", [scales_t, shift], f"{name}.shifted")
@@ -123,7 +190,7 @@ class GraphBuilder:
             matrix = self.float_matrix(tensor)  # [N, K]
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
-        return self.matmul_nbits(x, self.block_initializers(name, weights), weights, name)
+        return self.matmul_nbits(x, self.block_initializers(name, weights), weights.shape, name)
 
     def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
         """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
@@ -135,12 +202,14 @@ class GraphBuilder:
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]
+        del parts  # the stacked copy is what gets stored; free the parts before it is written
         if stacked is None:
             outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]
             return self.node("Concat", outputs, name, axis=-1)
-        return self.matmul_nbits(x, self.block_initializers(name, stacked), stacked, name)
+        names = self.block_initializers(name, stacked)
+        return self.matmul_nbits(x, names, stacked.shape, name)
 
-    def matmul_nbits(self, x: str, names: BlockNames, weights: BlockWeights, output: str) -> str:
+    def matmul_nbits(self, x: str, names: BlockNames, weights: BlockShape, output: str) -> str:
         product = self.node(
             "MatMulNBits",
             [x, names.packed, names.scales],
@@ -149,13 +218,16 @@ class GraphBuilder:
             K=weights.columns,
             N=weights.rows,
             bits=weights.bits,
-            block_size=32,
+            block_size=weights.block,
             accuracy_level=self.accuracy_level,
         )
         if names.offsets_t is None:
             return product
-        # Q4_1's per-block minimum: sum x over each block of 32, then one small float MatMul.
-        shape = self.constant(f"{output}.block_shape", np.array([1, -1, weights.columns // 32, 32]))
+        # Q4_1's per-block minimum: sum x over each block, then one small float MatMul.
+        size = weights.block
+        shape = self.constant(
+            f"{output}.block_shape", np.array([1, -1, weights.columns // size, size])
+        )
         blocks = self.node("Reshape", [x, shape], f"{output}.x_blocks")
         sums = self.node(
             "ReduceSum",

@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
-from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor
+from edgespec.export.gguf.reader import (
+    UNSCORED_LOGIT,
+    WeightSource,
+    float_rows,
+    float_tensor,
+    tensor_rows,
+)
 from edgespec.manifest import BatchInvarianceResult, ParityResult
 from edgespec.passes import pass_pieces
 
@@ -98,80 +104,136 @@ class GraphRunner:
         return produced
 
 
+#: Elements of one weight that the reference forward dequantizes at once (float64: 32 MB).
+REFERENCE_SLICE = 1 << 22
+
+
 def reference_logits(source: WeightSource, tokens: Sequence[int]) -> np.ndarray:
     """Logits [len(tokens), vocab] of the file's weights in float64 numpy (causal, no cache)."""
+    return reference_logits_batch(source, [tokens])[0]
+
+
+def reference_logits_batch(
+    source: WeightSource, sequences: Sequence[Sequence[int]]
+) -> list[np.ndarray]:
+    """:func:`reference_logits` of each sequence, computed layer by layer for all of them at
+    once: each weight is dequantized a slice of rows at a time (``REFERENCE_SLICE``
+    elements) and dropped, so the check holds one slice beside the sequences' activations,
+    whatever the model's size."""
     arch = source.architecture
-    weight = _WeightCache(source)
-    length, d = len(tokens), arch.head_dim
+    eps = arch.rms_norm_eps
+    longest = max(len(tokens) for tokens in sequences)
+    d = arch.head_dim
     rotary = {
-        False: rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=length),
-        True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=length),
+        False: rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=longest),
+        True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=longest),
     }
-    x = weight("token_embd.weight")[list(tokens)] * arch.embedding_scale
+    embedding = source.tensor("token_embd.weight")
+    xs = [
+        float_rows(embedding, list(tokens)).astype(np.float64) * arch.embedding_scale
+        for tokens in sequences
+    ]
+    for layer in range(arch.num_layers):
+        p = f"blk.{layer}."
+
+        def vector(name: str, prefix: str = p) -> np.ndarray:
+            return float_tensor(source.tensor(prefix + name)).astype(np.float64)
+
+        hs = [_rms(x, vector("attn_norm.weight"), eps) for x in xs]
+        q, k, v = (_project(source, hs, p, part, arch) for part in ("q", "k", "v"))
+        if arch.qk_norm:
+            q_norm, k_norm = vector("attn_q_norm.weight"), vector("attn_k_norm.weight")
+            q = [_rms(_heads(x, arch.num_heads, d), q_norm, eps) for x in q]
+            k = [_rms(_heads(x, arch.num_kv_heads, d), k_norm, eps) for x in k]
+        sliding = arch.is_sliding(layer)
+        attended = [
+            _attention(arch, sliding, rotary[sliding], *qkv) for qkv in zip(q, k, v, strict=True)
+        ]
+        outs = _times(source, p + "attn_output.weight", attended)
+        if arch.gemma:
+            outs = [_rms(out, vector("post_attention_norm.weight"), eps) for out in outs]
+        xs = [x + out for x, out in zip(xs, outs, strict=True)]
+        hs = [_rms(x, vector("ffn_norm.weight"), eps) for x in xs]
+        gates = _times(source, p + "ffn_gate.weight", hs)
+        ups = _times(source, p + "ffn_up.weight", hs)
+        hidden = [
+            (_gelu_tanh(gate) if arch.gemma else gate / (1 + np.exp(-gate))) * up
+            for gate, up in zip(gates, ups, strict=True)
+        ]
+        outs = _times(source, p + "ffn_down.weight", hidden)
+        if arch.gemma:
+            outs = [_rms(out, vector("post_ffw_norm.weight"), eps) for out in outs]
+        xs = [x + out for x, out in zip(xs, outs, strict=True)]
+    norm = float_tensor(source.tensor("output_norm.weight")).astype(np.float64)
+    lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
+    logits = _times(source, lm_head, [_rms(x, norm, eps) for x in xs])
+    if not arch.output_vocabulary:
+        return logits
+    fulls = []
+    for scored in logits:  # a draft's reduced head
+        full = np.full((len(scored), arch.vocab_size), UNSCORED_LOGIT)
+        full[:, list(arch.output_vocabulary)] = scored
+        fulls.append(full)
+    return fulls
+
+
+def _heads(x: np.ndarray, heads: int, d: int) -> np.ndarray:
+    return x.reshape(len(x), heads, d)
+
+
+def _attention(
+    arch: Any,
+    sliding: bool,
+    rotary: tuple[np.ndarray, np.ndarray],
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+) -> np.ndarray:
+    """One sequence's causal attention (q [S, heads · D] or [S, heads, D]) → [S, heads · D]."""
+    length, d = len(q), arch.head_dim
+    cos, sin = rotary
+    q = _rope(_heads(q, arch.num_heads, d), cos, sin, arch.rope_interleaved)
+    k = _rope(_heads(k, arch.num_kv_heads, d), cos, sin, arch.rope_interleaved)
+    v = _heads(v, arch.num_kv_heads, d)
     causal = np.triu(np.full((length, length), -np.inf), 1)
     # A sliding-window layer's position i sees positions i - window + 1 .. i (llama.cpp).
     distance = np.arange(length)[:, None] - np.arange(length)[None, :]
-    windowed = np.where(distance >= max(arch.sliding_window, 1), -np.inf, causal)
-    for layer in range(arch.num_layers):
-        p = f"blk.{layer}."
-        sliding = arch.is_sliding(layer)
-        cos, sin = rotary[sliding]
-        h = _rms(x, weight(p + "attn_norm.weight"), arch.rms_norm_eps)
-        q, k, v = (_project(weight, h, p, part, arch) for part in ("q", "k", "v"))
-        q, k = q.reshape(length, arch.num_heads, d), k.reshape(length, arch.num_kv_heads, d)
-        if arch.qk_norm:
-            q = _rms(q, weight(p + "attn_q_norm.weight"), arch.rms_norm_eps)
-            k = _rms(k, weight(p + "attn_k_norm.weight"), arch.rms_norm_eps)
-        q = _rope(q, cos, sin, arch.rope_interleaved)
-        k = _rope(k, cos, sin, arch.rope_interleaved)
-        v = v.reshape(length, arch.num_kv_heads, d)
-        mask = windowed if sliding else causal
-        group = arch.num_heads // arch.num_kv_heads
-        heads = []
-        for head in range(arch.num_heads):
-            scores = q[:, head] @ k[:, head // group].T / np.sqrt(d) + mask
-            probs = np.exp(scores - scores.max(-1, keepdims=True))
-            heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, head // group])
-        out = np.concatenate(heads, axis=-1) @ weight(p + "attn_output.weight").T
-        if arch.gemma:
-            out = _rms(out, weight(p + "post_attention_norm.weight"), arch.rms_norm_eps)
-        x = x + out
-        h = _rms(x, weight(p + "ffn_norm.weight"), arch.rms_norm_eps)
-        gate, up = h @ weight(p + "ffn_gate.weight").T, h @ weight(p + "ffn_up.weight").T
-        out = (_gelu_tanh(gate) if arch.gemma else gate / (1 + np.exp(-gate))) * up
-        out = out @ weight(p + "ffn_down.weight").T
-        if arch.gemma:
-            out = _rms(out, weight(p + "post_ffw_norm.weight"), arch.rms_norm_eps)
-        x = x + out
-    lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
-    logits = _rms(x, weight("output_norm.weight"), arch.rms_norm_eps) @ weight(lm_head).T
-    if not arch.output_vocabulary:
-        return logits
-    full = np.full((length, arch.vocab_size), UNSCORED_LOGIT)  # a draft's reduced head
-    full[:, list(arch.output_vocabulary)] = logits
-    return full
+    mask = np.where(distance >= max(arch.sliding_window, 1), -np.inf, causal) if sliding else causal
+    group = arch.num_heads // arch.num_kv_heads
+    heads = []
+    for head in range(arch.num_heads):
+        scores = q[:, head] @ k[:, head // group].T / np.sqrt(d) + mask
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, head // group])
+    return np.concatenate(heads, axis=-1)
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
-class _WeightCache:
-    def __init__(self, source: WeightSource) -> None:
-        self.source = source
-        self.cache: dict[str, np.ndarray] = {}
+def _times(source: WeightSource, name: str, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Each x [S, K] @ weight.T → [S, N], the weight dequantized to float64 a slice of rows at
+    a time."""
+    tensor = source.tensor(name)
+    rows, columns = tensor_rows(tensor)
+    stacked = np.concatenate(xs)
+    out = np.empty((len(stacked), rows))
+    step = max(1, REFERENCE_SLICE // columns)
+    for start in range(0, rows, step):
+        weight = float_rows(tensor, slice(start, start + step)).astype(np.float64)
+        out[:, start : start + step] = stacked @ weight.T
+    return np.split(out, np.cumsum([len(x) for x in xs])[:-1])
 
-    def __call__(self, name: str) -> np.ndarray:
-        if name not in self.cache:
-            self.cache[name] = float_tensor(self.source.tensor(name)).astype(np.float64)
-        return self.cache[name]
 
-
-def _project(weight: Any, h: np.ndarray, prefix: str, part: str, arch: Any) -> np.ndarray:
-    out = h @ weight(f"{prefix}attn_{part}.weight").T
-    if arch.qkv_bias:
-        out = out + weight(f"{prefix}attn_{part}.bias")
-    return out
+def _project(
+    source: WeightSource, hs: list[np.ndarray], prefix: str, part: str, arch: Any
+) -> list[np.ndarray]:
+    outs = _times(source, f"{prefix}attn_{part}.weight", hs)
+    if not arch.qkv_bias:
+        return outs
+    bias = float_tensor(source.tensor(f"{prefix}attn_{part}.bias")).astype(np.float64)
+    return [out + bias for out in outs]
 
 
 def _rms(x: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
@@ -195,14 +257,17 @@ def check_parity(
     runner: GraphRunner, source: WeightSource, prompts: Sequence[Sequence[int]], *, min_top1: float
 ) -> ParityResult:
     diffs, agree, positions, greedy_match = [], 0, 0, 0
-    for prompt in prompts:
-        expected = reference_logits(source, prompt)
-        got = runner.forward(prompt, 0, runner.empty())
+    graph = [runner.forward(prompt, 0, runner.empty()) for prompt in prompts]
+    greedy = [runner.greedy(prompt, GREEDY_TOKENS) for prompt in prompts]
+    # One reference pass over every sequence: each weight is dequantized once.
+    continued = [[*prompt, *made[:-1]] for prompt, made in zip(prompts, greedy, strict=True)]
+    references = reference_logits_batch(source, [*prompts, *continued])
+    for i, prompt in enumerate(prompts):
+        expected, got, produced = references[i], graph[i], greedy[i]
         diffs.append(float(np.abs(got - expected).max()))
         agree += int((got.argmax(-1) == expected.argmax(-1)).sum())
         positions += len(prompt)
-        produced = runner.greedy(prompt, GREEDY_TOKENS)
-        full = reference_logits(source, [*prompt, *produced[:-1]])
+        full = references[len(prompts) + i]
         exact = [int(row.argmax()) for row in full[len(prompt) - 1 :]]
         greedy_match += next(
             (i for i, (a, b) in enumerate(zip(produced, exact, strict=True)) if a != b),
@@ -268,7 +333,9 @@ def llama_cpp_agreement(
         from llama_cpp import Llama
     except ImportError:
         return {"checked": False, "reason": "llama-cpp-python is not installed"}
-    llm = Llama(model_path=str(path), n_ctx=512, logits_all=True, n_threads=2, verbose=False)
+    # A context just long enough for the prompts: its logits buffer is n_ctx x vocab floats.
+    n_ctx = max(64, max(len(prompt) for prompt in prompts))
+    llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False)
     agree, self_agree, positions, diff = 0, 0, 0, 0.0
     for prompt in prompts:
         llm.reset()

@@ -35,7 +35,12 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import UnsupportedModelError
-from edgespec.export.gguf.builder import GraphBuilder, Reordered, fuse_residual_norms
+from edgespec.export.gguf.builder import (
+    ExternalData,
+    GraphBuilder,
+    Reordered,
+    fuse_residual_norms,
+)
 from edgespec.export.gguf.folded import (
     KVLayout,
     folded_attention,
@@ -88,7 +93,8 @@ def _embedding(builder: GraphBuilder, source: WeightSource) -> tuple[str, Any]:
         )
         pairs = [builder.node("Unsqueeze", [part, last_axis], f"{part}1") for part in (low, high)]
         codes = builder.node("Concat", pairs, "e.pairs", axis=-1)  # [1, S, blocks, 16, 2]
-    shape = builder.constant("embed.block_shape", np.array([1, -1, weights.columns // 32, 32]))
+    size = weights.block
+    shape = builder.constant("embed.block_shape", np.array([1, -1, weights.columns // size, size]))
     codes = builder.node("Reshape", [codes, shape], "e.blocks")
     codes = builder.node("Cast", [codes], "e.float", to=1)
     zero_point = builder.constant("embed.zero_point", np.float32(2 ** (weights.bits - 1)))
@@ -103,7 +109,7 @@ def _embedding(builder: GraphBuilder, source: WeightSource) -> tuple[str, Any]:
         offsets = builder.node("Unsqueeze", [offsets, last_axis], "e.off_u")
         values = builder.node("Add", [values, offsets], "e.values")
     flat = builder.constant("embed.shape", np.array([1, -1, weights.columns]))
-    return builder.node("Reshape", [values, flat], "embed"), (names, weights)
+    return builder.node("Reshape", [values, flat], "embed"), (names, weights.shape)
 
 
 def _attention(
@@ -268,13 +274,15 @@ def build_graph(
     accuracy_level: int,
     dequantize: bool = False,
     attention: str = "auto",
+    data: ExternalData | None = None,
 ) -> tuple[Any, GraphBuilder, KVLayout]:
     """The ONNX ModelProto, the builder (which knows what was quantized how) and the graph's
-    KV layout."""
+    KV layout; with ``data``, the large initializers are written there as they are made and
+    the ModelProto refers to them."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
-    builder = GraphBuilder(accuracy_level=accuracy_level, dequantize=dequantize)
+    builder = GraphBuilder(accuracy_level=accuracy_level, dequantize=dequantize, data=data)
     quantized = builder.blocks(source.tensor("blk.0.attn_q.weight")) is not None
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention)
     capacity = layout.buffer_length

@@ -89,6 +89,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
                 stage="graph", message="built", done=True, elapsed_s=time.perf_counter() - started
             )
         )
+        source.release_pages()
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
@@ -159,21 +160,19 @@ def write_graph(
     returns the builder, which knows what was quantized how, and the graph's KV layout."""
     import onnx
 
-    model, builder, layout = build_graph(
-        source,
-        capacity=capacity,
-        accuracy_level=accuracy,
-        dequantize=dequantize,
-        attention=attention,
-    )
-    onnx.save(
-        model,
-        str(staging / GRAPH_FILE),
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=DATA_FILE,
-        size_threshold=1024,
-    )
+    from edgespec.export.gguf.builder import ExternalData
+
+    # Weights go to the data file as each is converted: the ModelProto holds their offsets.
+    with (staging / DATA_FILE).open("wb") as stream:
+        model, builder, layout = build_graph(
+            source,
+            capacity=capacity,
+            accuracy_level=accuracy,
+            dequantize=dequantize,
+            attention=attention,
+            data=ExternalData(stream=stream, location=DATA_FILE),
+        )
+    onnx.save(model, str(staging / GRAPH_FILE))
     return builder, layout
 
 
@@ -204,6 +203,7 @@ def _verify(
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
     parity = check.check_parity(runner, source, prompts, min_top1=config.min_top1_agreement)
+    source.release_pages()  # the reference forward read every weight
     observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
     sample = [t for prompt in prompts for t in prompt] + runner.greedy(prompts[0], 48)
     invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
@@ -211,6 +211,7 @@ def _verify(
         observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
         runner.min_width = 2
         invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
+    observe(ProgressEvent(stage="verify", message="agreement with llama.cpp"))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary

@@ -4,6 +4,7 @@ one-line errors. No torch, no transformers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,6 +83,18 @@ class GGUFFile:
     fields: dict[str, Any]
     tensors: dict[str, Any]
     file_type: str
+    #: The reader's map of the file (numpy.memmap), whose pages the tensors' data are.
+    mapped: Any = None
+
+    def release_pages(self) -> None:
+        """Takes the file's pages out of this process's resident memory (they stay in the page
+        cache and are mapped again when read): between an import's stages, so that one
+        stage's reads of the file are not counted against the next."""
+        import mmap
+
+        pages = getattr(self.mapped, "_mmap", None)
+        if pages is not None and hasattr(mmap, "MADV_DONTNEED"):
+            pages.madvise(mmap.MADV_DONTNEED)
 
     def tensor(self, name: str) -> Any:
         if name not in self.tensors:
@@ -133,6 +146,7 @@ def open_gguf(path: Path) -> GGUFFile:
         fields=fields,
         tensors=tensors,
         file_type=str(file_type),
+        mapped=reader.data,
     )
 
 
@@ -197,13 +211,24 @@ def tensor_rows(tensor: Any) -> tuple[int, int]:
 def float_tensor(tensor: Any) -> np.ndarray:
     """A weight as float32 in its logical shape (rows, columns) or (n,): F32 and F16 as stored,
     quantized types dequantized with the ``gguf`` package's reference code."""
+    shape = tuple(int(n) for n in reversed(tensor.shape))
+    return _dequantized(np.asarray(tensor.data), tensor.tensor_type).reshape(shape)
+
+
+def float_rows(tensor: Any, rows: slice | Sequence[int]) -> np.ndarray:
+    """Some rows of a 2-D weight as float32 [len(rows), columns]: only their blocks are read
+    and dequantized (a row of a GGUF tensor is whole blocks)."""
+    columns = tensor_rows(tensor)[1]
+    data = np.asarray(tensor.data)
+    picked = data[rows] if isinstance(rows, slice) else data[np.asarray(rows, np.int64)]
+    return _dequantized(picked, tensor.tensor_type).reshape(-1, columns)
+
+
+def _dequantized(data: np.ndarray, kind: Any) -> np.ndarray:
     from gguf import GGMLQuantizationType, quants
 
-    if tensor.tensor_type == GGMLQuantizationType.F32:
-        data = np.asarray(tensor.data, dtype=np.float32)
-    elif tensor.tensor_type == GGMLQuantizationType.F16:
-        data = np.asarray(tensor.data, dtype=np.float16).astype(np.float32)
-    else:
-        data = quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
-    shape = tuple(int(n) for n in reversed(tensor.shape))
-    return data.reshape(shape)
+    if kind == GGMLQuantizationType.F32:
+        return np.asarray(data, dtype=np.float32)
+    if kind == GGMLQuantizationType.F16:
+        return np.asarray(data, dtype=np.float16).astype(np.float32)
+    return quants.dequantize(data, kind).astype(np.float32)

@@ -20,13 +20,18 @@ per byte for 8 bits. llama.cpp's blocks map onto that with no requantization:
   sub-block of 32, nibbles): ``w = q * d·sc - dmin·m`` → 4 bits, scale d·sc and offset
   8 d·sc - dmin·m per block of 32, as Q4_1;
 * Q5_K (as Q4_K with a fifth bit per weight): ``w = q * d·sc - dmin·m``, q in 0..31 → 8 bits
-  (q + 112, zero point 128: exact, at 8 bits' size), offset 16 d·sc - dmin·m.
+  (q + 112, zero point 128: exact, at 8 bits' size), offset 16 d·sc - dmin·m;
+* Q6_K (super-blocks of 256: ``d`` and a signed 8-bit scale ``sc`` per sub-block of 16):
+  ``w = (q - 32) * d·sc``, q in 0..63 → 8 bits in blocks of 16 (q + 96, zero point 128).
+
+The K-quants' block scales d·sc (and minimums dmin·m) are products of a float16 and a small
+integer that float16 cannot always hold: they are kept as their :class:`Factors` (the file's
+own fields) and multiplied when the graph loads, as the importer multiplies them.
 
 llama.cpp packs a block's first 16 weights in the low nibbles and the last 16 in the high
 ones (Q4_K/Q5_K: a 64-weight group's first 32 low, last 32 high), so nibbles are reordered
-(not changed). Other types (Q6_K, whose sub-blocks of 16 have their own scales, and the rest)
-are dequantized and requantized to 8 bits per block of 32 (round to nearest): the grid is then
-not llama.cpp's, and the record says so.
+(not changed). Other types are dequantized and requantized to 8 bits per block of 32 (round to
+nearest): the grid is then not llama.cpp's, and the record says so.
 """
 
 from __future__ import annotations
@@ -42,15 +47,47 @@ BLOCK = 32
 
 
 @dataclass(frozen=True, kw_only=True)
+class Factors:
+    """Per-block values [N, K / block] = ``per_super[..., None] * per_block`` in float32,
+    reshaped: a K-quant's float16 field of each super-block of 256 (``per_super`` float16
+    [N, K / 256, 1]) times its sub-blocks' integers (``per_block`` uint8 or int8
+    [N, K / 256, sub-blocks])."""
+
+    per_super: np.ndarray
+    per_block: np.ndarray
+
+    def values(self) -> np.ndarray:
+        product = self.per_super.astype(np.float32) * self.per_block.astype(np.float32)
+        return product.reshape(product.shape[0], -1)
+
+    def rows(self, rows: np.ndarray) -> Factors:
+        return Factors(per_super=self.per_super[rows], per_block=self.per_block[rows])
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockShape:
+    """What the graph and the manifest need of a block-quantized weight once it is stored."""
+
+    bits: int
+    rows: int
+    columns: int
+    block: int
+    source_type: str
+    grid_kept: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class BlockWeights:
     """One weight [rows = N outputs, columns = K inputs] in MatMulNBits form.
 
-    ``packed`` uint8 [N, K / 32, 16 or 32] with MatMulNBits' default zero point (8 or 128);
-    ``scales`` float32 [N, K / 32]; ``offsets`` float32 [N, K / 32] or None: added to every
-    weight of its block (Q4_1's minimum); ``grid_kept`` False when the file's type had to be
-    requantized. ``minimums`` (float32 [N, K / 32], float16 values: the file's own ``m``) is
-    set when ``offsets == minimums + minimum_shift * scales`` in float32, so the bundle can
-    store the file's float16 fields and compute the offsets when the graph loads."""
+    ``packed`` uint8 [N, K / block, block / 2 or block] with MatMulNBits' default zero point
+    (8 or 128); ``scales`` float32 [N, K / block]; ``offsets`` float32 [N, K / block] or None:
+    added to every weight of its block (Q4_1's minimum); ``grid_kept`` False when the file's
+    type had to be requantized. ``minimums`` (float32 [N, K / block]) is set when
+    ``offsets == minimums + minimum_shift * scales`` in float32, so the bundle can store the
+    file's fields and compute the offsets when the graph loads; ``scale_factors`` and
+    ``minimum_factors`` are the file's fields that ``scales`` and ``minimums`` are products
+    of (K-quants)."""
 
     bits: int
     packed: np.ndarray
@@ -60,6 +97,9 @@ class BlockWeights:
     grid_kept: bool
     minimums: np.ndarray | None = None
     minimum_shift: float = 0.0
+    block: int = BLOCK
+    scale_factors: Factors | None = None
+    minimum_factors: Factors | None = None
 
     @property
     def rows(self) -> int:
@@ -67,7 +107,18 @@ class BlockWeights:
 
     @property
     def columns(self) -> int:
-        return int(self.packed.shape[1]) * BLOCK
+        return int(self.packed.shape[1]) * self.block
+
+    @property
+    def shape(self) -> BlockShape:
+        return BlockShape(
+            bits=self.bits,
+            rows=self.rows,
+            columns=self.columns,
+            block=self.block,
+            source_type=self.source_type,
+            grid_kept=self.grid_kept,
+        )
 
 
 def _blocks(tensor: Any, block_bytes: int) -> np.ndarray:
@@ -140,19 +191,28 @@ def _q8_0(tensor: Any) -> BlockWeights:
 SUPER_BLOCK = 256  # weights per K-quant super-block (8 sub-blocks of 32)
 
 
-def _k_blocks(tensor: Any, block_bytes: int) -> tuple[np.ndarray, ...]:
-    """A K-quant tensor's super-blocks [N, K / 256, bytes] split into the sub-block scale
-    d·sc and minimum dmin·m (float32 [N, K / 32]) and the rest of each super-block."""
-    from gguf.quants import Q4_K
-
+def _super_blocks(tensor: Any, block_bytes: int) -> np.ndarray:
     rows, columns = tensor_rows(tensor)
     raw = np.ascontiguousarray(np.asarray(tensor.data)).view(np.uint8)
-    blocks = raw.reshape(rows * columns // SUPER_BLOCK, block_bytes)
-    d, dmin = _half(blocks, 0)[:, None], _half(blocks, 2)[:, None]  # [blocks, 1]
+    return raw.reshape(rows * columns // SUPER_BLOCK, block_bytes)
+
+
+def _k_blocks(tensor: Any, block_bytes: int) -> tuple[Factors, Factors, np.ndarray]:
+    """A K-quant tensor's super-blocks split into the factors of the sub-block scale d·sc and
+    of the negated minimum -dmin·m, and the rest of each super-block [N · K / 256, bytes]."""
+    from gguf.quants import Q4_K
+
+    rows = tensor_rows(tensor)[0]
+    blocks = _super_blocks(tensor, block_bytes)
+    d = np.ascontiguousarray(blocks[:, 0:2]).view(np.float16)  # [blocks, 1]
+    dmin = np.ascontiguousarray(blocks[:, 2:4]).view(np.float16)
     sc, m = Q4_K.get_scale_min(blocks[:, 4:16])  # the 6-bit fields, [blocks, 8] each
-    scales = (d * sc.astype(np.float32)).reshape(rows, columns // BLOCK)
-    minimums = (dmin * m.astype(np.float32)).reshape(rows, columns // BLOCK)
-    return scales, minimums, blocks[:, 16:]
+
+    def factors(half: np.ndarray, integers: np.ndarray) -> Factors:
+        return Factors(per_super=half.reshape(rows, -1, 1), per_block=integers.reshape(rows, -1, 8))
+
+    # -(dmin·m) = (-dmin)·m exactly, and offsets = 8 d·sc + (-dmin·m) = 8 d·sc - dmin·m.
+    return factors(d, sc.astype(np.uint8)), factors(-dmin, m.astype(np.uint8)), blocks[:, 16:]
 
 
 def _k_nibbles(qs: np.ndarray, rows: int) -> np.ndarray:
@@ -163,17 +223,30 @@ def _k_nibbles(qs: np.ndarray, rows: int) -> np.ndarray:
     return codes.reshape(rows, -1, BLOCK)
 
 
+def _k_weights(
+    packed: np.ndarray, bits: int, shift: float, factors: tuple[Factors, Factors], kind: str
+) -> BlockWeights:
+    """``shift``: how far MatMulNBits' zero point lies below the file's (8 or 16 codes)."""
+    scale_factors, minimum_factors = factors
+    scales, minimums = scale_factors.values(), minimum_factors.values()
+    return BlockWeights(
+        bits=bits,
+        packed=packed,
+        scales=scales,
+        offsets=(minimums + shift * scales).astype(np.float32),
+        source_type=kind,
+        grid_kept=True,
+        minimums=minimums,
+        minimum_shift=shift,
+        scale_factors=scale_factors,
+        minimum_factors=minimum_factors,
+    )
+
+
 def _q4_k(tensor: Any) -> BlockWeights:
     rows = tensor_rows(tensor)[0]
     scales, minimums, rest = _k_blocks(tensor, 144)
-    return BlockWeights(
-        bits=4,
-        packed=pack_nibbles(_k_nibbles(rest, rows)),
-        scales=scales,
-        offsets=(8.0 * scales - minimums).astype(np.float32),
-        source_type="Q4_K",
-        grid_kept=True,
-    )
+    return _k_weights(pack_nibbles(_k_nibbles(rest, rows)), 4, 8.0, (scales, minimums), "Q4_K")
 
 
 def _q5_k(tensor: Any) -> BlockWeights:
@@ -183,13 +256,35 @@ def _q5_k(tensor: Any) -> BlockWeights:
     shifts = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
     high = ((high_bits[:, None, :] >> shifts) & 1).reshape(rows, -1, BLOCK)
     codes = _k_nibbles(low, rows) | (high << 4)  # 0..31
+    return _k_weights((codes + 112).astype(np.uint8), 8, 16.0, (scales, minimums), "Q5_K")
+
+
+Q6_K_BLOCK = 16
+
+
+def _q6_k(tensor: Any) -> BlockWeights:
+    """Q6_K: low nibbles (128 bytes), high 2-bit pairs (64), int8 scales (16), float16 d."""
+    rows = tensor_rows(tensor)[0]
+    blocks = _super_blocks(tensor, 210)
+    low = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    low = (low & 0x0F).reshape(-1, 2, 4, 32)  # [blocks, half, quarter, 32]
+    high = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(
+        1, 1, 4, 1
+    )
+    codes = low | ((high & 0x03) << 4)  # 0..63, the super-block's 256 weights in order
+    scale_factors = Factors(
+        per_super=np.ascontiguousarray(blocks[:, 208:210]).view(np.float16).reshape(rows, -1, 1),
+        per_block=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).reshape(rows, -1, 16),
+    )
     return BlockWeights(
         bits=8,
-        packed=(codes + 112).astype(np.uint8),
-        scales=scales,
-        offsets=(16.0 * scales - minimums).astype(np.float32),
-        source_type="Q5_K",
+        packed=(codes.reshape(rows, -1, Q6_K_BLOCK) + 96).astype(np.uint8),
+        scales=scale_factors.values(),
+        offsets=None,
+        source_type="Q6_K",
         grid_kept=True,
+        block=Q6_K_BLOCK,
+        scale_factors=scale_factors,
     )
 
 
@@ -253,6 +348,7 @@ EXACT = {
     "Q8_0": _q8_0,
     "Q4_K": _q4_k,
     "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
 }
 
 
@@ -271,7 +367,7 @@ def block_weights(tensor: Any) -> BlockWeights | None:
 def dequantized(weights: BlockWeights) -> np.ndarray:
     """What the graph computes with, [N, K] float32: the check that no grid was lost."""
     if weights.bits == 4:
-        codes = np.empty((*weights.packed.shape[:-1], BLOCK), dtype=np.float32)
+        codes = np.empty((*weights.packed.shape[:-1], weights.block), dtype=np.float32)
         codes[..., 0::2] = weights.packed & 0x0F
         codes[..., 1::2] = weights.packed >> 4
     else:
@@ -287,13 +383,21 @@ def reordered(
     weights: BlockWeights, *, rows: np.ndarray | None = None, columns: np.ndarray | None = None
 ) -> BlockWeights:
     """The same blocks with the outputs in ``rows`` order and the inputs in ``columns`` order;
-    ``columns`` must move whole blocks of 32 (each run of 32 starting at a multiple of 32)."""
+    ``columns`` must move whole blocks (each run of a block starting at a multiple of it).
+    Moving columns drops the K-quants' factors (a super-block's sub-blocks are split up), so
+    their scales are then stored as float32."""
     blocks = None
+    size = weights.block
     if columns is not None:
-        runs = np.asarray(columns).reshape(-1, BLOCK)
-        blocks = runs[:, 0] // BLOCK
-        if (runs[:, 0] % BLOCK).any() or (runs != runs[:, :1] + np.arange(BLOCK)).any():
+        runs = np.asarray(columns).reshape(-1, size)
+        blocks = runs[:, 0] // size
+        if (runs[:, 0] % size).any() or (runs != runs[:, :1] + np.arange(size)).any():
             raise ValueError("block-quantized inputs can only be reordered by whole blocks")
+
+    def factors(kept: Factors | None) -> Factors | None:
+        if kept is None or columns is not None:
+            return None
+        return kept if rows is None else kept.rows(rows)
 
     def take(values: np.ndarray) -> np.ndarray:
         if rows is not None:
@@ -308,6 +412,17 @@ def reordered(
         scales=take(weights.scales),
         offsets=None if weights.offsets is None else take(weights.offsets),
         minimums=None if weights.minimums is None else take(weights.minimums),
+        scale_factors=factors(weights.scale_factors),
+        minimum_factors=factors(weights.minimum_factors),
+    )
+
+
+def _stacked_factors(parts: list[Factors | None]) -> Factors | None:
+    if any(p is None for p in parts) or len({p.per_block.shape[1:] for p in parts}) != 1:  # type: ignore[union-attr]
+        return None
+    return Factors(
+        per_super=np.concatenate([p.per_super for p in parts]),  # type: ignore[union-attr]
+        per_block=np.concatenate([p.per_block for p in parts]),  # type: ignore[union-attr]
     )
 
 
@@ -315,7 +430,7 @@ def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
     """Weights sharing an input stacked along the outputs (Q|K|V, gate|up) for one MatMulNBits
     call instead of several; None when their widths or bit widths differ. A part without
     offsets gets zero offsets, which adds nothing."""
-    if len({(p.bits, p.columns) for p in parts}) != 1:
+    if len({(p.bits, p.columns, p.block) for p in parts}) != 1:
         return None
     with_offsets = any(p.offsets is not None for p in parts)
     # The minimums form holds when every part has it with one shift (zero offsets do not).
@@ -336,4 +451,9 @@ def concatenate(parts: list[BlockWeights]) -> BlockWeights | None:
         if minimums_kept
         else None,
         minimum_shift=parts[0].minimum_shift if minimums_kept else 0.0,
+        block=parts[0].block,
+        scale_factors=_stacked_factors([p.scale_factors for p in parts]),
+        minimum_factors=_stacked_factors([p.minimum_factors for p in parts])
+        if minimums_kept
+        else None,
     )
