@@ -363,7 +363,7 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
         )
         or "fp32",
         bits=min((w.bits for w in builder.quantized), default=32),
-        block_size=32 if quantized else None,
+        block_size=min((w.block for w in builder.quantized), default=32) if quantized else None,
         accuracy_level=accuracy,
         symmetric=False,
         op_types=("MatMulNBits", "Gather") if quantized else (),
