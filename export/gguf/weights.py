@@ -352,11 +352,41 @@ EXACT = {
 }
 
 
+#: Weights converted at once: a larger tensor (an embedding) is converted a slice of rows at a
+#: time, so the conversion's intermediate arrays (32-bit words per 5-bit code...) stay small.
+CONVERT_SLICE = 1 << 24
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows ``start:stop`` of a GGUF tensor, shaped as the reader's tensors are."""
+
+    tensor: Any
+    start: int
+    stop: int
+
+    @property
+    def data(self) -> np.ndarray:
+        return np.asarray(self.tensor.data)[self.start : self.stop]
+
+    @property
+    def tensor_type(self) -> Any:
+        return self.tensor.tensor_type
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (tensor_rows(self.tensor)[1], self.stop - self.start)
+
+
 def block_weights(tensor: Any) -> BlockWeights | None:
     """The weight as MatMulNBits blocks; None for F32/F16/BF16 weights (kept as float) or a
     width that is not a multiple of 32."""
     kind = tensor.tensor_type.name
-    columns = tensor_rows(tensor)[1]
+    rows, columns = tensor_rows(tensor)
+    if kind in EXACT and rows * columns > CONVERT_SLICE:
+        step = max(1, CONVERT_SLICE // columns)
+        parts = [EXACT[kind](_Rows(tensor, a, min(a + step, rows))) for a in range(0, rows, step)]
+        return concatenate(parts)
     if kind in EXACT:
         return EXACT[kind](tensor)
     if kind in ("F32", "F16", "BF16") or columns % BLOCK:
