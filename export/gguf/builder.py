@@ -42,7 +42,7 @@ class ExternalData:
             data_location=TensorProto.EXTERNAL,
         )
         offset = self.stream.tell()
-        self.stream.write(memoryview(value).cast("B"))
+        self.stream.write(value.reshape(-1).view(np.uint8).data)
         entries = {"location": self.location, "offset": offset, "length": value.nbytes}
         for key, entry in entries.items():
             tensor.external_data.add(key=key, value=str(entry))
@@ -201,7 +201,7 @@ class GraphBuilder:
             matrix = np.concatenate([self.float_matrix(t) for t in tensors])  # [N1 + N2 + ..., K]
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
-        stacked = None if any(p is None for p in parts) else concatenate(parts)  # type: ignore[arg-type]
+        stacked = None if any(p is None for p in parts) else concatenate(parts)
         del parts  # the stacked copy is what gets stored; free the parts before it is written
         if stacked is None:
             outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]

@@ -266,8 +266,10 @@ def _q6_k(tensor: Any) -> BlockWeights:
     """Q6_K: low nibbles (128 bytes), high 2-bit pairs (64), int8 scales (16), float16 d."""
     rows = tensor_rows(tensor)[0]
     blocks = _super_blocks(tensor, 210)
-    low = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
-    low = (low & 0x0F).reshape(-1, 2, 4, 32)  # [blocks, half, quarter, 32]
+    nibbles = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(
+        1, 1, 2, 1
+    )
+    low = (nibbles & 0x0F).reshape(-1, 2, 4, 32)  # [blocks, half, quarter, 32]
     high = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(
         1, 1, 4, 1
     )
