@@ -64,10 +64,10 @@ def _gguf() -> Path:
 
 @pytest.fixture(scope="module")
 def gemma3() -> Path:
-    from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.engine.default_model import importer_revision
 
     path = _gguf()
-    bundle = CACHE / f"gemma3-270m-q4_k_m-r{GRAPH_REVISION}"
+    bundle = CACHE / f"gemma3-270m-q4_k_m-{importer_revision()}"
     if not (bundle / "manifest.json").is_file():
         command = ["export", str(path), "--out", str(bundle), "--quiet", "--force"]
         assert main(command) == 0

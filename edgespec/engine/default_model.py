@@ -94,12 +94,19 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "edgespec"
 
 
-def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
-    """The cached bundle's directory; the importer's graph revision is part of the name, so a
-    newer edgespec that changes the graph converts again instead of loading a stale graph."""
+def importer_revision() -> str:
+    """The GGUF importer's revision as cached bundles' names carry it: its graph's and its
+    tokenizer's, so a newer edgespec that changes either converts again instead of loading a
+    stale bundle."""
     from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
 
-    return (cache or cache_dir()) / "models" / f"{model.slug}-r{GRAPH_REVISION}"
+    return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
+
+
+def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
+    """The cached bundle's directory (the importer's revision in the name)."""
+    return (cache or cache_dir()) / "models" / f"{model.slug}-{importer_revision()}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,15 +168,13 @@ def packaged_draft(model: PackagedModel = DEFAULT_MODEL) -> Path | None:
 def draft_bundle_dir(
     model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None
 ) -> Path | None:
-    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's graph
-    revision in the name), or None when the package ships no draft for ``model``."""
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
+    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's revision
+    in the name), or None when the package ships no draft for ``model``."""
     source = packaged_draft(model)
     if source is None:
         return None
     key = sha256_of_file(source)[:12]
-    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-r{GRAPH_REVISION}"
+    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key}-{importer_revision()}"
 
 
 def default_draft_bundle(
