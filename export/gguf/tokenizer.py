@@ -39,6 +39,37 @@ SPACE = "\u2581"  # SentencePiece's "▁"
 TOKENIZER_REVISION = 2
 
 
+#: Token texts llama.cpp makes control tokens whatever type the file gives them (it takes
+#: them for end-of-generation markers), so it matches them whole in text.
+END_MARKERS = frozenset(
+    {
+        *("<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "</s>"),
+        *("<|end_of_text|>", "<end_of_turn>", "<end_of_utterance>", "<eos>", "<turn|>"),
+        *("<|return|>", "<|call|>", "<|calls|>", "<|flush|>", "<|tool_response>", "[e~["),
+        *("<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<\uff5cend\u2581of\u2581sentence\uff5c>"),
+    }
+)
+#: Fill-in-the-middle markers by role (``tokenizer.ggml.ROLE_token_id``): llama.cpp makes them
+#: control tokens when the file names no token for the role.
+FIM_MARKERS = {
+    "fim_pre": (
+        *("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<|code_prefix|>", "<|prefix|>"),
+        *("<\uff5cfim\u2581begin\uff5c>", "<PRE>", "\u2581<PRE>"),
+    ),
+    "fim_suf": (
+        *("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<|code_suffix|>", "<|suffix|>"),
+        *("<\uff5cfim\u2581hole\uff5c>", "<SUF>", "\u2581<SUF>"),
+    ),
+    "fim_mid": (
+        *("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<|code_middle|>", "<|middle|>"),
+        *("<\uff5cfim\u2581end\uff5c>", "<MID>", "\u2581<MID>"),
+    ),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PreTokenizer:
     """One of llama.cpp's byte-level pre-tokenizers: the ``tokenizer.ggml.pre`` names that
@@ -114,7 +145,6 @@ PRE_TOKENIZERS = (
         ignore_merges=True,
         add_bos=True,
     ),
-    PreTokenizer(names=("dbrx", "smaug-bpe"), splits=(_llama3_style(r"\p{L}", r"\p{N}{1,3}"),)),
     PreTokenizer(
         names=("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"),
         splits=(_llama3_style(r"\p{L}", r"\p{N}"),),
@@ -196,7 +226,12 @@ def build_tokenizer(source: GGUFFile) -> GGUFTokenizer:
         tokenizer = _sentencepiece(fields, tokens, types)
     else:
         tokenizer = _byte_level_bpe(fields, tokens, pre)
-    specials = [tokens[i] for i, t in enumerate(types) if t in (UNKNOWN, CONTROL, USER_DEFINED)]
+    promoted = _promoted(fields)
+    specials = [
+        token
+        for token, kind in zip(tokens, types, strict=True)
+        if kind in (UNKNOWN, CONTROL, USER_DEFINED) or token in promoted
+    ]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
 
     def token_id(key: str) -> int | None:
@@ -228,6 +263,16 @@ def build_tokenizer(source: GGUFFile) -> GGUFTokenizer:
         special_tokens={name: tokens[i] for name, i in named.items() if i is not None},
         chat_template=field_value(fields, "tokenizer.chat_template"),
     )
+
+
+def _promoted(fields: Any) -> frozenset[str]:
+    """The texts llama.cpp makes control tokens in this file, whatever their type."""
+    unnamed = [
+        markers
+        for role, markers in FIM_MARKERS.items()
+        if field_value(fields, f"tokenizer.ggml.{role}_token_id") is None
+    ]
+    return END_MARKERS.union(*unnamed)
 
 
 def _byte_level_bpe(fields: Any, tokens: list[str], pre: PreTokenizer) -> Any:

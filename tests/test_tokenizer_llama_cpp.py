@@ -1,0 +1,162 @@
+"""The GGUF importer's tokenizers against llama.cpp's own, for every pre-tokenizer it rebuilds.
+
+llama.cpp's source ships vocabulary-only GGUF files (``models/ggml-vocab-*.gguf``: tokens,
+merges or scores, no weights) for many pre-tokenizers. They are taken once from the
+llama-cpp-python source package on the package index (``pip download --no-deps
+--no-binary :all:``) and kept in ``$EDGESPEC_TEST_CACHE/llama-cpp-vocab-VERSION`` (default
+``~/.cache/edgespec/tests``), so later runs need no network. Each file's tokenizer, rebuilt
+from its metadata, must give llama.cpp's tokens (llama-cpp-python, ``vocab_only``) on every
+text of ``fixtures/tokenizer_corpus.json`` and of the file's own test inputs (``.gguf.inp``),
+with and without the BOS token the file asks for. Without llama-cpp-python the comparison
+skips with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from edgespec.errors import UnsupportedModelError
+
+from test_real_model import CACHE
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "tokenizer_corpus.json"
+#: Vocabulary files by the pre-tokenizer (``tokenizer.ggml.pre``, or "default" without one)
+#: each covers; "spm" marks SentencePiece ("llama") vocabularies.
+VOCABS = {
+    "gpt-2": "gpt-2",
+    "mpt": "gpt-2",
+    "starcoder": "smollm",
+    "refact": "smollm",
+    "command-r": "smollm",
+    "llama-bpe": "llama-bpe",
+    "qwen2": "qwen2",
+    "qwen35": "qwen35",
+    "falcon": "falcon",
+    "deepseek-llm": "deepseek-llm",
+    "deepseek-coder": "deepseek-coder",
+    "gpt-neox": "default",
+    "aquila": "default",
+    "llama-spm": "spm",
+    "phi-3": "spm",
+    "baichuan": "spm",
+}
+SEPARATOR = "\n__ggml_vocab_test__\n"
+
+
+def corpus() -> list[str]:
+    return list(json.loads(CORPUS.read_text(encoding="utf-8"))["texts"])
+
+
+def _vocab_dir(version: str) -> Path:
+    """The vocabulary files of llama-cpp-python ``version``'s source, fetched once."""
+    folder = CACHE / f"llama-cpp-vocab-{version}"
+    if all((folder / f"ggml-vocab-{name}.gguf").is_file() for name in VOCABS):
+        return folder
+    with tempfile.TemporaryDirectory(dir=CACHE.parent if CACHE.parent.exists() else None) as tmp:
+        fetched = subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"),
+                *("--no-binary", ":all:", f"llama-cpp-python=={version}", "-d", tmp),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+        archives = sorted(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        if fetched.returncode != 0 or not archives:
+            pytest.skip(f"llama-cpp-python's source could not be fetched: {fetched.stderr[-200:]}")
+        partial = folder.with_name(folder.name + ".partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archives[0]) as archive:
+            for member in archive.getmembers():
+                name = Path(member.name).name
+                if "/vendor/llama.cpp/models/" in member.name and name.startswith("ggml-vocab-"):
+                    extracted = archive.extractfile(member)
+                    if extracted is not None:
+                        (partial / name).write_bytes(extracted.read())
+        partial.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> Any:
+    return pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (the engine-test extra)")
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(llama_cpp: Any) -> Path:
+    return _vocab_dir(llama_cpp.__version__)
+
+
+def _ours(path: Path) -> Any:
+    from gguf import GGUFReader
+
+    from edgespec.export.gguf.tokenizer import build_tokenizer
+
+    return build_tokenizer(SimpleNamespace(fields=GGUFReader(str(path)).fields, path=path))
+
+
+def disagreements(path: Path, texts: list[str], llama_cpp: Any) -> list[str]:
+    """The texts on which the rebuilt tokenizer and llama.cpp's differ, each with both
+    tokenizations; the first text is also compared with the BOS token the file asks for."""
+    built = _ours(path)
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    found = []
+    for text in texts:
+        ours = built.tokenizer.encode(text, add_special_tokens=False).ids
+        theirs = llm.tokenize(text.encode(), add_bos=False, special=True)
+        if ours != theirs:
+            found.append(f"{text[:40]!r}: ours {ours[:16]}, llama.cpp {theirs[:16]}")
+    ours = built.tokenizer.encode(texts[0]).ids
+    theirs = llm.tokenize(texts[0].encode(), add_bos=True, special=True)
+    if ours != theirs:
+        found.append(f"with BOS {texts[0][:40]!r}: ours {ours[:8]}, llama.cpp {theirs[:8]}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(VOCABS))
+def test_tokens_equal_llama_cpp(name: str, vocab_dir: Path, llama_cpp: Any) -> None:
+    path = vocab_dir / f"ggml-vocab-{name}.gguf"
+    inputs = path.with_name(path.name + ".inp")
+    own = inputs.read_text(encoding="utf-8").split(SEPARATOR) if inputs.is_file() else []
+    found = disagreements(path, corpus() + own, llama_cpp)
+    assert not found, "\n".join(found)
+
+
+def test_every_pre_tokenizer_is_compared() -> None:
+    from edgespec.export.gguf.tokenizer import PRE_TOKENIZERS
+
+    covered = set(VOCABS.values())
+    assert all(any(name in covered for name in pre.names) for pre in PRE_TOKENIZERS)
+
+
+def test_an_unknown_pre_tokenizer_is_refused_in_one_line(tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "mystery.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("mystery-bpe")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedModelError) as raised:
+        _ours(path)
+    message = str(raised.value)
+    assert "\n" not in message and "'mystery-bpe'" in message
+    assert "qwen2" in message and "llama-bpe" in message and "smollm" in message
