@@ -38,7 +38,7 @@ def compare(path: Path, show: int) -> str:
     fields = GGUFReader(str(path)).fields
     pre = fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in fields else None
     kind = fields["tokenizer.ggml.model"].contents()
-    built = build_tokenizer(SimpleNamespace(fields=fields, path=path))  # type: ignore[arg-type]
+    built = build_tokenizer(SimpleNamespace(fields=fields, path=path))
     llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     texts = texts_for(path)
     differing = []

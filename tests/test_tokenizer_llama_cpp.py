@@ -62,9 +62,11 @@ def corpus() -> list[str]:
 def _vocab_dir(version: str) -> Path:
     """The vocabulary files of llama-cpp-python ``version``'s source, fetched once."""
     folder = CACHE / f"llama-cpp-vocab-{version}"
-    if all((folder / f"ggml-vocab-{name}.gguf").is_file() for name in VOCABS):
+    wanted = {f"ggml-vocab-{name}.gguf{suffix}" for name in VOCABS for suffix in ("", ".inp")}
+    if folder.is_dir():
         return folder
-    with tempfile.TemporaryDirectory(dir=CACHE.parent if CACHE.parent.exists() else None) as tmp:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         fetched = subprocess.run(
             [
                 *(sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"),
@@ -78,16 +80,15 @@ def _vocab_dir(version: str) -> Path:
         archives = sorted(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
         if fetched.returncode != 0 or not archives:
             pytest.skip(f"llama-cpp-python's source could not be fetched: {fetched.stderr[-200:]}")
-        partial = folder.with_name(folder.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
+        partial = Path(tmp) / "vocab"
+        partial.mkdir()
         with tarfile.open(archives[0]) as archive:
             for member in archive.getmembers():
                 name = Path(member.name).name
-                if "/vendor/llama.cpp/models/" in member.name and name.startswith("ggml-vocab-"):
-                    extracted = archive.extractfile(member)
-                    if extracted is not None:
-                        (partial / name).write_bytes(extracted.read())
-        partial.rename(folder)
+                extracted = archive.extractfile(member) if name in wanted else None
+                if "/vendor/llama.cpp/models/" in member.name and extracted is not None:
+                    (partial / name).write_bytes(extracted.read())
+        partial.rename(folder)  # whole or not at all
     return folder
 
 
