@@ -53,7 +53,12 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
     assert bundle_dir().parent == tmp_path / "mine" / "models"
-    assert bundle_dir().name.startswith(DEFAULT_MODEL.slug)
+    # Both importer revisions are in the name: a bundle from an older graph or tokenizer is
+    # never loaded.
+    from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
+
+    assert bundle_dir().name == f"{DEFAULT_MODEL.slug}-r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
 
 
 def test_a_configured_default_that_is_gone_names_the_variable(

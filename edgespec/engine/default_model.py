@@ -96,12 +96,19 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "edgespec"
 
 
-def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
-    """The cached bundle's directory; the importer's graph revision is part of the name, so a
-    newer edgespec that changes the graph converts again instead of loading a stale graph."""
+def importer_revision() -> str:
+    """The GGUF importer's revision as cached bundles' names carry it: its graph's and its
+    tokenizer's, so a newer edgespec that changes either converts again instead of loading a
+    stale bundle."""
     from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
 
-    return (cache or cache_dir()) / "models" / f"{model.slug}-r{GRAPH_REVISION}"
+    return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
+
+
+def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
+    """The cached bundle's directory (the importer's revision in the name)."""
+    return (cache or cache_dir()) / "models" / f"{model.slug}-{importer_revision()}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,17 +170,16 @@ def packaged_draft(model: PackagedModel = DEFAULT_MODEL) -> Path | None:
 def draft_bundle_dir(
     model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None
 ) -> Path | None:
-    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's graph
-    revision in the name), or None when the package ships no draft for ``model``."""
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
+    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's revision
+    in the name), or None when the package ships no draft for ``model``."""
     source = packaged_draft(model)
     if source is None:
         return None
     # The draft carries the target's system prompt (chat formatted on the device alone, under
     # a remote target, must match the target's), so it is part of the key too.
     key = hashlib.sha256(f"{sha256_of_file(source)}\n{model.system_prompt}".encode()).hexdigest()
-    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key[:12]}-r{GRAPH_REVISION}"
+    name = f"{model.slug}-draft-{key[:12]}-{importer_revision()}"
+    return (cache or cache_dir()) / "models" / name
 
 
 def default_draft_bundle(

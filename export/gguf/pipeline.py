@@ -74,6 +74,8 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         observe(ProgressEvent(stage="gguf", message=f"reading {path.name}"))
         source = open_gguf(path)
         arch = source.architecture
+        # First, so that a tokenizer the importer cannot rebuild stops it before the graph.
+        tokenizer = build_tokenizer(source)
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
         builder, layout = write_graph(
@@ -90,8 +92,6 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
                 stage="graph", message="built", done=True, elapsed_s=time.perf_counter() - started
             )
         )
-        observe(ProgressEvent(stage="tokenizer", message="reading the file's vocabulary"))
-        tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
             source, staging, tokenizer, config, layout, not builder.quantized, observe
