@@ -39,7 +39,7 @@ from edgespec.server.bodies import (
 from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:
-    from edgespec.server.app import ServerOptions
+    from edgespec.server.options import ServerOptions
     from edgespec.server.sessions import SessionStore
 
 #: finish reasons of the engine → OpenAI's
@@ -270,9 +270,9 @@ def _events(
 def target_logits(engine: Engine, tokens: Sequence[int]) -> np.ndarray:
     """The target's logits [len(tokens), vocab] in one pass over a fresh cache (row i is its
     prediction of token i + 1)."""
-    session = engine.target
-    assert session is not None, "edgespec serve always holds a target"
-    return np.array(session.forward(tokens, session.new_cache()), dtype=np.float64)
+    model = engine.target
+    assert model is not None, "edgespec serve always holds a target"
+    return np.array(model.forward(tokens, model.new_cache()), dtype=np.float64)
 
 
 def scored(
