@@ -120,7 +120,7 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
-        from edgespec.server.app import ServerOptions
+        from edgespec.server.options import ServerOptions
         from edgespec.server.run import check_binding, check_port, default_cache_mb, serve
         from edgespec.server.scoring import ScoreLimits
         from edgespec.server.sessions import StoreLimits

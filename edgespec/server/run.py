@@ -26,9 +26,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError
-from edgespec.runtime.profile import measure_costs
+from edgespec.runtime.costs import measure_costs
 from edgespec.server.access_log import AccessLog
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 
 
 def is_loopback(host: str) -> bool:
