@@ -71,7 +71,15 @@ def run_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = ("name", "parameters", "download", "bundle", "draft", "cached", "package index")
+    header: tuple[str, ...] = (
+        "name",
+        "parameters",
+        "download",
+        "bundle",
+        "draft",
+        "cached",
+        "index",
+    )
     table: list[tuple[str, ...]] = [header] + [
         (
             str(row["name"]) + (" (default)" if row["default"] else ""),
