@@ -309,13 +309,30 @@ def test_api_errors_name_parameters_and_the_cli_names_flags(
     )
 
 
-def test_one_source_of_k(capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_source_of_k(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))  # where the measured choice is kept
     engine = Engine.load()
     assert main(["doctor", "--json"]) == 0
     k = json.loads(capsys.readouterr().out)["pair"]["k"]
     assert (k["k"], k["source"]) == (engine.default_k, engine.default_k_source)
     assert "pair's build record" in k["source"]
+    assert main(["pair", "--profile", "--json"]) == 0
+    profile = json.loads(capsys.readouterr().out)["profile"]
+    assert set(profile["by_drafter"]) == {"model", "combined", "ngram"}
+    best = max(profile["by_drafter"].values(), key=lambda m: m["expected_speedup"])
+    assert profile["expected_speedup"] == max(best["expected_speedup"], 1.0)
+    # The choice measured here is what generation now uses without flags, and doctor says so.
+    measured = Engine.load()
+    assert (measured.default_drafter, measured.default_k) == (
+        profile["drafter"],
+        profile["recommended_k"],
+    )
+    assert "measured on this device by 'edgespec pair --profile'" in measured.default_k_source
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pair"]["k"]["source"] == measured.default_k_source
     assert main(["pair", "--profile"]) == 0
     out = capsys.readouterr().out
-    assert f"generate uses k {engine.default_k} by default ({engine.default_k_source})" in out
-    assert "recommended k" in out and "measured on 12 built-in code prompts" in out
+    assert "choice: " in out and "measured on 12 built-in code prompts" in out
+    assert "now use it by default on this device" in out

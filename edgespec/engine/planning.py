@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgespec.engine import assembly
+from edgespec.engine.device_choice import load_choice
 from edgespec.engine.generation import Plan
 from edgespec.engine.loading import LoadedPair
 from edgespec.engine.options import (
@@ -122,6 +123,18 @@ def describe(
         {} if built is None else dict(built.bundle.manifest.extra.get("builtin_pair", {}))
     )
     k, k_source = default_k(build_record, recommended, has_draft=draft is not None)
+    measured = (
+        load_choice(target.bundle, draft.bundle if draft else None)
+        if target is not None and remote is None
+        else None
+    )
+    if measured is not None:  # this pair was profiled on this device: its choice wins
+        recommended = {"drafter": measured.drafter, "k": measured.k}
+        k = measured.k
+        k_source = (
+            f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
+            f"drafter, expected {measured.expected_speedup:.2f}x"
+        )
     return PlanSource(
         pair=pair,
         remote=remote,
