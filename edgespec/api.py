@@ -2,40 +2,37 @@
 
 A thin façade, split by lifetime as onnxruntime-genai's API is: :func:`load_pair` makes what
 outlives a generation (``engine.loading``), :class:`GenerationOptions` holds one generation's
-options (``engine.options``), ``engine.assembly`` picks the concrete drafter, verifier and k
-policy, and :class:`Generation` runs it (``engine.generation``).
+options (``engine.options``), ``engine.planning`` checks the prompt and plans the generation
+with the concrete drafter, verifier and k policy ``engine.assembly`` picks, and
+:class:`Generation` runs it (``engine.generation``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine import assembly
+from edgespec.engine import assembly, planning
 from edgespec.engine.generation import (
     Delta,
     Generation,
     GenerationStats,
     ModelTurn,
-    Plan,
     Result,
 )
 from edgespec.engine.loading import ChatTemplate, LoadedPair, LoadRequest, load_pair
-from edgespec.engine.options import (
-    GenerationOptions,
-    RemoteOptions,
-    default_k,
-    recommended_drafting,
-)
-from edgespec.engine.remote import RemoteTarget, remote_profile
-from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
-from edgespec.protocol import ServerInfo
+from edgespec.engine.options import GenerationOptions, RemoteOptions
+from edgespec.engine.remote import RemoteTarget
+from edgespec.errors import ConfigError
 from edgespec.runtime.k_policy import CostProfile
-from edgespec.runtime.profile import measure_costs
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
-from edgespec.telemetry.guard import Telemetry
+from edgespec.telemetry.watch import Telemetry
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Delta", "Engine", "Generation", "GenerationOptions", "GenerationStats", "Result"]
 
@@ -53,48 +50,24 @@ class Engine:
         remote_options: RemoteOptions | None = None,
     ) -> None:
         self.pair = pair
-        #: Energy, memory and budgets (edgespec.telemetry): consulted around each generation.
-        self.telemetry = telemetry or Telemetry()
-        self.remote = remote
-        self.remote_options = remote_options or RemoteOptions()
         self._profile: CostProfile | None = None
         self._pieces: TokenPieces | None = None
-        #: Why the remote target was given up before the first round (None: it was not).
-        self.remote_down: str | None = None
+        self._source = planning.describe(
+            pair,
+            remote=remote,
+            remote_options=remote_options or RemoteOptions(),
+            telemetry=telemetry or Telemetry(),
+            encode=lambda text, chat: self.encode(text, chat=chat),
+            cost_profile=self.cost_profile,
+            token_pieces=self._token_pieces,
+        )
         #: How chat prompts are formatted, and whose format it is: the local target's, the
         #: remote target's ("server"), else the draft's.
         self.chat: ChatTemplate | None = pair.chat_template
         self.chat_source = "target" if pair.target is not None else "draft"
-        limits = [model.max_length for model in (pair.target, pair.draft) if model is not None]
-        if remote is not None:
-            self.remote_options.check_loaded(
-                has_target=pair.target is not None, has_draft=pair.draft is not None
-            )
-            info = self._remote_info(remote)
-            if info is not None:
-                limits.append(info.max_length)
-                # An engine reports no vocabulary: the draft's names the tokens it may be sent.
-                self.vocab_size = info.vocab_size or (pair.draft.vocab_size if pair.draft else 0)
-                self._use_remote_chat(remote)
-        if self.remote is None:
-            verifying = self.local_verifier_model
-            if verifying is None:
-                raise ConfigError(
-                    "an engine needs a target", fix="pass --target DIR or --remote URL"
-                )
-            self.vocab_size = verifying.vocab_size
-        self.max_length = min(limits)
-
-    def _remote_info(self, remote: RemoteTarget) -> ServerInfo | None:
-        """The remote target's description; None when it is unreachable at load and the
-        fallback lets the engine go on without it (the warning says so)."""
-        try:
-            return remote.info()
-        except RemoteUnavailableError as error:
-            if self.remote_options.fallback == "fail":
-                raise
-            self.remote, self.remote_down = None, str(error)
-            return None
+        self._chat_noted = False
+        if self.remote is not None:
+            self._use_remote_chat(self.remote)
 
     def _use_remote_chat(self, remote: RemoteTarget) -> None:
         """Without a local target, chats are formatted as the remote target formats them (its
@@ -106,12 +79,38 @@ class Engine:
             self.chat, self.chat_source = ChatTemplate.from_format(served), "server"
 
     @property
-    def local_verifier_model(self) -> Any:
+    def telemetry(self) -> Telemetry:
+        """Energy, memory and budgets (edgespec.telemetry): consulted around each generation."""
+        return self._source.telemetry
+
+    @property
+    def remote(self) -> RemoteTarget | None:
+        """The remote target (None without one, or when it was unreachable at load)."""
+        return self._source.remote
+
+    @property
+    def remote_options(self) -> RemoteOptions:
+        return self._source.remote_options
+
+    @property
+    def remote_down(self) -> str | None:
+        """Why the remote target was given up before the first round (None: it was not)."""
+        return self._source.remote_down
+
+    @property
+    def vocab_size(self) -> int:
+        return self._source.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        """The context limit: the smallest of the models' and the remote target's."""
+        return self._source.max_length
+
+    @property
+    def local_verifier_model(self) -> OnnxModel | None:
         """The model that verifies on this device: the target, or the draft itself when the
         remote target was unreachable at load under ``fallback="draft"`` (lossy)."""
-        if self.remote_down is not None and self.remote_options.fallback == "draft":
-            return self.pair.draft
-        return self.pair.target
+        return self._source.verifying_model
 
     @classmethod
     def load(
@@ -167,12 +166,12 @@ class Engine:
         return cls(pair, telemetry=telemetry, remote=remote_target, remote_options=remote_options)
 
     @property
-    def target(self) -> Any:
+    def target(self) -> OnnxModel | None:
         """The local target model (None when only a remote target verifies)."""
         return self.pair.target
 
     @property
-    def draft(self) -> Any:
+    def draft(self) -> OnnxModel | None:
         return self.pair.draft
 
     @property
@@ -200,11 +199,6 @@ class Engine:
                 else "the draft goes on alone, unverified (lossy)"
             )
             lines.append(f"{self.remote_down}; --fallback {self.remote_options.fallback}: {how}")
-        if self.remote is not None and self.chat_source == "draft" and self.chat is not None:
-            lines.append(
-                f"{self.remote.peer} does not say how its target formats chats: chat prompts "
-                "use the draft's template, which may differ from the target's"
-            )
         if self.target is None:
             return lines
         invariant = self.target.bundle.manifest.verification.batch_invariant
@@ -219,10 +213,7 @@ class Engine:
     @property
     def providers(self) -> dict[str, list[str]]:
         """What really runs (ONNX Runtime falls back silently), per model."""
-        found = {"target": list(self.target.providers)} if self.target else {}
-        if self.draft is not None:
-            found["draft"] = list(self.draft.providers)
-        return found
+        return self._source.providers
 
     def encode(self, prompt: str, *, chat: bool = False) -> list[int]:
         if chat:
@@ -239,6 +230,14 @@ class Engine:
             raise ConfigError(
                 "this bundle's tokenizer has no chat template", fix="pass the prompt as plain text"
             )
+        if self.remote is not None and self.chat_source == "draft" and not self._chat_noted:
+            # Said once, where a chat is formatted (the CLI shows it as a warning line).
+            self._chat_noted = True
+            log.warning(
+                "%s does not say how its target formats chats: chat prompts use the draft's "
+                "template, which may differ from the target's",
+                self.remote.peer,
+            )
         return self.chat.render(messages)
 
     @property
@@ -250,47 +249,29 @@ class Engine:
     def build_record(self) -> dict[str, Any]:
         """How a pair built by ``tools/build_toy_pair.py`` was trained and selected (empty for
         other bundles)."""
-        model = self.target if self.target is not None else self.draft
-        return {} if model is None else dict(model.bundle.manifest.extra.get("builtin_pair", {}))
+        return dict(self._source.build_record)
 
     @property
     def default_drafter(self) -> str:
         """The drafter a generation uses when none is given: the draft's recommended one, else
         model with a draft, else ngram."""
-        return GenerationOptions().drafter_for(
-            has_draft=self.draft is not None, preferred=self._recommended.get("drafter")
-        )
-
-    @property
-    def _recommended(self) -> dict[str, Any]:
-        return {} if self.draft is None else recommended_drafting(self.draft.bundle.manifest.extra)
+        return self._source.drafter_name(GenerationOptions())
 
     @property
     def default_k(self) -> int | str:
         """The draft length used when none is given (see ``engine.options.default_k``)."""
-        return default_k(self.build_record, self._recommended, has_draft=self.draft is not None)[0]
+        return self._source.default_k
 
     @property
     def default_k_source(self) -> str:
         """Where :attr:`default_k` comes from, in words."""
-        return default_k(self.build_record, self._recommended, has_draft=self.draft is not None)[1]
+        return self._source.default_k_source
 
     def cost_profile(self) -> CostProfile:
         """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
-        if self._profile is None and self.remote is not None and not self._verifies_locally:
-            draft_step = measure_costs(self.draft, None, max_width=1) if self.draft else None
-            self._profile = remote_profile(
-                self.remote.info(),
-                rtt_s=self.remote.measure_rtt(),
-                draft_step_s=draft_step.target_step_s if draft_step else 0.0,
-            )
         if self._profile is None:
-            self._profile = measure_costs(self.local_verifier_model, self.draft)
+            self._profile = planning.measure_profile(self._source)
         return self._profile
-
-    @property
-    def _verifies_locally(self) -> bool:
-        return self.remote is None or self.remote_options.remote_when == "budget"
 
     def generate(
         self, prompt: str | Sequence[int], options: GenerationOptions | None = None, **fields: Any
@@ -325,97 +306,12 @@ class Engine:
         if options is not None and fields:
             raise ConfigError("pass options or keyword fields, not both", fix="merge them")
         chosen = options if options is not None else GenerationOptions(**fields)
-        return Generation(self._plan(prompt, chosen), self.tokenizer, model_turn=model_turn)
-
-    def _prompt_ids(self, prompt: str | Sequence[int], options: GenerationOptions) -> list[int]:
-        ids = (
-            list(prompt) if not isinstance(prompt, str) else self.encode(prompt, chat=options.chat)
-        )
-        if not ids or (isinstance(prompt, str) and not prompt):
-            raise ConfigError("the prompt is empty", fix="pass at least one character of text")
-        if any(not 0 <= t < self.vocab_size for t in ids):
-            raise ConfigError(
-                f"prompt token ids must lie in [0, {self.vocab_size})",
-                fix="encode the prompt with the bundle's tokenizer",
-            )
-        if len(ids) + options.max_new_tokens > self.max_length:
-            raise ContextLimitError(
-                f"the prompt ({len(ids)} tokens) plus max_new_tokens ({options.max_new_tokens}) "
-                f"exceeds the context limit of {self.max_length} tokens",
-                fix="shorten the prompt, lower max_new_tokens, or re-export with a larger "
-                "--max-length",
-            )
-        return ids
-
-    def _plan(self, prompt: str | Sequence[int], options: GenerationOptions) -> Plan:
-        drafter_name = options.drafter_for(
-            has_draft=self.draft is not None, preferred=self._recommended.get("drafter")
-        )
-        sampling = options.sampling(drafter_name)
-        prompt_ids = self._prompt_ids(prompt, options)
-        if self.remote is not None and isinstance(options.k, int):
-            limit = self.remote.info().max_k
-            if options.k > limit:
-                raise ConfigError(
-                    f"k {options.k} is more than the server's limit of {limit}",
-                    fix="use a smaller k, or k 'auto'",
-                )
-        drafter = assembly.drafter(
-            drafter_name,
-            assembly.DraftSource(
-                draft=self.draft,
-                vocab_size=self.vocab_size,
-                stop_probability=options.draft_min_probability,
-            ),
-        )
-        remote = None
-        if self.remote is not None:
-            remote = assembly.remote_verifier(
-                self.remote,
-                self.remote_options,
-                target=self.target,
-                draft=self.draft,
-                pieces=self._token_pieces,
-            )
-        verifier = (
-            remote.verifier
-            if remote is not None
-            else assembly.local_verifier(self.local_verifier_model)
-        )
-        k_policy = assembly.k_policy(
-            options,
-            drafter_name=drafter_name,
-            default_k=self.default_k,
-            profile=self.cost_profile,
-            cap=(lambda: remote.remote.suggested_k) if remote is not None else None,
-        )
-        watch = self.telemetry.watch(k_policy)
-        if remote is not None and remote.switching is not None:
-            remote.switching.use_remote = lambda: watch.mode == "remote"
-        return Plan(
-            prompt_ids=prompt_ids,
-            drafter=drafter,
-            verifier=verifier,
-            k_policy=k_policy,
-            sampling=sampling,
-            max_new_tokens=options.max_new_tokens,
-            eos_ids=self.eos_ids,
-            stop=options.stop,
-            watch=watch,
-            remote=remote,
-            providers=self.providers,
-            fell_back=self.remote_down,
-            lossy=self.remote_down is not None and self.remote_options.fallback == "draft",
+        return Generation(
+            planning.plan(self._source, prompt, chosen), self.tokenizer, model_turn=model_turn
         )
 
     def _token_pieces(self) -> TokenPieces:
         """The draft tokenizer's table of token texts for an OpenAI verifier (built once)."""
         if self._pieces is None:
-            bos = self.pair.bos_token
-            bos_id = self.tokenizer.token_to_id(bos) if bos else None
-            self._pieces = TokenPieces(
-                self.tokenizer,
-                bos_ids=() if bos_id is None else (bos_id,),
-                eos_ids=sorted(self.eos_ids),
-            )
+            self._pieces = planning.token_pieces(self.pair)
         return self._pieces

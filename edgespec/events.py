@@ -33,6 +33,13 @@ class ProgressEvent:
 ProgressObserver = Callable[[ProgressEvent], None]
 
 
+def worth_a_line(event: ProgressEvent, *, lines: int = 4) -> bool:
+    """Whether a printer shows ``event``: every event without a count, and about ``lines``
+    of a counted stage (the last one always), so a 30-layer graph does not print 30 lines."""
+    every = -(-event.total // lines)  # rounded up: at most ``lines`` lines
+    return not event.total or event.step == event.total or event.step % every == 0
+
+
 def ignore_progress(event: ProgressEvent) -> None:
     """The default observer: discards events."""
 

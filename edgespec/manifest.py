@@ -312,6 +312,11 @@ def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
     """Reads and validates a bundle; raises a :class:`BundleError` naming the file and the fix."""
     root = Path(root)
     if root.is_file():
+        if root.suffix.lower() == ".gguf":
+            raise BundleError(
+                f"{root} is a GGUF file, not a bundle directory",
+                fix=f"convert it once with 'edgespec export {root} --out DIR', then pass DIR",
+            )
         raise BundleError(
             f"{root} is a file, not a bundle directory",
             fix=f"pass the directory that holds manifest.json (perhaps {root.parent})",

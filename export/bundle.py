@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,6 +199,7 @@ def check_output_free(out: Path, *, force: bool) -> None:
 def staging_directory(out: Path, *, force: bool) -> Iterator[Path]:
     """Yields an empty directory beside ``out``; on success it replaces ``out`` in one rename.
 
+    The bundle's files get one mode, a new file's under the umask (see :func:`even_modes`).
     Any exception (or Ctrl-C) removes the staging directory and any parent directories this
     call created, so a failed export leaves nothing behind.
     """
@@ -209,6 +211,7 @@ def staging_directory(out: Path, *, force: bool) -> Iterator[Path]:
     staging.mkdir()
     try:
         yield staging
+        even_modes(staging)
         check_output_free(out, force=force)
         if out.exists():
             retired = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
@@ -223,3 +226,20 @@ def staging_directory(out: Path, *, force: bool) -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 parent.rmdir()
         raise
+
+
+def even_modes(root: Path) -> None:
+    """Gives every file under ``root`` the mode a newly created file gets under the current
+    umask (0644 under umask 022). Writers differ (onnx writes external data 0600), and a bundle
+    whose graph data only its owner may read fails to load for everyone else who shares a cache
+    or gets a copy. The mode is read off a probe file rather than by setting the umask, which
+    would change it for the whole process."""
+    probe = root / f".mode-probe-{uuid.uuid4().hex[:8]}"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        mode = stat.S_IMODE(probe.stat().st_mode)
+    finally:
+        probe.unlink()
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)

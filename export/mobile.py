@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.errors import BundleError, ConfigError, MissingDependencyError, install_fix
+from edgespec.export.bundle import even_modes
 from edgespec.manifest import (
     Bundle,
     FileRecord,
@@ -268,6 +269,7 @@ def make_mobile_bundle(
         )
         write_manifest(staging, _mobile_manifest(bundle, staging, kept=kept, report=report))
         load_bundle(staging)  # what was written must validate
+        even_modes(staging)
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

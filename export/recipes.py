@@ -1,11 +1,10 @@
 """``--quant int4`` on the Hugging Face path: each quantization recipe is tried on the fp32
 graph and the one whose graph agrees best with PyTorch on the top-1 token is kept.
 
-Small models lose much at 4 bits, and which recipe loses least depends on the weights:
-SmolLM2-135M-Instruct's weights (dequantized from llama.cpp's Q4_1) kept 59.5% top-1
-agreement with round-to-nearest on a symmetric grid, 59.8% with zero points, and 77.8% with
-HQQ. The comparison of every recipe goes into the manifest (``extra.int4_recipes``); the
-export's own checks then run on the kept graph as for any other.
+Small models lose much at 4 bits, and which recipe loses least depends on the weights
+(docs/export.md gives SmolLM2-135M-Instruct's figures). The comparison of every recipe goes
+into the manifest (``extra.int4_recipes``); the export's own checks then run on the kept graph
+as for any other.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ONNX Runtime engine for speculative decoding (installed as edgespec.runtime).
 
 Reads bundles through ``edgespec.manifest`` only; never imports torch, transformers, optimum,
-onnx or ``edgespec.export``. Bottom to top: ``sampling``, ``kv_cache``, ``session``,
-``acceptance``, ``drafters``, ``verifiers``, ``policy``/``profile``/``stats``, ``decoder``.
-The public façade that assembles them is ``edgespec.api.Engine``.
+onnx or ``edgespec.export``. Bottom to top: ``sampling``, ``kv_cache``/``shared_kv``,
+``model``, ``acceptance``, ``drafters``, ``verifiers``, ``k_policy``/``costs``/``stats``/``text``,
+``decoder``. The engine (``edgespec.engine``, behind ``edgespec.api.Engine``) assembles them.
 """

@@ -24,7 +24,7 @@ def mapped_zeros(count: int, shape: tuple[int, ...], dtype: np.dtype) -> list[np
     """``count`` zeroed contiguous arrays of ``shape`` in one anonymous memory map: pages are
     taken when first written and given back to the OS when the arrays are freed. (Caches are
     made per generation; from np.zeros, glibc's adaptive mmap threshold soon serves buffers of
-    this size from its heap, which keeps freed ones: a five-turn chat grew by 190 MB.)"""
+    this size from its heap, which keeps freed ones, so a long chat's memory kept growing.)"""
     per_array = int(np.prod(shape))
     if per_array * count == 0:
         return [np.zeros(shape, dtype=dtype) for _ in range(count)]

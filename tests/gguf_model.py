@@ -30,10 +30,11 @@ def write_llama_gguf(
     weight_type: str | None = None,
     architecture: str = "llama",
     with_tokenizer: bool = True,
+    pre: str = "gpt-2",
 ) -> Path:
     """``weight_type`` (Q4_0, Q4_1, Q8_0...) quantizes the 2-D weights with the ``gguf``
-    package's reference code (the embedding as Q8_0); ``architecture`` and ``with_tokenizer``
-    write files the importer must refuse."""
+    package's reference code (the embedding as Q8_0); ``architecture``, ``with_tokenizer`` and
+    ``pre`` (the pre-tokenizer's name) write files the importer must refuse."""
     import gguf
     import torch
     from transformers import AutoModelForCausalLM
@@ -75,7 +76,7 @@ def write_llama_gguf(
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     if with_tokenizer:
         writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre("gpt-2")
+        writer.add_tokenizer_pre(pre)
         writer.add_token_list(tokens)
         writer.add_token_types(
             [

@@ -35,7 +35,7 @@ class ThreadServer:
     def __init__(self, app: Any, options: Any = None) -> None:
         import uvicorn
 
-        from edgespec.server.app import ServerOptions
+        from edgespec.server.options import ServerOptions
         from edgespec.server.run import uvicorn_config
 
         self.sock = socket.socket()
@@ -164,7 +164,8 @@ def client_for(engine: Any, **options: Any) -> Any:
     """An in-process test client of ``edgespec serve``'s app for ``engine`` (no socket)."""
     from fastapi.testclient import TestClient
 
-    from edgespec.server.app import ServerOptions, create_app
+    from edgespec.server.app import create_app
+    from edgespec.server.options import ServerOptions
 
     app = create_app(engine, options=ServerOptions(**options), profile=FAKE_PROFILE)
     return TestClient(app, raise_server_exceptions=False)

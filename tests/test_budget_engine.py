@@ -177,7 +177,8 @@ def test_low_battery_moves_verification_to_the_remote_target(
 ) -> None:
     """remote_when="budget": local rounds on battery above min_battery_pct; below it the budget
     mode is "remote" and rounds go to the server. The output is the same either way."""
-    from edgespec.server.app import ServerOptions, create_app
+    from edgespec.server.app import create_app
+    from edgespec.server.options import ServerOptions
 
     from servers import FAKE_PROFILE, ThreadServer
 
@@ -206,7 +207,8 @@ def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
     pair: tuple[Path, Path], local: Engine, tmp_path: Path
 ) -> None:
     from edgespec.runtime.verifiers.remote import ServerTarget
-    from edgespec.server.app import ServerOptions, create_app
+    from edgespec.server.app import create_app
+    from edgespec.server.options import ServerOptions
 
     from servers import FAKE_PROFILE, ThreadServer
 

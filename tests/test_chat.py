@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,21 +32,40 @@ def _chat(stdin: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 def test_piped_messages_get_one_answer_each_and_commands_work(tmp_path: Path) -> None:
     result = _chat(
-        "/stats\ndef add(a, b):\n/stats\n/reset\n/exit\nnever read\n",
+        "/stats\n/frobnicate now\ndef add(a, b):\n/stats\n/help\n/reset\n/exit\nnever read\n",
         "--max-new-tokens",
         "8",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     notes = result.stderr.strip().splitlines()
+    commands = "/reset forgets the conversation, /stats shows the last answer's figures"
     assert notes[0] == "[no answer yet]"
-    assert notes[1].startswith("[8 tokens, ") and "alpha" in notes[1]
-    assert notes[2] == "[conversation reset]"
+    # An unknown command is answered, not sent to the model (stdout has one answer).
+    assert notes[1].startswith(f"[unknown command /frobnicate; {commands}")
+    assert notes[2] == "[answer cut at 8 tokens; pass --max-new-tokens N for longer answers]"
+    assert notes[3].startswith("[8 tokens, ") and "% of draft tokens accepted" in notes[3]
+    assert "tokens drafted per round: k=" in notes[3] and "×" not in notes[3]
+    assert notes[4].startswith(f"[{commands}") and "/exit leaves" in notes[4]
+    assert notes[5] == "[conversation reset]"
     engine = Engine.load()
     text = engine.apply_chat_template([{"role": "user", "content": "def add(a, b):"}])
     ids = list(engine.tokenizer.encode(text, add_special_tokens=False).ids)
-    expected = engine.generate(ids, max_new_tokens=8).text
-    assert result.stdout == expected + "\n"
+    expected = engine.generate(ids, max_new_tokens=8)
+    assert expected.finish_reason == "max_new_tokens"
+    assert result.stdout == expected.text + "\n"
+
+
+def test_stats_say_what_alpha_and_k_are() -> None:
+    from edgespec.cli.chat import stats_line
+
+    stats = SimpleNamespace(
+        new_tokens=128, tokens_per_s=181.04, alpha=0.8, k_counts={"0": 1, "2": 1, "6": 58}
+    )
+    assert stats_line(stats) == (
+        "[128 tokens, 181.0 tokens/s, alpha 80% of draft tokens accepted; tokens drafted per "
+        "round: k=6 in 58 rounds, k=2 in 1 round, k=0 in 1 round]"
+    )
 
 
 def test_the_history_is_cut_from_the_front_with_a_notice(tmp_path: Path) -> None:

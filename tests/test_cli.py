@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.cli import main
+from edgespec.cli.main import build_parser
 from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError
 
@@ -51,8 +52,21 @@ def test_export_help_states_the_default_quantization(tmp_path: Path) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     assert "Default auto: int4 for models of 100M parameters or more, fp32 below that" in text
+    assert "--quant {auto,int4,int8,int8-dynamic,fp16,fp32}" in text
+    assert "about 10% slower at short context" in text
     for option in ("--block-size", "--max-length", "--force", "--no-verify"):
         assert option in text
+
+
+def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert len(commands) >= 11
+    for command in commands:
+        with pytest.raises(SystemExit) as exited:
+            main([command, "--help"])
+        assert exited.value.code == 0, command
+        captured = capsys.readouterr()
+        assert captured.out.startswith(f"usage: edgespec {command}") and not captured.err
 
 
 def test_importing_edgespec_stays_light(tmp_path: Path) -> None:

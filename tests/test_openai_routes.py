@@ -13,7 +13,8 @@ from edgespec.measure.delay_proxy import DelayProxy
 from edgespec.protocol import ServerInfo
 from edgespec.runtime.k_policy import AutoK
 from edgespec.runtime.verifiers.remote import ServerTarget
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 
 from servers import FAKE_PROFILE, ThreadServer
 

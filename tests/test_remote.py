@@ -10,7 +10,8 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.runtime.verifiers.remote import ServerTarget
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 from edgespec.server.sessions import StoreLimits
 
 from servers import FAKE_PROFILE, ThreadServer

@@ -88,8 +88,8 @@ def test_the_server_describes_its_chat_format(server_url: str) -> None:
     assert info.chat == ChatFormat.from_json(info.chat.to_json())
 
 
-def test_an_engine_without_a_chat_format_is_named_in_the_warnings(
-    capsys: pytest.CaptureFixture[str], server_url: str, monkeypatch: pytest.MonkeyPatch
+def test_an_engine_without_a_chat_format_is_named_once_when_a_chat_is_formatted(
+    server_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 
@@ -98,4 +98,9 @@ def test_an_engine_without_a_chat_format_is_named_in_the_warnings(
         draft=TOY_PAIR / "draft", remote=server_url, remote_api="openai", measure_energy=False
     )
     assert engine.chat_source == "draft"
-    assert any("chat prompts use the draft's template" in line for line in engine.warnings)
+    engine.encode("plain text")
+    assert not caplog.records  # nothing to say before a chat is formatted
+    for _ in range(2):
+        engine.encode("What is the capital of France?", chat=True)
+    notes = [r.message for r in caplog.records if "formats chats" in r.message]
+    assert len(notes) == 1 and "chat prompts use the draft's template" in notes[0]

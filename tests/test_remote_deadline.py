@@ -93,7 +93,7 @@ def test_idle_connections_outlast_the_clients_pools() -> None:
     """A server that closes idle connections when its clients' pools may still reuse them
     loses requests without a trace (benchmarks/keepalive_race.py shows it)."""
     pytest.importorskip("uvicorn")
-    from edgespec.server.app import ServerOptions
+    from edgespec.server.options import ServerOptions
     from edgespec.server.run import uvicorn_config
 
     config = uvicorn_config(object(), host="127.0.0.1", port=1, options=ServerOptions())

@@ -417,7 +417,8 @@ def test_cli_generate_json_and_errors(
     )
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {"text", "tokens", "stats"} and len(result["tokens"]) == 12
-    assert main(["generate", PROMPTS[0], "--target", str(target), "--top-p", "2"]) == 1
+    # A value an option cannot take is a usage error: exit 2, before anything loads.
+    assert main(["generate", PROMPTS[0], "--target", str(target), "--top-p", "2"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip() == (

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from edgespec.api import Engine
 from edgespec.errors import ConfigError, UnknownSessionError
 from edgespec.protocol import SESSION_SECRET_HEADER
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 from edgespec.server.run import check_binding
 from edgespec.server.sessions import StoreLimits
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from edgespec.api import Engine
 from edgespec.protocol import SESSION_SECRET_HEADER
 from edgespec.runtime import text as runtime_text
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 
 from servers import FAKE_PROFILE, client_for
 

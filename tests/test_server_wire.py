@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 
 from servers import FAKE_PROFILE, ThreadServer
 

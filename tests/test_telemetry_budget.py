@@ -188,8 +188,8 @@ def test_budget_config_validation() -> None:
 def test_watch_reads_conditions_from_the_probes(tmp_path) -> None:
     from fake_sysfs import orin_nx, write
 
-    from edgespec.telemetry.guard import Telemetry
     from edgespec.telemetry.sysfs import Tree
+    from edgespec.telemetry.watch import Telemetry
 
     write(orin_nx(tmp_path), {"/proc/self/status": "VmRSS:\t102400 kB\nVmHWM:\t102400 kB"})
     telemetry = Telemetry(
@@ -209,8 +209,8 @@ def test_watch_reads_conditions_from_the_probes(tmp_path) -> None:
 
 
 def test_watch_without_a_budget_passes_the_k_policy_through(tmp_path) -> None:
-    from edgespec.telemetry.guard import Telemetry
     from edgespec.telemetry.sysfs import Tree
+    from edgespec.telemetry.watch import Telemetry
 
     inner = Scripted(3)
     watch = Telemetry(tree=Tree(tmp_path), budget=BudgetConfig()).watch(inner)

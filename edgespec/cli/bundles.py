@@ -128,15 +128,28 @@ def _report_draftless(args: argparse.Namespace) -> int:
 
 def _profile_lines(profile: dict[str, Any]) -> list[str]:
     by_position = ", ".join(f"{a:.2f}" for a in profile["alpha_by_position"])
-    default, source = profile["default_k"], profile["default_k_source"]
-    return [
-        f"alpha {profile['alpha']:.2f} (by draft position: {by_position}); c "
-        f"{profile['c']:.3f}; recommended k {profile['recommended_k']}, expected "
-        f"speedup {profile['expected_speedup']:.2f}x ({profile['drafter']} drafter, measured "
-        f"on {profile['measured_on']})",
-        f"generate uses k {default} by default ({source}); pass --k "
-        f"{profile['recommended_k']} to use the measured one, or --k auto",
+    lines = [
+        f"measured on {profile['measured_on']}: c {profile['c']:.3f}, verify cost "
+        + ", ".join(f"{cost:.2f}" for cost in profile["verify_cost"][1:6])
+        + " (2-6 tokens)"
     ]
+    for name, figures in profile["by_drafter"].items():
+        lines.append(
+            f"  {name:<9} alpha {figures['alpha']:.2f}, best k {figures['recommended_k']}, "
+            f"expected {figures['expected_speedup']:.2f}x"
+        )
+    chosen = profile["drafter"]
+    lines.append(
+        f"choice: {chosen} at k {profile['recommended_k']}, expected speedup "
+        f"{profile['expected_speedup']:.2f}x"
+        + (f" (alpha by draft position: {by_position})" if chosen != "none" else "")
+    )
+    if "saved_to" in profile:
+        lines.append(
+            "generate, chat and serve now use it by default on this device "
+            f"({profile['saved_to']}); --drafter and --k override it"
+        )
+    return lines
 
 
 def run_inspect(args: argparse.Namespace) -> int:

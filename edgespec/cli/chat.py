@@ -2,15 +2,18 @@
 
 Answers stream as they are committed (accepted draft tokens coloured, as in ``generate``).
 Commands: ``/reset`` (forget the history), ``/stats`` (the last answer's tokens/s, alpha and
-k), ``/exit``. Ctrl-C stops the current answer and keeps the session; Ctrl-C at the prompt or
-Ctrl-D leaves. When stdin is not a terminal, each line is one message and gets one answer.
-The history is cut from the front, with a notice, when it would pass the context limit.
+draft lengths), ``/help``, ``/exit``; any other ``/word`` is answered "unknown command", not
+sent to the model. An answer cut at ``--max-new-tokens`` says so. Ctrl-C stops the current
+answer and keeps the session; Ctrl-C at the prompt or Ctrl-D leaves. When stdin is not a
+terminal, each line is one message and gets one answer. The history is cut from the front,
+with a notice, when it would pass the context limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -18,11 +21,18 @@ from typing import Any, TextIO
 from edgespec.cli.engine_args import (
     add_decoding_arguments,
     add_engine_arguments,
+    check_generation_options,
     generation_options,
     load_engine,
 )
 
-COMMANDS = "/reset forgets the conversation, /stats shows the last answer's figures, /exit leaves"
+COMMANDS = (
+    "/reset forgets the conversation, /stats shows the last answer's figures, /help lists "
+    "the commands, /exit leaves"
+)
+#: A message whose first word looks like this is a command, never a prompt ("/usr/bin/env ..."
+#: has a second slash and is sent as a message).
+COMMAND_WORD = re.compile(r"/[A-Za-z][\w-]*")
 
 
 def add_chat_command(commands: Any) -> None:
@@ -48,7 +58,7 @@ def add_chat_command(commands: Any) -> None:
     chat.add_argument(
         "--no-color", action="store_true", help="do not colour text that came from accepted drafts"
     )
-    chat.set_defaults(handler=run_chat, chat=False)
+    chat.set_defaults(handler=run_chat, check=check_generation_options, chat=False)
 
 
 @dataclass
@@ -103,6 +113,13 @@ def turn(
     try:
         ids = prompt_ids(engine, conversation, message, options["max_new_tokens"])
         result = answer(engine, ids, options, sys.stdout, color)
+        if result.finish_reason == "max_new_tokens":
+            print(
+                f"[answer cut at {options['max_new_tokens']} tokens; pass --max-new-tokens N "
+                "for longer answers]",
+                file=sys.stderr,
+                flush=True,
+            )
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         sys.stdout.flush()
@@ -116,13 +133,29 @@ def turn(
 
 
 def stats_line(stats: Any) -> str:
+    """The last answer's figures in words: alpha is the share of the tested draft tokens the
+    target accepted, k the tokens drafted per round (most frequent first)."""
     if stats is None:
         return "[no answer yet]"
-    alpha = "n/a" if stats.alpha is None else f"{stats.alpha:.0%}"
-    k = ", ".join(f"{k}×{n}" for k, n in stats.k_counts.items()) or "n/a"
+    alpha = "n/a" if stats.alpha is None else f"{stats.alpha:.0%} of draft tokens accepted"
+    counts = sorted(stats.k_counts.items(), key=lambda item: (-item[1], -int(item[0])))
+    rounds = ", ".join(f"k={k} in {n} round{'s' * (n != 1)}" for k, n in counts) or "n/a"
     return (
-        f"[{stats.new_tokens} tokens, {stats.tokens_per_s or 0:.1f} tokens/s, alpha {alpha}, k {k}]"
+        f"[{stats.new_tokens} tokens, {stats.tokens_per_s or 0:.1f} tokens/s, alpha {alpha}; "
+        f"tokens drafted per round: {rounds}]"
     )
+
+
+def command_note(word: str, conversation: Conversation) -> str:
+    """Runs the command ``word`` (other than /exit) and returns the line that answers it."""
+    if word == "/reset":
+        conversation.reset()
+        return "[conversation reset]"
+    if word == "/stats":
+        return stats_line(conversation.last_stats)
+    if word == "/help":
+        return f"[{COMMANDS}]"
+    return f"[unknown command {word}; {COMMANDS}]"
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -155,13 +188,10 @@ def run_chat(args: argparse.Namespace) -> int:
         message = line.strip()
         if not message:
             continue
-        if message == "/exit":
+        word = message.split(maxsplit=1)[0]
+        if word == "/exit":
             return 0
-        if message == "/reset":
-            conversation.reset()
-            print("[conversation reset]", file=sys.stderr, flush=True)
-            continue
-        if message == "/stats":
-            print(stats_line(conversation.last_stats), file=sys.stderr, flush=True)
+        if COMMAND_WORD.fullmatch(word):
+            print(command_note(word, conversation), file=sys.stderr, flush=True)
             continue
         turn(engine, conversation, message, options, color=color)

@@ -12,10 +12,11 @@ from edgespec.cli.budget import energy_line
 from edgespec.cli.engine_args import (
     add_decoding_arguments,
     add_engine_arguments,
+    check_generation_options,
     generation_options,
     load_engine,
 )
-from edgespec.engine.options import DRAFTER_NAMES, MAX_K
+from edgespec.engine.options import DRAFTER_NAMES, MAX_K, parse_k
 
 
 def add_decode_commands(commands: Any) -> None:
@@ -41,7 +42,7 @@ def add_decode_commands(commands: Any) -> None:
     generate.add_argument(
         "--no-color", action="store_true", help="do not colour text that came from accepted drafts"
     )
-    generate.set_defaults(handler=run_generate)
+    generate.set_defaults(handler=run_generate, check=check_generation_options)
 
     bench = commands.add_parser(
         "bench",
@@ -92,13 +93,13 @@ def add_decode_commands(commands: Any) -> None:
         "--repeats", type=int, default=1, help="passes over the prompt set (default 1)"
     )
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
-    bench.set_defaults(handler=run_bench)
+    bench.set_defaults(handler=run_bench, check=lambda args: parse_k(args.k))
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from edgespec.engine.options import GenerationOptions
 
-    options = GenerationOptions(**generation_options(args))  # bad options fail before loading
+    options = GenerationOptions(**generation_options(args))
     engine = load_engine(args)
     generation = engine.stream_deltas(args.prompt, options)
     color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ

@@ -145,13 +145,14 @@ def run_distill(args: argparse.Namespace) -> int:
         from edgespec.measure.profile import profile_pair
 
         log("distill: measuring c and the recommended k on this device ...")
-        profile = profile_pair(bundle.root, target_bundle)
+        profile = profile_pair(bundle.root, target_bundle, save=False)
+        drafting = profile["by_drafter"]["model"]  # the record is the draft model's own
         record_costs(
             bundle.root,
             {
                 "c": profile["c"],
-                "recommended_k": profile["recommended_k"],
-                "pair_profile_alpha": profile["alpha"],
+                "recommended_k": drafting["recommended_k"],
+                "pair_profile_alpha": drafting["alpha"],
             },
         )
     record = bundle.manifest.extra["distillation"]

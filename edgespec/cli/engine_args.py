@@ -212,6 +212,14 @@ def load_engine(args: argparse.Namespace) -> Any:
     return engine
 
 
+def check_generation_options(args: argparse.Namespace) -> None:
+    """The ``check`` hook of generate and chat: bad option values are usage errors, reported
+    before the model loads."""
+    from edgespec.engine.options import GenerationOptions
+
+    GenerationOptions(**generation_options(args))
+
+
 def generation_options(args: argparse.Namespace) -> dict[str, Any]:
     """The generation options of ``generate`` (``Engine.generate`` keyword arguments)."""
     return {

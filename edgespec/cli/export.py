@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from edgespec.cli.bundles import bundle_summary
 from edgespec.config import AUTO_INT4_MIN_PARAMETERS, QUANT_CHOICES, ExportConfig
 from edgespec.errors import ConfigError, MissingDependencyError, install_fix
-from edgespec.events import ProgressEvent
+from edgespec.events import ProgressEvent, worth_a_line
 
 #: What the [export] extra brings; each is imported somewhere along the export.
 EXPORT_EXTRA_MODULES = ("torch", "transformers", "optimum", "onnx", "onnx_ir")
@@ -85,7 +85,7 @@ def add_export_command(commands: Any) -> None:
     export.add_argument(
         "--quant",
         default="auto",
-        metavar="{" + ",".join(QUANT_CHOICES[1:]) + "}",
+        choices=QUANT_CHOICES,
         help="weight format. int4/int8: weight-only MatMulNBits (block-wise); fp16; fp32; "
         "int8-dynamic: MatMulInteger, offered with a warning because it is not batch "
         f"invariant. Default auto: int4 for models of {AUTO_INT4_MIN_PARAMETERS // 1_000_000}M "
@@ -142,7 +142,7 @@ def add_export_command(commands: Any) -> None:
         default="auto",
         help="4-bit/8-bit in-place graphs: 'folded' attention (each KV head's query "
         "heads as rows of one product; faster past about 1,000 tokens of context, "
-        "about 10% slower at short context), 'plain', or 'auto' (folded when --max-length "
+        "about 10%% slower at short context), 'plain', or 'auto' (folded when --max-length "
         "exceeds 2048)",
     )
     export.add_argument(
@@ -175,7 +175,7 @@ def add_export_command(commands: Any) -> None:
     )
     export.add_argument("--quiet", action="store_true", help="no progress lines")
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    export.set_defaults(handler=run_export)
+    export.set_defaults(handler=run_export, check=export_config)
 
 
 def progress_printer(*, quiet: bool, stream: TextIO) -> Any:
@@ -188,6 +188,8 @@ def progress_printer(*, quiet: bool, stream: TextIO) -> Any:
             print(
                 f"  {event.stage}: done in {event.elapsed_s or 0.0:.1f} s", file=stream, flush=True
             )
+        elif not worth_a_line(event):
+            return
         elif event.total:
             print(
                 f"  {event.stage}: {event.message} [{event.step}/{event.total}]",
@@ -211,10 +213,10 @@ def _inplace(config: ExportConfig) -> bool:
     return covers(config)
 
 
-def run_export(args: argparse.Namespace) -> int:
-    gguf = gguf_model(args)
-    config = ExportConfig(
-        model=gguf or args.model,
+def export_config(args: argparse.Namespace) -> ExportConfig:
+    """The export the options ask for (also the ``check`` hook: bad values are usage errors)."""
+    return ExportConfig(
+        model=gguf_model(args) or args.model,
         out=args.out,
         quant=args.quant,
         block_size=args.block_size,
@@ -230,6 +232,11 @@ def run_export(args: argparse.Namespace) -> int:
         system_prompt=args.system_prompt,
         graph=args.graph,
     )
+
+
+def run_export(args: argparse.Namespace) -> int:
+    config = export_config(args)
+    gguf = gguf_model(args)
     observe = progress_printer(quiet=args.quiet, stream=sys.stderr)
     if gguf is not None:
         check_extra(None, GGUF_MODULES)

@@ -1,7 +1,9 @@
 """The ``edgespec`` command line: the parser, and one-line errors.
 
 Every failure prints one line, ``edgespec: error: <problem>; <fix>``, to stderr and exits
-non-zero (1 for errors edgespec detects, 2 for command-line usage errors). Progress goes to
+non-zero: 2 for command-line usage errors (an unknown option, or an option value the command
+cannot take: ``--k abc``, ``--top-p 2``; a command's ``check`` hook validates its values before
+anything loads), 1 for the errors edgespec detects while working. Progress goes to
 stderr; results go to stdout (``--json`` for machines). Each command group lives in its own
 module: export, bundles (pair, inspect, info), decode (generate, bench), chat, budget (doctor),
 serve, mobile.
@@ -10,6 +12,9 @@ serve, mobile.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -25,7 +30,7 @@ from edgespec.cli.export import add_export_command
 from edgespec.cli.mobile import add_mobile_command
 from edgespec.cli.models import add_models_command
 from edgespec.cli.serve import add_serve_command
-from edgespec.errors import EdgespecError
+from edgespec.errors import ConfigError, EdgespecError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The status a shell reports for a process ended by SIGPIPE (128 + 13).
+SIGPIPE_STATUS = 141
+
 #: Python names whose flag is not ``--`` + the name with dashes.
 FLAG_NAMES = {
     "draft_min_probability": "--draft-min-prob",
@@ -85,10 +93,28 @@ def as_flags(message: str, args: argparse.Namespace, typed: Sequence[str]) -> st
     return message
 
 
+class _Notices(logging.Handler):
+    """Prints edgespec's log records (a remote server being retried, ...) as stderr lines
+    in the CLI's form, ``edgespec: warning: ...``; stderr is looked up at each record, so a
+    replaced ``sys.stderr`` gets them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"edgespec: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+
+
+NOTICES = _Notices(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.getLogger("edgespec").addHandler(NOTICES)  # once: a logger holds a handler once
     parser = build_parser()
     typed = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(typed)
+    try:
+        getattr(args, "check", lambda args: None)(args)
+    except ConfigError as error:
+        print(f"edgespec: error: {as_flags(str(error), args, typed)}", file=sys.stderr)
+        return 2
     try:
         return int(args.handler(args))
     except EdgespecError as error:
@@ -97,3 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgespec: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return closed_stdout()
+
+
+def closed_stdout() -> int:
+    """The reader of stdout went away (``edgespec generate ... | head``): stop quietly, as
+    command-line tools do, with the status of a process ended by SIGPIPE. stdout is pointed at
+    /dev/null so that the interpreter's final flush of the unwritten rest fails no more."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return SIGPIPE_STATUS

@@ -50,7 +50,7 @@ def resolve_model(args: argparse.Namespace) -> None:
 def run_models(args: argparse.Namespace) -> int:
     from edgespec.engine import catalog
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for model in catalog.CATALOG.values():
         size = catalog.cached_size_mb(model)
         rows.append(
@@ -71,16 +71,24 @@ def run_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = ("name", "parameters", "download", "bundle", "draft", "cached", "package index")
-    table = [header] + [
+    header: tuple[str, ...] = (
+        "name",
+        "parameters",
+        "download",
+        "bundle",
+        "draft",
+        "cached",
+        "index",
+    )
+    table: list[tuple[str, ...]] = [header] + [
         (
-            row["name"] + (" (default)" if row["default"] else ""),
-            row["parameters"],
+            str(row["name"]) + (" (default)" if row["default"] else ""),
+            str(row["parameters"]),
             f"{row['download_mb']:,} MB",
             "?" if row["bundle_mb"] is None else f"{row['bundle_mb']:,} MB",
-            row["draft"],
+            str(row["draft"]),
             "yes" if row["cached"] else "no",
-            row["source"],
+            str(row["source"]),
         )
         for row in rows
     ]

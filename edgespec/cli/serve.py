@@ -18,7 +18,8 @@ def add_serve_command(commands: Any) -> None:
         help="serve a target for remote verification (protocol v1) and OpenAI-compatible "
         "completions",
         description="Hold the target and verify drafts sent by 'edgespec generate --remote'. "
-        "Binds 127.0.0.1 unless told otherwise; any other address needs --api-key.",
+        "Binds 127.0.0.1 unless told otherwise; any other address needs --api-key. Each "
+        "request is logged on stderr; SIGTERM or Ctrl-C drains and stops it.",
     )
     serve.add_argument(
         "--target",
@@ -55,6 +56,12 @@ def add_serve_command(commands: Any) -> None:
         type=int,
         default=0,
         help="intra-op threads per session (default: ONNX Runtime's choice)",
+    )
+    serve.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="do not log each request on stderr (client, method, path, status, milliseconds)",
     )
     serve.set_defaults(handler=run_serve)
 
@@ -113,7 +120,7 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
-        from edgespec.server.app import ServerOptions
+        from edgespec.server.options import ServerOptions
         from edgespec.server.run import check_binding, check_port, default_cache_mb, serve
         from edgespec.server.scoring import ScoreLimits
         from edgespec.server.sessions import StoreLimits
@@ -153,5 +160,7 @@ def run_serve(args: argparse.Namespace) -> int:
             shutdown_grace_s=args.shutdown_grace,
         ),
         threads=args.threads,
+        access_log=args.access_log,
     )
+    print(f"edgespec: stopped serving on http://{host}:{args.port}", file=sys.stderr)
     return 0

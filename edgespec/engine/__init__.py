@@ -1,2 +1,3 @@
 """The engine's parts, split by lifetime: loading a pair, the options of one generation,
-the assembly of drafter, verifier and k policy from one registry each, and the generation."""
+planning it, the assembly of drafter, verifier and k policy from one registry each, and the
+generation."""

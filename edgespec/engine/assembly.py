@@ -132,24 +132,28 @@ def local_verifier(target: OnnxModel | None) -> Verifier:
     return LocalVerifier(target)
 
 
-def remote_verifier(
-    remote: RemoteTarget,
+def remote_verifier(remote: RemoteTarget, pieces: Callable[[], TokenPieces]) -> MeteredVerifier:
+    """One generation's verifier on ``remote``, as its protocol needs (``pieces``: the draft
+    tokenizer's token texts, built only for an OpenAI-compatible engine)."""
+    return REMOTE_VERIFIERS[remote.api](remote, pieces)
+
+
+def remote_run(
+    verifier: MeteredVerifier,
     options: RemoteOptions,
     *,
     target: OnnxModel | None,
     draft: OnnxModel | None,
-    pieces: Callable[[], TokenPieces],
+    use_remote: Callable[[], bool],
 ) -> RemoteRun:
-    """The verifier of a remote generation: ``fallback`` "local" or "draft" wraps it so that
-    it continues with the local target or the draft model when the server stays away;
-    ``remote_when`` "budget" verifies locally and moves rounds to the remote target while the
-    budget policy's mode is "remote" (an unreachable server then keeps the generation local)."""
-    verifier = REMOTE_VERIFIERS[remote.api](remote, pieces)
+    """The verifier of a remote generation around ``verifier``: ``fallback`` "local" or
+    "draft" wraps it so that it continues with the local target or the draft model when the
+    server stays away; ``remote_when`` "budget" verifies locally and moves rounds to the remote
+    target while ``use_remote()`` says so (the budget policy's mode is "remote"; an
+    unreachable server then keeps the generation local)."""
     if options.remote_when == "budget":
         assert target is not None
-        # Local rounds until the budget policy (``use_remote`` is set once the generation's
-        # telemetry exists) says remote.
-        switching = SwitchingVerifier(LocalVerifier(target), verifier, use_remote=lambda: False)
+        switching = SwitchingVerifier(LocalVerifier(target), verifier, use_remote=use_remote)
         return RemoteRun(verifier=switching, remote=verifier, switching=switching)
     if options.fallback == "fail":
         return RemoteRun(verifier=verifier, remote=verifier)

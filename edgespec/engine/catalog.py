@@ -18,6 +18,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ from edgespec.engine.default_model import (
     bundle_dir,
     cache_dir,
     cached_or_built,
+    conversion_progress,
     default_draft_bundle,
     default_model_bundle,
+    importer_revision,
     notify_stderr,
     run_pip,
 )
@@ -153,9 +156,7 @@ def model_dir(model: CatalogModel, cache: Path | None = None) -> Path:
     """Where ``model``'s bundle is cached (the importer's graph revision in the name)."""
     if model.packaged is not None:
         return bundle_dir(model.packaged, cache)
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
-    return (cache or cache_dir()) / "models" / f"{model.name}-r{GRAPH_REVISION}"
+    return (cache or cache_dir()) / "models" / f"{model.name}-{importer_revision()}"
 
 
 def is_cached(model: CatalogModel, cache: Path | None = None) -> bool:
@@ -213,16 +214,19 @@ def cached_size_mb(model: CatalogModel, cache: Path | None = None) -> float | No
 
 def _import(model: CatalogModel, root: Path, cache: Path, notify: Notify) -> Bundle:
     from edgespec.config import ExportConfig
-    from edgespec.events import ProgressEvent
     from edgespec.export.gguf.pipeline import export_gguf
 
     path = joined_gguf(model, cache / "downloads", notify)
     notify(f"edgespec: importing {model.title} into an ONNX bundle (once) ...")
-
-    def progress(event: ProgressEvent) -> None:
-        notify(f"  {event.stage}: {event.message}")
-
-    return export_gguf(ExportConfig(model=str(path), out=root, force=True), observe=progress)
+    started = time.perf_counter()
+    config = ExportConfig(model=str(path), out=root, force=True)
+    bundle = export_gguf(config, observe=conversion_progress(notify))
+    size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
+    notify(
+        f"edgespec: {model.name} is ready: {size_mb:,.0f} MB bundle in "
+        f"{time.perf_counter() - started:.0f} s, cached in {root}"
+    )
+    return bundle
 
 
 def joined_gguf(model: CatalogModel, downloads: Path, notify: Notify = notify_stderr) -> Path:

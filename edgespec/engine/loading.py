@@ -199,9 +199,9 @@ def session_options(
     A step of a small model is hundreds of short kernels; between two of them ONNX Runtime's
     worker threads either spin or sleep, and waking a sleeping thread costs more than many
     kernels take. So the session that verifies (the target, or the draft when verification is
-    remote) spins: SmolLM2-135M's step on 2 cores went from 106 to 149 tok/s. Two spinning
-    sessions steal each other's cores, so beside a local target the draft runs on the
-    calling thread alone (intra-op 1: no worker threads), which measured faster than a
+    remote) spins (docs/runtime.md, "Execution providers and threads", has the measured gain).
+    Two spinning sessions steal each other's cores, so beside a local target the draft runs
+    on the calling thread alone (intra-op 1: no worker threads), which measured faster than a
     2-thread draft whether or not it spins.
     """
     target = ModelOptions(

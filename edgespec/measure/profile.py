@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.api import Engine
+from edgespec.engine.device_choice import DeviceChoice, save_choice
 from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompt_set
 from edgespec.runtime.k_policy import expected_speedup
@@ -19,26 +20,71 @@ PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 
 
-def profile_pair(draft: Path | None, target: Path) -> dict[str, Any]:
-    """Greedy speculation at k = MAX_K over the bench prompts: alpha by position, c, and the
-    k with the best expected speedup (and that speedup). Without a draft, the prompt-lookup
-    drafter on the chat prompts (through the target's chat template)."""
+def profile_pair(draft: Path | None, target: Path, *, save: bool = True) -> dict[str, Any]:
+    """Greedy speculation at k = MAX_K over the bench prompts with each drafter the pair can
+    use (model, combined and prompt lookup with a draft; prompt lookup without): alpha by
+    position, and the k with the best expected speedup given the measured verify curve and
+    draft cost. The drafter and k with the best expected speedup are the pair's choice on this
+    device; ``save`` keeps it, so that generation uses it without flags."""
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
-    drafter = engine.default_drafter
     prompt_set = load_prompt_set("code" if draft is not None else "chat")
     prompts = prompt_set.prompts[:PROFILE_PROMPTS]
     new_tokens = min(PROFILE_NEW_TOKENS, engine.max_length // 2)
     # Prompts keep their last tokens where the pair's context is short (a small export).
     room = engine.max_length - new_tokens
-    results = [
-        engine.generate(
-            engine.encode(p, chat=prompt_set.chat)[-room:],
-            k=MAX_K,
-            drafter=drafter,
-            max_new_tokens=new_tokens,
+    encoded = [engine.encode(p, chat=prompt_set.chat)[-room:] for p in prompts]
+    profile = engine.cost_profile()
+    verify_cost = list(profile.verify_cost)
+    drafters = ("model", "combined", "ngram") if draft is not None else ("ngram",)
+    measured = {}
+    for drafter in drafters:
+        results = [
+            engine.generate(ids, k=MAX_K, drafter=drafter, max_new_tokens=new_tokens)
+            for ids in encoded
+        ]
+        # Prompt lookup drafts from a table: its draft step costs nothing next to a target's.
+        c = 0.0 if drafter == "ngram" else profile.c
+        measured[drafter] = _acceptance(results, c=c, verify_cost=verify_cost)
+    best = max(measured, key=lambda name: measured[name]["expected_speedup"])
+    choice = measured[best]
+    # Below 1.0 no drafter pays on this device: decoding target-only is the choice.
+    drafter, k = (
+        (best, int(choice["recommended_k"])) if choice["expected_speedup"] > 1.0 else ("none", 0)
+    )
+    found = {
+        **choice,
+        "drafter": drafter,
+        "recommended_k": k,
+        "expected_speedup": max(choice["expected_speedup"], 1.0),
+        "c": profile.c,
+        "verify_cost": verify_cost,
+        "by_drafter": {
+            name: {key: m[key] for key in ("alpha", "recommended_k", "expected_speedup")}
+            for name, m in measured.items()
+        },
+        "measured_on": f"{len(prompts)} built-in {'chat' if prompt_set.chat else 'code'} "
+        f"prompts, {new_tokens} tokens each, here",
+    }
+    if save and engine.target is not None:
+        saved = save_choice(
+            DeviceChoice(
+                drafter=drafter,
+                k=k,
+                expected_speedup=found["expected_speedup"],
+                measured=found["by_drafter"],
+            ),
+            engine.target.bundle,
+            engine.draft.bundle if engine.draft is not None else None,
         )
-        for p in prompts
-    ]
+        found["saved_to"] = str(saved)
+    reloaded = Engine.load(target=target, draft=draft, measure_energy=False)
+    found["default_k"], found["default_k_source"] = reloaded.default_k, reloaded.default_k_source
+    found["default_drafter"] = reloaded.default_drafter
+    return found
+
+
+def _acceptance(results: list[Any], *, c: float, verify_cost: list[float]) -> dict[str, Any]:
+    """alpha overall and by draft position, and the best k's expected speedup."""
     tested = sum(r.stats.tested for r in results)
     alpha = sum(r.stats.accepted for r in results) / tested if tested else 0.0
     offered = [0] * MAX_K
@@ -54,21 +100,12 @@ def profile_pair(draft: Path | None, target: Path) -> dict[str, Any]:
         reached[i] / reached[i - 1] if i and reached[i - 1] else reached[i]
         for i in range(len(reached))
     ]
-    profile = engine.cost_profile()
-    verify_cost = list(profile.verify_cost)
-    speedups = [expected_speedup(alpha, profile.c, verify_cost, k) for k in range(MAX_K + 1)]
+    speedups = [expected_speedup(alpha, c, verify_cost, k) for k in range(MAX_K + 1)]
     best = max(range(MAX_K + 1), key=lambda k: speedups[k])
     return {
         "alpha": alpha,
         "alpha_by_position": by_position,
         "accepted_through_position": reached,
-        "c": profile.c,
-        "verify_cost": verify_cost,
         "recommended_k": best,
         "expected_speedup": speedups[best],
-        "drafter": drafter,
-        "measured_on": f"{len(prompts)} built-in {'chat' if prompt_set.chat else 'code'} "
-        f"prompts, {new_tokens} tokens each, here",
-        "default_k": engine.default_k,
-        "default_k_source": engine.default_k_source,
     }

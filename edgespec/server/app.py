@@ -16,7 +16,6 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Request
@@ -46,46 +45,20 @@ from edgespec.server.guard import (
 )
 from edgespec.server.metrics import prometheus_text
 from edgespec.server.openai_routes import add_openai_routes
-from edgespec.server.scoring import ScoreLimits, peak_bytes
-from edgespec.server.sessions import ServerStoppingError, SessionStore, StoreLimits
+from edgespec.server.options import ServerOptions
+from edgespec.server.scoring import peak_bytes
+from edgespec.server.sessions import ServerStoppingError, SessionStore
 
 #: Problems of an invalid body shown in the 422: the first few say what to fix.
 SHOWN_PROBLEMS = 3
 SessionSecret = Annotated[str | None, Header(alias=SESSION_SECRET_HEADER)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ServerOptions:
-    """``api_key`` None: no authentication (loopback only, checked by ``edgespec serve``).
-
-    ``read_timeout_s`` bounds the time a client takes to send a body, ``header_timeout_s``
-    the time to send a request's headers (on a new or a kept-alive connection), and
-    ``shutdown_grace_s`` how long a stopping server lets requests in flight finish."""
-
-    api_key: str | None = None
-    limits: StoreLimits = field(default_factory=StoreLimits)
-    max_body_bytes: int = 4 * 1024 * 1024
-    #: Longest completion the OpenAI-compatible routes generate.
-    max_new_tokens: int = 1024
-    #: The scoring work (completions ``logprobs``) one request may ask for.
-    scoring: ScoreLimits = field(default_factory=ScoreLimits)
-    read_timeout_s: float = 30.0
-    header_timeout_s: float = 10.0
-    shutdown_grace_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        times = (self.read_timeout_s, self.header_timeout_s, self.shutdown_grace_s)
-        if self.max_body_bytes < 1 or min(times) <= 0:
-            raise ConfigError(
-                "the body limit and the time limits must be positive",
-                fix="e.g. --shutdown-grace 10",
-            )
-
-
 def create_app(
-    engine: Engine, *, options: ServerOptions = ServerOptions(), profile: CostProfile
+    engine: Engine, *, options: ServerOptions | None = None, profile: CostProfile
 ) -> FastAPI:
     """The application for ``engine``'s target; ``profile`` is its measured cost curve."""
+    options = options or ServerOptions()
     target = engine.target
     if target is None:
         raise ConfigError("the server needs a local target", fix="load the engine with target=")

@@ -40,7 +40,7 @@ from edgespec.server.scoring import ScoreBudgetError, Scored, Scorer
 from edgespec.server.sessions import ServerStoppingError
 
 if TYPE_CHECKING:
-    from edgespec.server.app import ServerOptions
+    from edgespec.server.options import ServerOptions
     from edgespec.server.sessions import SessionStore
 
 #: finish reasons of the engine → OpenAI's

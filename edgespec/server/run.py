@@ -26,8 +26,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError
-from edgespec.runtime.profile import measure_costs
-from edgespec.server.app import ServerOptions, create_app
+from edgespec.runtime.costs import measure_costs
+from edgespec.server.access_log import AccessLog
+from edgespec.server.app import create_app
+from edgespec.server.options import ServerOptions
 
 
 def is_loopback(host: str) -> bool:
@@ -152,8 +154,10 @@ def serve(
     port: int,
     options: ServerOptions,
     threads: int = 0,
+    access_log: bool = True,
 ) -> None:
-    """Blocks serving until SIGINT or SIGTERM, then drains (``options.shutdown_grace_s``)."""
+    """Blocks serving until SIGINT or SIGTERM, then drains (``options.shutdown_grace_s``).
+    ``access_log``: one stderr line per request (see :mod:`edgespec.server.access_log`)."""
     check_binding(host, options.api_key)
     check_port(host, port)
     # Without ONNX Runtime's arena, a long request's buffers go back when it ends (with it,
@@ -162,4 +166,5 @@ def serve(
     assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)
     app = create_app(engine, options=options, profile=profile)
-    Server(uvicorn_config(app, host=host, port=port, options=options)).run()
+    served = AccessLog(app) if access_log else app
+    Server(uvicorn_config(served, host=host, port=port, options=options)).run()

@@ -7,6 +7,8 @@
 * ``energy``: the trapezoid rule, a background sampler and a per-generation meter;
 * ``estimate``: a pair's memory estimate from its manifests, and admission against a budget;
 * ``budget``: the budget policy (hysteresis) the engine consults between rounds.
+* ``watch``: an engine's :class:`~edgespec.telemetry.watch.Telemetry` and one generation's
+  ``Watch`` (its energy meter, and the budget policy around its k policy).
 
 The runtime and the decoder loop never import this package: the engine injects it.
 """

@@ -26,8 +26,8 @@ from edgespec.manifest import Bundle
 MIB = 1024 * 1024
 #: Added to the models' weights, KV and logits for what the manifests cannot know.
 MARGIN = 0.25
-#: Fixed cost of one ONNX Runtime CPU session. Measured here: two sessions of a 0.6 MB tiny
-#: pair raised RSS 22 MB above weights + KV + logits + margin + base.
+#: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured on a tiny pair's
+#: two sessions: docs/benchmarks.md, "Memory and energy").
 SESSION_BYTES = 12 * MIB
 #: Shortest context worth suggesting.
 MIN_CONTEXT = 64

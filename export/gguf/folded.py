@@ -13,9 +13,10 @@ from edgespec.export.gguf.builder import GraphBuilder
 #: The widest pass a folded graph's buffers leave room for at the end of the context: the
 #: runtime prefills 128 tokens per pass.
 FOLDED_PASS_WIDTH = 128
-#: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves 24-33%
-#: of a 4-bit SmolLM2 step at 3,000 positions and costs about 10% at 64 (the slice, rotary,
-#: split, pad and reshape nodes it adds), breaking even near 1,000 (benchmarks/step_cost.py).
+#: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves much of
+#: a long-context step and costs a little at short context (the slice, rotary, split, pad and
+#: reshape nodes it adds), breaking even near 1,000 positions on a 4-bit SmolLM2 step
+#: (``benchmarks/step_cost.py``: docs/benchmarks.md, "Where a 4-bit step goes").
 FOLDED_FROM = 2048
 
 
@@ -91,9 +92,9 @@ def folding_inputs(
     tells a folded graph how many of them are real: ``total_sequence_length`` = past + S and
     ``seqlens_k`` = past + R - 1 for R real tokens (R = S when nothing is padded). Attention
     runs on the R real tokens only: a padded row would cost a folded problem ``group`` more
-    rows (0.7 ms of a 15.8 ms SmolLM2 step at 3,000 positions), and a real row's attention is
-    the same bit for bit whatever the number of rows, because every folded problem has at
-    least ``group`` of them.
+    rows (measured in docs/benchmarks.md, "Where a 4-bit step goes"), and a real row's
+    attention is the same bit for bit whatever the number of rows, because every folded
+    problem has at least ``group`` of them.
 
     Returns the real token count R [1]; the rotary position offset (the pass's first
     position) [1]; the lengths the folded problem reports to GroupQueryAttention

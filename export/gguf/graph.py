@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import UnsupportedModelError
+from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.builder import (
     ExternalData,
     GraphBuilder,
@@ -274,11 +275,12 @@ def build_graph(
     accuracy_level: int,
     dequantize: bool = False,
     attention: str = "auto",
+    observe: ProgressObserver = ignore_progress,
     data: ExternalData | None = None,
 ) -> tuple[Any, GraphBuilder, KVLayout]:
     """The ONNX ModelProto, the builder (which knows what was quantized how) and the graph's
-    KV layout; with ``data``, the large initializers are written there as they are made and
-    the ModelProto refers to them."""
+    KV layout; ``observe`` hears of each layer built. With ``data``, the large initializers
+    are written there as they are made and the ModelProto refers to them."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
@@ -315,6 +317,11 @@ def build_graph(
     for layer in range(arch.num_layers):
         x = _attention(builder, source, x, layer, caches, folding)
         x = _mlp(builder, source, x, layer)
+        observe(
+            ProgressEvent(
+                stage="graph", message="layers built", step=layer + 1, total=arch.num_layers
+            )
+        )
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = _lm_head(builder, source, x, tied)
     kv = [1, arch.num_kv_heads, capacity, arch.head_dim]

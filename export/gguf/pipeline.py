@@ -74,6 +74,8 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         observe(ProgressEvent(stage="gguf", message=f"reading {path.name}"))
         source = open_gguf(path)
         arch = source.architecture
+        # First, so that a tokenizer the importer cannot rebuild stops it before the graph.
+        tokenizer = build_tokenizer(source)
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
         builder, layout = write_graph(
@@ -83,6 +85,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             accuracy=config.accuracy_level,
             dequantize=dequantize,
             attention=config.attention,
+            observe=observe,
         )
         observe(
             ProgressEvent(
@@ -90,7 +93,6 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             )
         )
         source.release_pages()
-        tokenizer = build_tokenizer(source)
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
             source, staging, tokenizer, config, layout, not builder.quantized, observe
@@ -157,6 +159,7 @@ def write_graph(
     accuracy: int,
     dequantize: bool = False,
     attention: str = "auto",
+    observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, KVLayout]:
     """Builds the in-place graph of ``source`` into ``staging`` (graph and one data file) and
     returns the builder, which knows what was quantized how, and the graph's KV layout."""
@@ -172,8 +175,10 @@ def write_graph(
             accuracy_level=accuracy,
             dequantize=dequantize,
             attention=attention,
+            observe=observe,
             data=ExternalData(stream=stream, location=DATA_FILE),
         )
+    observe(ProgressEvent(stage="graph", message="writing the graph"))
     onnx.save(model, str(staging / GRAPH_FILE))
     return builder, layout
 
@@ -213,7 +218,9 @@ def _verify(
         observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
         runner.min_width = 2
         invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
-    observe(ProgressEvent(stage="verify", message="agreement with llama.cpp"))
+    if not source.architecture.output_vocabulary:
+        message = "agreement with llama.cpp (needs llama-cpp-python)"
+        observe(ProgressEvent(stage="verify", message=message))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary

@@ -22,15 +22,13 @@ class ModelDrafter:
     ends a proposal early when the draft's probability for its own token falls below it.
     """
 
-    def __init__(
-        self, session: OnnxModel, *, vocab_size: int, stop_probability: float = 0.0
-    ) -> None:
-        self.session = session
+    def __init__(self, model: OnnxModel, *, vocab_size: int, stop_probability: float = 0.0) -> None:
+        self.model = model
         #: The target's vocabulary size: draft rows are cut or padded to it, so q_draft lines
         #: up with p_target and no id the target lacks is ever proposed.
         self.vocab_size = vocab_size
         self.stop_probability = stop_probability
-        self.cache = session.new_cache()
+        self.cache = model.new_cache()
         self._pending: list[int] = []
         self._proposed: tuple[int, ...] = ()
         self._seen = 0
@@ -41,7 +39,7 @@ class ModelDrafter:
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
     ) -> None:
         self._sampling, self._rng = sampling, rng
-        self.session.start(prompt, self.cache)
+        self.model.start(prompt, self.cache)
         self._pending = [prompt[-1]]
         self._proposed = ()
 
@@ -52,9 +50,9 @@ class ModelDrafter:
         feed = self._pending
         seen = 0  # proposed tokens already fed into the cache
         steps = 0
-        calls = min(k, self.session.max_length - self.cache.length - len(feed) + 1)
+        calls = min(k, self.model.max_length - self.cache.length - len(feed) + 1)
         for _ in range(max(calls, 0)):
-            logits = self._target_width(self.session.forward(feed, self.cache)[-1])
+            logits = self._target_width(self.model.forward(feed, self.cache)[-1])
             steps += 1
             self._pending = []
             seen = len(tokens)

@@ -34,9 +34,8 @@ class PromptLookupDrafter:
     accepted whole (the context is copying its source, and the next tokens of the same copy
     are likely right too). A verify pass costs more with every position it checks and a fresh
     match is more often wrong than a running copy, so short proposals after a miss and long
-    ones inside a copy beat any fixed k: on the 4-bit SmolLM2-135M-Instruct bundle (edit
-    requests, ``benchmarks/lookup_policy.py``) cold_k 2 with k 8 measured 1.79x over
-    target-only against 1.70x for the best fixed k.
+    ones inside a copy beat any fixed k (measured by ``benchmarks/lookup_policy.py`` on edit
+    requests: docs/benchmarks.md, "Prompt lookup: how long a proposal").
 
     Lookup is a dictionary from n-gram to the start of its latest eligible occurrence,
     extended on every commit by the starts that became eligible, so a round costs

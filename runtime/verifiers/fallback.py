@@ -97,7 +97,7 @@ class SwitchingVerifier(_Handover):
     ) -> None:
         super().__init__(min(local.max_length, remote.max_length))
         self.local, self.remote = local, remote
-        self.use_remote = use_remote
+        self._use_remote = use_remote
         self.active: Verifier | None = None
         self.remote_rounds = 0
         self.remote_down = ""
@@ -109,7 +109,7 @@ class SwitchingVerifier(_Handover):
         self.active = None  # the first round begins whichever verifier it needs
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
-        wanted = self.remote if self.use_remote() and not self.remote_down else self.local
+        wanted = self.remote if self._use_remote() and not self.remote_down else self.local
         if wanted is self.remote:
             try:
                 if self.active is not self.remote:

@@ -7,11 +7,17 @@ request gives the answer the first one would have. The deadline, not a count of 
 the guarantee: a server that is back (restarted, reloaded) within ``timeout_s`` of a request's
 first attempt answers it. The jitter keeps clients that lost the same server from all coming
 back at the same instant.
+
+The first failed attempt of a request is logged (logger ``edgespec.runtime.verifiers.http``,
+level WARNING: the CLI prints it on stderr) with how long the retries may last, so a wait for
+a server that is down is never silent. A URL that answers but is some other web server fails at
+the first request, in one line (:meth:`Connection.check_peer`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Mapping
@@ -28,6 +34,10 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: The default deadline of one request, retries included: long enough for a server to restart
 #: (a cold ``edgespec serve`` answers after 2 to 5 s on a 2-core machine).
 DEFAULT_TIMEOUT_S = 30.0
+#: The longest excerpt of an answer's body an error message quotes.
+QUOTED_CHARS = 200
+#: Where a request's first failure is reported.
+log = logging.getLogger(__name__)
 #: The least time one attempt is given, even at the deadline (to connect and be answered).
 MIN_ATTEMPT_S = 0.5
 
@@ -41,6 +51,8 @@ class Exchange:
     sent: int
     received: int
     attempts: int
+    #: False when the body was not JSON (a web page): ``data`` is then ``{"detail": text}``.
+    is_json: bool = True
 
 
 class Connection:
@@ -50,13 +62,16 @@ class Connection:
     attempts, when a count is given), pausing ``backoff_s``, then twice as long each time up to
     ``max_backoff_s``, each pause drawn between half and all of that.
 
-    Subclasses name the peer and the fix for :class:`RemoteUnavailableError`, and the cheap
-    ``health_path`` that :meth:`measure_rtt` times.
+    Subclasses name the peer and the fix for :class:`RemoteUnavailableError`, the cheap
+    ``health_path`` that :meth:`measure_rtt` times, and what kind of server the URL must be
+    (``kind``, ``kind_fix``: see :meth:`check_peer`).
     """
 
     peer = "the remote target"
     fix = "check that the server runs there, or use --fallback local/draft"
     health_path = "/health"
+    kind = "the remote target"
+    kind_fix = "check the URL"
 
     def __init__(
         self,
@@ -123,16 +138,38 @@ class Connection:
             else:
                 if response.status_code not in RETRY_STATUSES and response.status_code < 500:
                     return _exchange(response, sent=len(content or b""), attempts=attempts)
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                problem = f"HTTP {response.status_code}: {_excerpt(response.text)}"
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (limit is not None and attempts >= limit):
                 break
+            if attempts == 1:
+                log.warning(
+                    "%s %s did not answer %s %s (%s); retrying for up to %g s",
+                    self.peer,
+                    self.url,
+                    method,
+                    path,
+                    problem,
+                    self.timeout_s,
+                )
             time.sleep(min(self.backoff(attempts), remaining))
         raise RemoteUnavailableError(
             f"{self.peer} {self.url} did not answer {method} {path} after {attempts} "
             f"attempt(s) in {time.monotonic() - started:.1f} s ({problem})",
             fix=self.fix,
         )
+
+    def check_peer(self, exchange: Exchange, path: str) -> None:
+        """Raises :class:`RemoteError` in one line when the answer to the first request,
+        ``GET path``, shows that the URL is some other web server: a 404 (the route is not
+        there) or a body that is not JSON (a web page, quoted by no error message)."""
+        # A 401/403 page may come from a proxy in front of the right server: raise_for_status
+        # names the key instead.
+        if exchange.status == 404 or (not exchange.is_json and exchange.status not in (401, 403)):
+            raise RemoteError(
+                f"{self.url} is not {self.kind} (HTTP {exchange.status} from {self.url}{path})",
+                fix=self.kind_fix,
+            )
 
     def backoff(self, attempts: int) -> float:
         """The pause after the ``attempts``-th failure: exponential, capped, jittered."""
@@ -154,16 +191,23 @@ class Connection:
 
 def _exchange(response: httpx.Response, *, sent: int, attempts: int) -> Exchange:
     try:
-        data = response.json()
+        data, is_json = response.json(), True
     except ValueError:
-        data = {"detail": response.text}
+        data, is_json = {"detail": _excerpt(response.text)}, False
     return Exchange(
         status=response.status_code,
         data=data,
         sent=sent,
         received=len(response.content),
         attempts=attempts,
+        is_json=is_json,
     )
+
+
+def _excerpt(text: str) -> str:
+    """The start of an answer's body on one line (a proxy's error page spans many)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= QUOTED_CHARS else flat[:QUOTED_CHARS] + " ..."
 
 
 def raise_for_status(

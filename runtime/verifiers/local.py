@@ -23,10 +23,10 @@ from edgespec.runtime.verifiers.base import Verdict
 class LocalVerifier:
     """Runs the target over ``[last] + draft`` in one pass and applies the acceptance rule."""
 
-    def __init__(self, session: OnnxModel) -> None:
-        self.session = session
-        self.max_length = session.max_length
-        self.cache = session.new_cache()
+    def __init__(self, model: OnnxModel) -> None:
+        self.model = model
+        self.max_length = model.max_length
+        self.cache = model.new_cache()
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
 
@@ -34,12 +34,12 @@ class LocalVerifier:
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
     ) -> None:
         self._sampling, self._rng = sampling, rng
-        self.session.start(prompt, self.cache)
+        self.model.start(prompt, self.cache)
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
         started = time.perf_counter()
         acceptance = verify_round(
-            self.session,
+            self.model,
             self.cache,
             position=self.cache.length,  # last_token follows what the cache holds
             last_token=last_token,

@@ -69,6 +69,11 @@ class OpenAITarget(Connection):
         "--fallback local/draft"
     )
     health_path = "/v1/models"
+    kind = "an OpenAI-compatible server"
+    kind_fix = (
+        "pass the engine's base URL (e.g. http://127.0.0.1:8000), or --remote-api edgespec "
+        "for 'edgespec serve'"
+    )
     api = "openai"
     #: Echoed log-probabilities show the top token, not the distribution: greedy only.
     greedy_only = True
@@ -98,6 +103,7 @@ class OpenAITarget(Connection):
     def model(self) -> str:
         if self._model is None:
             exchange = self.request("GET", "/v1/models")
+            self.check_peer(exchange, "/v1/models")
             raise_for_status(exchange, "GET /v1/models", peer=self.peer)
             models = exchange.data.get("data") if isinstance(exchange.data, dict) else None
             if not models:

@@ -53,6 +53,11 @@ class ServerTarget(Connection):
     peer = "the verification server"
     fix = "check that 'edgespec serve' runs there, or use --fallback local/draft"
     health_path = "/health"
+    kind = "an edgespec server"
+    kind_fix = (
+        "pass the address 'edgespec serve' prints (e.g. http://127.0.0.1:8700), or "
+        "--remote-api openai for an OpenAI-compatible engine"
+    )
     #: The protocol it speaks (the engine's verifier registry is keyed by it).
     api = "edgespec"
     #: Protocol v1 carries q_draft, so sampled drafts verify losslessly.
@@ -64,6 +69,7 @@ class ServerTarget(Connection):
         """The server's target description (fetched once)."""
         if self._info is None:
             exchange = self.request("GET", "/v1/verify/info")
+            self.check_peer(exchange, "/v1/verify/info")
             raise_for_status(exchange, "GET /v1/verify/info")
             self._info = ServerInfo.from_json(exchange.data)
         return self._info

@@ -10,19 +10,19 @@ from edgespec.runtime.model import OnnxModel
 
 
 def _best_times(
-    session: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
+    model: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
 ) -> list[float]:
     """The fastest of ``repeats`` passes over each of ``widths`` new tokens after ``context``
     (one cache, prefilled once and cropped back after every pass)."""
-    cache = session.new_cache()
-    session.forward(context, cache)
+    cache = model.new_cache()
+    model.forward(context, cache)
     found = []
     for width in widths:
         best = float("inf")
         tokens = [context[-1]] * width
         for _ in range(repeats):
             started = time.perf_counter()
-            session.forward(tokens, cache)
+            model.forward(tokens, cache)
             best = min(best, time.perf_counter() - started)
             cache.crop(len(context))
         found.append(best)

@@ -1,0 +1,80 @@
+"""The drafter and k measured for a pair on this device (``edgespec pair --profile``), kept in
+the cache so that later generations use them without flags.
+
+The key is the pair's bundles (their file checksums) and the device (machine, cores and ONNX
+Runtime's version): a choice measured on another machine, or for other weights, is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from edgespec.engine.default_model import cache_dir
+from edgespec.engine.options import DRAFTER_NAMES, MAX_K
+from edgespec.manifest import Bundle
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceChoice:
+    """The drafter and k with the best expected speedup among those measured here."""
+
+    drafter: str
+    k: int
+    expected_speedup: float
+    #: Every drafter's measured alpha, best k and expected speedup, by name.
+    measured: dict[str, dict[str, float]]
+
+    def __post_init__(self) -> None:
+        if self.drafter not in DRAFTER_NAMES or not 0 <= self.k <= MAX_K:
+            raise ValueError(f"not a drafting choice: {self.drafter} at k {self.k}")
+
+
+def device_key(target: Bundle, draft: Bundle | None) -> str:
+    """The pair's weights and this device, hashed."""
+    import onnxruntime
+
+    parts = [
+        *(f"{record.path}:{record.sha256}" for record in target.manifest.files),
+        *(
+            f"draft {record.path}:{record.sha256}"
+            for record in (draft.manifest.files if draft else ())
+        ),
+        platform.machine(),
+        str(os.cpu_count()),
+        onnxruntime.__version__,
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def choice_path(target: Bundle, draft: Bundle | None, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "profiles" / f"{device_key(target, draft)}.json"
+
+
+def save_choice(
+    choice: DeviceChoice, target: Bundle, draft: Bundle | None, cache: Path | None = None
+) -> Path:
+    path = choice_path(target, draft, cache)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(choice), indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def load_choice(
+    target: Bundle, draft: Bundle | None, cache: Path | None = None
+) -> DeviceChoice | None:
+    """The stored choice for this pair on this device; None when none was measured (or the
+    file cannot be read: it is then measured again, never trusted)."""
+    path = choice_path(target, draft, cache)
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        return DeviceChoice(**data)
+    except (OSError, ValueError, TypeError):
+        return None

