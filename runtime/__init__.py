@@ -1,7 +1,8 @@
 """ONNX Runtime engine for speculative decoding (installed as edgespec.runtime).
 
 Reads bundles through ``edgespec.manifest`` only; never imports torch, transformers, optimum,
-onnx or ``edgespec.export``. Bottom to top: ``sampling``, ``kv_cache``, ``session``,
+onnx or ``edgespec.export``. Bottom to top: ``sampling``, ``model`` (a bundle's session over
+``edgespec.graph``'s driver and KV caches, which the exporter's checks share),
 ``acceptance``, ``drafters``, ``verifiers``, ``policy``/``profile``/``stats``, ``decoder``.
 The public façade that assembles them is ``edgespec.api.Engine``.
 """
