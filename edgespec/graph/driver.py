@@ -45,8 +45,6 @@ class GraphDriver:
     ) -> None:
         self.session = session
         self.graph = graph
-        self.sizes = sizes
-        self.bound = bound
         self._path: ForwardPath[Any]
         if graph.kv_sharing == "shared":
             kind = SharedBound if bound else SharedReference
@@ -62,7 +60,7 @@ class GraphDriver:
 
     def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
-        if not token_ids:
+        if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
         return self._path.forward(token_ids, cache)
 
