@@ -3,8 +3,8 @@
     python benchmarks/session_paths.py BUNDLE [BUNDLE ...] [--context 64] [--tokens 128]
 
 For each bundle: prefill ``--context`` tokens, then decode ``--tokens`` single tokens with
-(a) ``OnnxModel.forward_bound`` (IO binding into preallocated ping-pong KV buffers) and
-(b) ``OnnxModel.forward_reference`` (``session.run``; presents fed back as pasts), five
+(a) an ``OnnxModel`` with IO binding (for optimum's graphs: into preallocated ping-pong KV
+buffers) and (b) one on the plain path (``session.run``; presents fed back as pasts), five
 alternating rounds each; prints the median ms per token of both and their ratio.
 """
 
@@ -15,17 +15,16 @@ import statistics
 import time
 
 from edgespec.manifest import load_bundle
-from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.model import ModelOptions, OnnxModel
 
 
-def _decode(session: OnnxModel, *, fast: bool, context: int, tokens: int) -> float:
-    cache = session.new_bound_cache() if fast else session.new_reference_cache()
-    forward = session.forward_bound if fast else session.forward_reference
-    forward(list(range(1, context + 1)), cache)  # type: ignore[arg-type]
+def _decode(model: OnnxModel, *, context: int, tokens: int) -> float:
+    cache = model.new_cache()
+    model.forward(list(range(1, context + 1)), cache)
     token = 5
     started = time.perf_counter()
     for _ in range(tokens):
-        logits = forward([token], cache)  # type: ignore[arg-type]
+        logits = model.forward([token], cache)
         token = int(logits[-1].argmax())
     return (time.perf_counter() - started) / tokens * 1e3
 
@@ -38,12 +37,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     for path in args.bundles:
-        session = OnnxModel(load_bundle(path))
-        _decode(session, fast=True, context=args.context, tokens=8)  # warm-up
+        bundle = load_bundle(path)
+        bound, unbound = (
+            OnnxModel(bundle, options=ModelOptions(io_binding=binding)) for binding in (True, False)
+        )
+        for model in (bound, unbound):
+            _decode(model, context=args.context, tokens=8)  # warm-up
         fast, plain = [], []
         for _ in range(args.rounds):
-            fast.append(_decode(session, fast=True, context=args.context, tokens=args.tokens))
-            plain.append(_decode(session, fast=False, context=args.context, tokens=args.tokens))
+            fast.append(_decode(bound, context=args.context, tokens=args.tokens))
+            plain.append(_decode(unbound, context=args.context, tokens=args.tokens))
         f, p = statistics.median(fast), statistics.median(plain)
         print(
             f"{path}: io-binding {f:.3f} ms/token, plain {p:.3f} ms/token, "

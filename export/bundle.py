@@ -1,5 +1,6 @@
 """Reads facts off the exported graph and tokenizer into manifest records, and writes the
-bundle directory atomically."""
+bundle directory atomically: every exporter ends with :func:`write_bundle_manifest` inside
+:func:`staging_directory`."""
 
 from __future__ import annotations
 
@@ -10,18 +11,30 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from edgespec._version import __version__
+from edgespec.config import ExportConfig
 from edgespec.errors import ExportError, OutputExistsError
 from edgespec.manifest import (
+    SCHEMA_VERSION,
     FileRecord,
     GraphSpec,
+    Manifest,
     MemoryEstimate,
+    ModelSpec,
+    QuantizationSpec,
+    SourceSpec,
     TensorSpec,
     TokenizerSpec,
+    VerificationRecord,
     file_record,
+    system_prompt_extra,
+    write_manifest,
 )
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -115,6 +128,14 @@ def kv_shape(spec: GraphSpec) -> tuple[int, int]:
     return heads, head_dim
 
 
+def logits_width(spec: GraphSpec, config: Any) -> int:
+    """The vocabulary: the logits' last dimension when static, else the model config's
+    ``vocab_size``."""
+    logits_shape = next(t.shape for t in spec.outputs if t.name == spec.logits)
+    last = logits_shape[-1]
+    return last if isinstance(last, int) else int(config.vocab_size)
+
+
 def memory_estimate(
     spec: GraphSpec, *, weight_bytes: int, vocab_size: int, file_bytes: int
 ) -> MemoryEstimate:
@@ -182,6 +203,53 @@ def save_tokenizer(tokenizer: Any, generation_config: Any, root: Path) -> Tokeni
 
 def file_records(root: Path, roles: dict[str, str]) -> tuple[FileRecord, ...]:
     return tuple(file_record(root, name, role) for name, role in sorted(roles.items()))
+
+
+def toolchain(packages: Sequence[str]) -> dict[str, str]:
+    """The versions of those of ``packages`` that are installed ("edgespec": this one)."""
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = __version__ if name == "edgespec" else metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def write_bundle_manifest(
+    staging: Path,
+    config: ExportConfig,
+    *,
+    source: SourceSpec,
+    model: ModelSpec,
+    graph: GraphSpec,
+    tokenizer: TokenizerSpec,
+    quantization: QuantizationSpec,
+    verification: VerificationRecord,
+    memory: MemoryEstimate,
+    files: tuple[FileRecord, ...],
+    packages: Sequence[str],
+    extra: dict[str, Any],
+) -> None:
+    """Writes the manifest of the bundle staged in ``staging``, the last step of every export:
+    the exporter's records, the versions of its ``packages``, and ``extra`` followed by the
+    export's system prompt and ``config.extra``."""
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        edgespec_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=source,
+        model=model,
+        graph=graph,
+        tokenizer=tokenizer,
+        quantization=quantization,
+        verification=verification,
+        memory=memory,
+        files=files,
+        toolchain=toolchain(packages),
+        extra={**extra, **system_prompt_extra(config.system_prompt), **config.extra},
+    )
+    write_manifest(staging, manifest)
 
 
 def check_output_free(out: Path, *, force: bool) -> None:

@@ -16,19 +16,22 @@ agreement for the quantized graphs (the quantization's cost, gated by ``--min-to
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgespec._version import __version__
 from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.bundle import file_records, memory_estimate, save_tokenizer, staging_directory
+from edgespec.export.bundle import (
+    file_records,
+    memory_estimate,
+    save_tokenizer,
+    staging_directory,
+    write_bundle_manifest,
+)
 from edgespec.export.gguf import check
-from edgespec.export.gguf.folded import attention_boundaries
 from edgespec.export.gguf.graph import KVLayout
 from edgespec.export.gguf.pipeline import (
     DATA_FILE,
@@ -46,15 +49,12 @@ from edgespec.export.hf_source import (
 )
 from edgespec.export.onnx_export import load_tokenizer, load_torch_model
 from edgespec.export.source import resolve_source
+from edgespec.graph.driver import check_session
 from edgespec.manifest import (
-    SCHEMA_VERSION,
     Bundle,
-    Manifest,
     QuantizationSpec,
     VerificationRecord,
     load_bundle,
-    system_prompt_extra,
-    write_manifest,
 )
 
 #: PyTorch and the float32 graph on the same prompt: max |Δlogit| allowed.
@@ -78,8 +78,6 @@ def covers(config: ExportConfig) -> bool:
 
 def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
     """Loads the checkpoint, builds, checks and writes the in-place bundle."""
-    import onnx
-
     if config.quant not in ("auto", *BLOCK_TYPES):
         raise ConfigError(
             f"--graph inplace writes {', '.join(BLOCK_TYPES)} graphs, not {config.quant}",
@@ -140,10 +138,9 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             },
         )
         arch = checkpoint.architecture
-        manifest = Manifest(
-            schema_version=SCHEMA_VERSION,
-            edgespec_version=__version__,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        write_bundle_manifest(
+            staging,
+            config,
             source=source.spec,
             model=model_spec(
                 arch,
@@ -164,15 +161,9 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
                 file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
             ),
             files=files,
-            toolchain={"edgespec": __version__, "onnx": onnx.__version__},
-            extra={
-                "graph_builder": "inplace",
-                "torch_top1_agreement": torch_top1,
-                **system_prompt_extra(config.system_prompt),
-                **config.extra,
-            },
+            packages=("edgespec", "onnx"),
+            extra={"graph_builder": "inplace", "torch_top1_agreement": torch_top1},
         )
-        write_manifest(staging, manifest)
     return load_bundle(config.out)
 
 
@@ -211,26 +202,20 @@ def _verify(
 
     quantized = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
     min_width = 2 if quantized else 1
-    runner = check.GraphRunner(
-        graph_path,
-        checkpoint,
-        capacity=layout.buffer_length,
-        min_width=min_width,
-        folded=layout.folded,
-        boundaries=attention_boundaries(checkpoint.architecture, layout),
-    )
+    session = check_session(graph_path)
+    driver = check.check_driver(session, checkpoint, graph_spec(checkpoint, layout, min_width))
     prompts = [tokenizer(text)["input_ids"][:48] for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the graph's weights (numpy)"))
     # A wiring check (a quantized graph's 8-bit activations stray a little); --min-top1 gates
     # the agreement with PyTorch below, which is the quantization's cost.
-    parity = check.check_parity(runner, checkpoint, prompts, min_top1=WIRING_MIN_TOP1)
+    parity = check.check_parity(driver, checkpoint, prompts, min_top1=WIRING_MIN_TOP1)
     observe(ProgressEvent(stage="verify", message="agreement with PyTorch"))
     agree = positions = 0
     torch_diff = 0.0
     for prompt in prompts:
         with torch.no_grad():
             theirs = torch_model(torch.tensor([prompt])).logits[0].float().numpy()
-        ours = runner.forward(prompt, 0, runner.empty())
+        ours = driver.forward(prompt, driver.new_cache())
         torch_diff = max(torch_diff, float(np.abs(ours - theirs).max()))
         agree += int((ours.argmax(-1) == theirs.argmax(-1)).sum())
         positions += len(prompt)
@@ -251,11 +236,7 @@ def _verify(
             fix="try --quant int8 or fp32",
         )
     observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
-    sample = [t for prompt in prompts for t in prompt] + runner.greedy(prompts[0], 48)
-    invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
-    if not invariance.passed and runner.min_width == 1:
-        runner.min_width = 2
-        invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
+    invariance, driver = check.batch_invariance(driver, checkpoint, prompts, observe=observe)
     if not invariance.passed and not config.allow_batch_variance:
         raise VerificationError(
             f"argmax differs at {invariance.argmax_mismatch_fraction:.1%} of positions between "
@@ -269,4 +250,4 @@ def _verify(
         parity=parity,
         batch_invariance=invariance,
     )
-    return record, runner.min_width, torch_top1
+    return record, driver.graph.min_pass_width, torch_top1

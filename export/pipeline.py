@@ -7,23 +7,23 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edgespec._version import __version__
 from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import (
     file_records,
     kv_shape,
+    logits_width,
     memory_estimate,
     read_graph_spec,
     save_tokenizer,
     staging_directory,
+    write_bundle_manifest,
 )
+from edgespec.export.invariance import check_batch_invariance
 from edgespec.export.onnx_export import GRAPH_FILE, export_graph, load_tokenizer, load_torch_model
 from edgespec.export.quantize import (
     EXTERNAL_DATA_FILE,
@@ -36,27 +36,25 @@ from edgespec.export.recipes import choose_recipe, parity_prompts
 from edgespec.export.source import ResolvedSource, resolve_source
 from edgespec.export.verify import (
     CALIBRATION_TEXT,
-    GraphRunner,
-    check_batch_invariance,
+    calibration_streams,
     check_parity,
+    optimum_driver,
 )
+from edgespec.graph.driver import GraphDriver
 from edgespec.manifest import (
-    SCHEMA_VERSION,
     Bundle,
     FileRecord,
     GraphSpec,
-    Manifest,
     ModelSpec,
     TokenizerSpec,
     VerificationRecord,
     load_bundle,
-    system_prompt_extra,
-    write_manifest,
 )
 
 #: Default context limit written to the manifest when --max-length is not given.
 DEFAULT_MAX_LENGTH = 4096
-_TOOLCHAIN = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime")
+#: The packages whose versions the manifest records.
+TOOLCHAIN = ("edgespec", "torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime")
 _DYNAMIC_INT8_WARNING = (
     "int8-dynamic computes one activation scale over all positions of a pass, so a k+1 "
     "position verify pass can disagree with k+1 single steps on near-ties and speculative "
@@ -122,16 +120,20 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
             loaded.tokenizer, loaded.torch_model.generation_config, staging
         )
         loaded.torch_model.config.save_pretrained(str(staging))
+        vocab_size = logits_width(graph.spec, source.config)
         verification = _verification(
-            graph, loaded, max_length=max_length, config=config, observe=observe
+            graph,
+            loaded,
+            vocab_size=vocab_size,
+            max_length=max_length,
+            config=config,
+            observe=observe,
         )
         with _stage("write", "writing the bundle", observe):
             files = _file_records(staging, tokenizer_spec)
-            vocab_size = _vocab_size(graph.spec, source)
-            manifest = Manifest(
-                schema_version=SCHEMA_VERSION,
-                edgespec_version=__version__,
-                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            write_bundle_manifest(
+                staging,
+                config,
                 source=source.spec,
                 model=_model_spec(
                     source,
@@ -152,14 +154,9 @@ def export_bundle(config: ExportConfig, *, observe: ProgressObserver = ignore_pr
                     file_bytes=sum(f.size for f in files if f.role in ("graph", "graph_data")),
                 ),
                 files=files,
-                toolchain=_toolchain(),
-                extra={
-                    **({"int4_recipes": recipes} if recipes else {}),
-                    **system_prompt_extra(config.system_prompt),
-                    **config.extra,
-                },
+                packages=TOOLCHAIN,
+                extra={"int4_recipes": recipes} if recipes else {},
             )
-            write_manifest(staging, manifest)
     return load_bundle(config.out)
 
 
@@ -233,6 +230,7 @@ def _verification(
     graph: _StagedGraph,
     loaded: _LoadedModel,
     *,
+    vocab_size: int,
     max_length: int,
     config: ExportConfig,
     observe: ProgressObserver,
@@ -241,11 +239,9 @@ def _verification(
     if not config.verify:
         return VerificationRecord(performed=False)
     with _stage("verify", "verifying against PyTorch", observe):
-        runner = GraphRunner(
-            graph.path, graph.spec, kv_heads=graph.kv_heads, head_dim=graph.head_dim
-        )
+        driver = optimum_driver(graph.path, graph.spec, vocab_size=vocab_size, capacity=max_length)
         return _verify(
-            runner,
+            driver,
             loaded.torch_model,
             loaded.tokenizer,
             quant=loaded.quant,
@@ -263,13 +259,6 @@ def _file_records(staging: Path, tokenizer_spec: TokenizerSpec) -> tuple[FileRec
     if (staging / EXTERNAL_DATA_FILE).exists():
         roles[EXTERNAL_DATA_FILE] = "graph_data"
     return file_records(staging, roles)
-
-
-def _vocab_size(graph_spec: GraphSpec, source: ResolvedSource) -> int:
-    """The logits' last dimension when static, else the model config's ``vocab_size``."""
-    logits_shape = next(t.shape for t in graph_spec.outputs if t.name == graph_spec.logits)
-    last = logits_shape[-1]
-    return last if isinstance(last, int) else int(source.config.vocab_size)
 
 
 def _model_spec(
@@ -308,7 +297,7 @@ def _max_length(requested: int | None, max_positions: int) -> int:
 
 
 def _verify(
-    runner: GraphRunner,
+    driver: GraphDriver,
     torch_model: Any,
     tokenizer: Any,
     *,
@@ -322,7 +311,7 @@ def _verify(
     prompts, greedy_tokens = parity_prompts(tokenizer, max_length)
     exact_dtype = {"fp32": "float32", "fp16": "float16"}.get(quant)
     parity = check_parity(
-        runner,
+        driver,
         torch_model,
         prompts,
         exact_dtype=exact_dtype,
@@ -333,7 +322,8 @@ def _verify(
     if not parity.passed:
         raise VerificationError(_describe_parity_failure(parity, quant))
     calibration = tokenizer(CALIBRATION_TEXT)["input_ids"][:max_length]
-    invariance = check_batch_invariance(runner, calibration, observe=observe)
+    streams, prefill = calibration_streams(driver, calibration)
+    invariance = check_batch_invariance(driver, streams, prefill=prefill, observe=observe)
     if not invariance.passed:
         problem = (
             f"the {quant} graph is not batch invariant: "
@@ -351,7 +341,7 @@ def _verify(
         observe(ProgressEvent(stage="verify", message=problem, warning=True))
     return VerificationRecord(
         performed=True,
-        providers=runner.providers,
+        providers=tuple(driver.session.get_providers()),
         onnxruntime_version=onnxruntime.__version__,
         parity=parity,
         batch_invariance=invariance,
@@ -374,13 +364,3 @@ def _describe_parity_failure(parity: Any, quant: str) -> str:
         f"top-1 margin was {', '.join(f'{m:.3g}' for m in parity.greedy_divergence_margins)}; "
         "report this with the model id, or pass --no-verify to keep the graph anyway"
     )
-
-
-def _toolchain() -> dict[str, str]:
-    versions = {"edgespec": __version__}
-    for name in _TOOLCHAIN:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions

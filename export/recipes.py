@@ -16,10 +16,10 @@ from typing import Any
 
 from edgespec.errors import ExportError
 from edgespec.events import ProgressEvent, ProgressObserver
-from edgespec.export.bundle import kv_shape, read_graph_spec
+from edgespec.export.bundle import logits_width, read_graph_spec
 from edgespec.export.onnx_export import GRAPH_FILE
 from edgespec.export.quantize import EXTERNAL_DATA_FILE, RECIPES, QuantRequest, quantize_graph
-from edgespec.export.verify import GREEDY_TOKENS, PARITY_PROMPTS, GraphRunner, check_parity
+from edgespec.export.verify import GREEDY_TOKENS, PARITY_PROMPTS, check_parity, optimum_driver
 
 
 def parity_prompts(tokenizer: Any, max_length: int) -> tuple[list[list[int]], int]:
@@ -58,10 +58,14 @@ def choose_recipe(
             records.append({"recipe": recipe, "error": str(error)})
             continue
         spec, weight_bytes = read_graph_spec(folder / GRAPH_FILE)
-        heads, head_dim = kv_shape(spec)
-        runner = GraphRunner(folder / GRAPH_FILE, spec, kv_heads=heads, head_dim=head_dim)
+        driver = optimum_driver(
+            folder / GRAPH_FILE,
+            spec,
+            vocab_size=logits_width(spec, torch_model.config),
+            capacity=max_length,
+        )
         parity = check_parity(
-            runner,
+            driver,
             torch_model,
             prompts,
             exact_dtype=None,
@@ -69,7 +73,7 @@ def choose_recipe(
             greedy_tokens=greedy_tokens,
             observe=observe,
         )
-        del runner  # the session maps the graph's files
+        del driver  # the session maps the graph's files
         records.append(
             {
                 "recipe": recipe,

@@ -1,4 +1,5 @@
-"""Export-time checks of an ONNX graph: parity with PyTorch and batch invariance.
+"""Export-time checks of an optimum graph: parity with PyTorch, and the streams its batch
+invariance is checked on (:mod:`edgespec.export.invariance`).
 
 Both checks drive the graph only through the I/O names written in its :class:`GraphSpec`, so
 a passing export also proves that the manifest describes the graph correctly.
@@ -14,7 +15,11 @@ from typing import Any
 import numpy as np
 
 from edgespec.events import ProgressEvent, ProgressObserver
-from edgespec.manifest import BatchInvarianceResult, GraphSpec, ParityResult
+from edgespec.export.bundle import kv_shape
+from edgespec.export.invariance import WIDTHS
+from edgespec.graph.driver import GraphDriver, check_session
+from edgespec.graph.paths import GraphSizes
+from edgespec.manifest import GraphSpec, ParityResult
 
 PARITY_PROMPTS = (
     "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens",
@@ -31,80 +36,23 @@ CALIBRATION_TEXT = (
     "            result.append(right[j])\n            j += 1\n    return result + left[i:] + "
     "right[j:]\n"
 )
-BATCH_WIDTHS = tuple(range(2, 10))  # k + 1 verify positions for k = 1..8
-_BATCH_PREFILL = 8
-_BATCH_COMPARED_POSITIONS = 72
+#: A calibration stream's prefill (at most) and the positions compared after it.
+BATCH_PREFILL, BATCH_COMPARED_POSITIONS = 8, 72
 #: Parity tolerance on max |Δlogit|, relative to max(1, largest |logit| of PyTorch).
 LOGIT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2}
 GREEDY_TOKENS = 32
 
 
-@dataclass(frozen=True, kw_only=True)
-class KVState:
-    """The KV cache between calls: ``keys[i]``/``values[i]`` are [1, kv_heads, length, head_dim]."""
-
-    keys: tuple[np.ndarray, ...]
-    values: tuple[np.ndarray, ...]
-
-    @property
-    def length(self) -> int:
-        return int(self.keys[0].shape[2])
-
-
-class GraphRunner:
-    """A plain numpy driver of the exported graph at batch 1, for export-time checks only."""
-
-    def __init__(self, graph_path: Path, spec: GraphSpec, *, kv_heads: int, head_dim: int) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(
-            str(graph_path), options, providers=["CPUExecutionProvider"]
-        )
-        self.providers = tuple(self.session.get_providers())
-        self.spec = spec
-        self._kv_dtype = np.dtype(spec.kv_dtype)
-        self._kv_heads = kv_heads
-        self._head_dim = head_dim
-        self._outputs = [spec.logits, *spec.present_key, *spec.present_value]
-
-    def empty(self) -> KVState:
-        empty = np.zeros((1, self._kv_heads, 0, self._head_dim), dtype=self._kv_dtype)
-        layers = len(self.spec.past_key)
-        return KVState(keys=(empty,) * layers, values=(empty,) * layers)
-
-    def forward(self, token_ids: Sequence[int], state: KVState) -> tuple[np.ndarray, KVState]:
-        """Runs ``token_ids`` after ``state``; returns logits [len(token_ids), vocab] as float32."""
-        spec = self.spec
-        count = len(token_ids)
-        past = state.length
-        feeds: dict[str, np.ndarray] = {
-            spec.input_ids: np.asarray([token_ids], dtype=np.int64),
-        }
-        if spec.attention_mask is not None:
-            feeds[spec.attention_mask] = np.ones((1, past + count), dtype=np.int64)
-        if spec.position_ids is not None:
-            feeds[spec.position_ids] = np.arange(past, past + count, dtype=np.int64)[None, :]
-        for name, array in zip(spec.past_key, state.keys, strict=True):
-            feeds[name] = array
-        for name, array in zip(spec.past_value, state.values, strict=True):
-            feeds[name] = array
-        results = self.session.run(self._outputs, feeds)
-        layers = len(spec.past_key)
-        logits = np.asarray(results[0][0], dtype=np.float32)
-        new_state = KVState(
-            keys=tuple(results[1 : 1 + layers]), values=tuple(results[1 + layers : 1 + 2 * layers])
-        )
-        return logits, new_state
-
-    def greedy(self, prompt: Sequence[int], count: int) -> list[int]:
-        logits, state = self.forward(prompt, self.empty())
-        tokens = [int(np.argmax(logits[-1]))]
-        while len(tokens) < count:
-            logits, state = self.forward(tokens[-1:], state)
-            tokens.append(int(np.argmax(logits[-1])))
-        return tokens
+def optimum_driver(
+    graph_path: Path, spec: GraphSpec, *, vocab_size: int, capacity: int
+) -> GraphDriver:
+    """The checks' driver of an optimum graph: the plain path on the CPU, as the runtime's
+    reference path runs it."""
+    kv_heads, head_dim = kv_shape(spec)
+    sizes = GraphSizes(
+        kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab_size, capacity=capacity
+    )
+    return GraphDriver(check_session(graph_path), spec, sizes, bound=False, label=str(graph_path))
 
 
 def _torch_logits(model: Any, token_ids: Sequence[int]) -> np.ndarray:
@@ -156,13 +104,13 @@ class _PromptParity:
 
 
 def _compare_prompt(
-    runner: GraphRunner, torch_model: Any, prompt: Sequence[int], *, greedy_tokens: int
+    driver: GraphDriver, torch_model: Any, prompt: Sequence[int], *, greedy_tokens: int
 ) -> _PromptParity:
     """One pass over ``prompt`` (logits [len(prompt), vocab] from each) and greedy continuations."""
     reference = _torch_logits(torch_model, prompt)
-    exported, _ = runner.forward(prompt, runner.empty())
+    exported = driver.forward(prompt, driver.new_cache())
     expected, margins = _torch_greedy(torch_model, prompt, greedy_tokens)
-    matched = _common_prefix(expected, runner.greedy(prompt, greedy_tokens))
+    matched = _common_prefix(expected, driver.greedy(prompt, greedy_tokens))
     return _PromptParity(
         max_abs_logit_diff=float(np.max(np.abs(reference - exported))),
         largest_logit=float(np.max(np.abs(reference))),
@@ -174,7 +122,7 @@ def _compare_prompt(
 
 
 def check_parity(
-    runner: GraphRunner,
+    driver: GraphDriver,
     torch_model: Any,
     prompts: Sequence[Sequence[int]],
     *,
@@ -191,7 +139,7 @@ def check_parity(
     """
     compared = []
     for index, prompt in enumerate(prompts):
-        compared.append(_compare_prompt(runner, torch_model, prompt, greedy_tokens=greedy_tokens))
+        compared.append(_compare_prompt(driver, torch_model, prompt, greedy_tokens=greedy_tokens))
         observe(
             ProgressEvent(
                 stage="verify", message="parity with PyTorch", step=index + 1, total=len(prompts)
@@ -249,74 +197,16 @@ def _parity_result(
     )
 
 
-def _single_step_logits(
-    runner: GraphRunner, tokens: Sequence[int], prefill: int
-) -> tuple[np.ndarray, KVState]:
-    """Logits [len(tokens) - prefill, vocab] computed one position at a time after a prefill."""
-    _, prefilled = runner.forward(tokens[:prefill], runner.empty())
-    rows = []
-    state = prefilled
-    for token in tokens[prefill:]:
-        logits, state = runner.forward([token], state)
-        rows.append(logits[0])
-    return np.stack(rows), prefilled
-
-
-def check_batch_invariance(
-    runner: GraphRunner,
-    token_ids: Sequence[int],
-    *,
-    observe: ProgressObserver,
-    widths: Sequence[int] = BATCH_WIDTHS,
-) -> BatchInvarianceResult:
-    """Compares multi-position passes of each width with single-position steps.
-
-    Two token streams are checked: the calibration text, and the graph's own greedy
-    continuation of its first tokens (what a verify pass sees when the draft is right, and where
-    repetitive text makes near-ties common). After a prefill, every later position's logits are
-    computed once one token at a time (the reference) and, for each width w, in consecutive
-    passes of w tokens, as a verify pass of k = w - 1 drafted tokens would.
-    """
-    prefill = min(_BATCH_PREFILL, len(token_ids) - max(widths))
+def calibration_streams(
+    driver: GraphDriver, token_ids: Sequence[int]
+) -> tuple[list[list[int]], int]:
+    """The two token streams the batch invariance check runs on an optimum graph, and their
+    prefill: the calibration text, and the graph's own greedy continuation of its first tokens
+    (what a verify pass sees when the draft is right, and where repetitive text makes
+    near-ties common)."""
+    prefill = min(BATCH_PREFILL, len(token_ids) - max(WIDTHS))
     if prefill < 1:
-        raise ValueError(f"batch invariance needs more than {max(widths)} calibration tokens")
-    text = list(token_ids[: prefill + _BATCH_COMPARED_POSITIONS])
-    continuation = text[:prefill] + runner.greedy(text[:prefill], _BATCH_COMPARED_POSITIONS)
-    streams = [
-        (tokens, *_single_step_logits(runner, tokens, prefill)) for tokens in (text, continuation)
-    ]
-    mismatched = compared = 0
-    max_diff = 0.0
-    by_width: dict[str, float] = {}
-    for step, width in enumerate(widths):
-        width_mismatched = width_compared = 0
-        for tokens, single, prefilled in streams:
-            state = prefilled
-            offset = 0
-            while offset + width <= len(single):
-                chunk = tokens[prefill + offset : prefill + offset + width]
-                logits, state = runner.forward(chunk, state)
-                reference = single[offset : offset + width]
-                width_mismatched += int(np.sum(logits.argmax(-1) != reference.argmax(-1)))
-                max_diff = max(max_diff, float(np.max(np.abs(logits - reference))))
-                width_compared += width
-                offset += width
-        by_width[str(width)] = width_mismatched / width_compared
-        mismatched += width_mismatched
-        compared += width_compared
-        observe(
-            ProgressEvent(
-                stage="verify",
-                message=f"batch invariance, width {width}",
-                step=step + 1,
-                total=len(widths),
-            )
-        )
-    return BatchInvarianceResult(
-        widths=tuple(widths),
-        positions=compared,
-        argmax_mismatch_fraction=mismatched / compared,
-        max_abs_logit_diff=max_diff,
-        mismatch_fraction_by_width=by_width,
-        passed=mismatched == 0,
-    )
+        raise ValueError(f"batch invariance needs more than {max(WIDTHS)} calibration tokens")
+    text = list(token_ids[: prefill + BATCH_COMPARED_POSITIONS])
+    continuation = text[:prefill] + driver.greedy(text[:prefill], BATCH_COMPARED_POSITIONS)
+    return [text, continuation], prefill

@@ -1,38 +1,33 @@
 """One ONNX Runtime session for one bundle: providers, session options, and ``forward``.
 
 ``forward(token_ids, cache) -> logits`` runs the tokens after the cache's ``length`` tokens,
-advances the cache and returns logits [len(token_ids), vocab] (float32). Two paths exist:
-
-* ``forward_bound``: IO binding, so the present KV is written straight into the cache's
-  ping-pong buffers and the logits into a preallocated buffer (a view, valid until the next
-  call);
-* ``forward_reference``: the plain path (``session.run``, presents fed back as pasts).
+advances the cache and returns logits [len(token_ids), vocab] (float32), through the
+:class:`~edgespec.graph.driver.GraphDriver` built with the model: IO binding (the present KV
+written straight into the cache's buffers and the logits into a preallocated buffer, a view
+valid until the next call) or the plain path (``session.run``), chosen once.
 
 Measured on the 2-core CPU this project is developed on (benchmarks/session_paths.py), the
 plain path was as fast or faster (IO binding 0.83-1.05x of it), so it is the default for
-those (optimum's) graphs, whose bound buffers live in host memory: on a GPU provider their
-KV cache crosses to the host every step. The in-place graphs (``kv_sharing`` "shared",
-:mod:`edgespec.runtime.shared_kv`) are bound by default, and on CUDA their cache lives on
-the GPU (:attr:`OnnxModel.kv_device`): only the token ids and lengths go up and the logits
-come down. Tests check that the paths agree. No speculation logic lives here.
+optimum's graphs, whose bound buffers live in host memory: on a GPU provider their
+KV cache crosses to the host every step. The in-place graphs (``kv_sharing`` "shared") are
+bound by default, and on CUDA their cache lives on the GPU (:attr:`OnnxModel.kv_device`): only
+the token ids and lengths go up and the logits come down. Tests check that the paths agree. No
+speculation logic lives here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from edgespec.errors import BundleError, ConfigError
+from edgespec.graph.driver import GraphDriver
+from edgespec.graph.kv_cache import KVCache
+from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
 from edgespec.manifest import Bundle
-from edgespec.passes import pass_pieces
-from edgespec.runtime.kv_cache import KVCache, ReferenceKVCache, SharedKVCache
-from edgespec.runtime.shared_kv import forward_shared, forward_shared_reference
-
-#: The cache kinds :meth:`OnnxModel.forward` takes.
-AnyCache = KVCache | ReferenceKVCache | SharedKVCache
 
 #: Providers tried in order when the caller names none (TensorRT builds engines for minutes on
 #: first use, so it is used only when asked for).
@@ -102,12 +97,6 @@ def check_graph_loads(bundle: Bundle) -> None:
     open_session(bundle, options, ["CPUExecutionProvider"])
 
 
-#: Prompt tokens per prefill pass. A pass returns logits for every position (width × vocab
-#: floats: 25 MB at 128 × 49,152, but 177 MB for a 900-token prompt in one pass) and its
-#: activations grow with width too; on 2 CPU cores chunks of 128 prefill as fast as one pass.
-PREFILL_CHUNK = 128
-
-
 class OnnxModel:
     """An exported causal LM as an ONNX Runtime session, driven only by its manifest."""
 
@@ -149,11 +138,24 @@ class OnnxModel:
         self.fell_back = self.requested_providers[0] not in self.providers
         # The in-place graph is bound by default (its point is that nothing is copied).
         self.io_binding = self.shared_kv if options.io_binding is None else options.io_binding
-        self._binding = self.session.io_binding()
-        self._logits_dtype = np.dtype(self.graph.logits_dtype)
-        self._logits = np.zeros(0, dtype=self._logits_dtype)
-        self._positions = np.arange(self.max_length + 1, dtype=np.int64)[None, :]
-        self._mask = np.ones((1, self.max_length + 1), dtype=np.int64)
+        sizes = GraphSizes(
+            kv_heads=manifest.model.num_kv_heads,
+            head_dim=manifest.model.head_dim,
+            vocab_size=self.vocab_size,
+            # The in-place graph's buffers have a fixed length (a shrunk context uses less of
+            # them); optimum's graphs take what the context needs.
+            capacity=(self.graph.kv_capacity or manifest.model.max_length)
+            if self.shared_kv
+            else self.max_length,
+        )
+        self.driver = GraphDriver(
+            self.session,
+            self.graph,
+            sizes,
+            bound=self.io_binding,
+            device=self.kv_device,
+            label=str(bundle.root),
+        )
 
     @property
     def shared_kv(self) -> bool:
@@ -167,21 +169,11 @@ class OnnxModel:
         on_cuda = bool(self.providers) and self.providers[0] == "CUDAExecutionProvider"
         return "cuda" if self.shared_kv and self.io_binding and on_cuda else None
 
-    def new_cache(self) -> AnyCache:
+    def new_cache(self) -> KVCache:
         """A cache for :meth:`forward` (the kind the graph and the session's path need)."""
-        if self.shared_kv:
-            return SharedKVCache(
-                layers=self.model.num_layers,
-                kv_heads=self.model.num_kv_heads,
-                head_dim=self.model.head_dim,
-                # The graph's buffers have a fixed length; a shrunk context uses less of them.
-                capacity=self.graph.kv_capacity or self.model.max_length,
-                dtype=self.kv_dtype,
-                device=self.kv_device,
-            )
-        return self.new_bound_cache() if self.io_binding else self.new_reference_cache()
+        return self.driver.new_cache()
 
-    def start(self, prompt: Sequence[int], cache: AnyCache) -> None:
+    def start(self, prompt: Sequence[int], cache: KVCache) -> None:
         """Empties ``cache`` and feeds every prompt token but the last (which the first round
         feeds together with its draft), ``PREFILL_CHUNK`` tokens per pass."""
         cache.reset()
@@ -189,79 +181,13 @@ class OnnxModel:
         for begin in range(0, len(fed), PREFILL_CHUNK):
             self.forward(fed[begin : begin + PREFILL_CHUNK], cache)
 
-    def forward(self, token_ids: Sequence[int], cache: AnyCache) -> np.ndarray:
+    def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
-        if self.shared_kv:
-            shared = cast(SharedKVCache, cache)
-            pieces = pass_pieces(
-                shared.length,
-                len(token_ids),
-                self.graph.min_pass_width,
-                self.graph.attention_boundaries,
-            )
-            if len(pieces) > 1:  # the pass mixes attention regimes: run it in pieces
-                return np.concatenate(
-                    [np.array(self.forward(token_ids[b:e], cache)) for b, e, _ in pieces]
-                )
-            width = pieces[0][2]
-            # The context limit counts real tokens; the padding and a folded graph's extra
-            # rows must fit the buffers (checked below).
-            self._check_room(shared.length, len(token_ids))
-            written = shared.length + width * self.graph.kv_positions_per_token
-            if written > shared.capacity and len(token_ids) > PREFILL_CHUNK:
-                # A folded graph writes heads / kv_heads positions per token from the pass's
-                # start; its buffers leave room for passes of PREFILL_CHUNK tokens.
-                return np.concatenate(
-                    [
-                        np.array(self.forward(token_ids[begin : begin + PREFILL_CHUNK], cache))
-                        for begin in range(0, len(token_ids), PREFILL_CHUNK)
-                    ]
-                )
-            if written > shared.capacity:
-                raise ConfigError(
-                    f"a pass of {width} tokens after {shared.length} writes {written} positions "
-                    f"of a {shared.capacity}-position KV buffer in {self.bundle.root}",
-                    fix="stop one token earlier, or re-export with a larger --max-length",
-                )
-            if not self.io_binding:
-                return forward_shared_reference(
-                    self.session, self.graph, token_ids, shared, width=width
-                )
-            if self._logits.size < width * self.vocab_size:
-                self._logits = np.zeros(width * self.vocab_size, dtype=np.float32)
-            return forward_shared(
-                self.session,
-                self.graph,
-                token_ids,
-                shared,
-                logits=self._logits,
-                vocab=self.vocab_size,
-                width=width,
-            )
-        if self.io_binding:
-            return self.forward_bound(token_ids, cast(KVCache, cache))
-        return self.forward_reference(token_ids, cast(ReferenceKVCache, cache))
-
-    def new_bound_cache(self) -> KVCache:
-        return KVCache(
-            layers=self.model.num_layers,
-            kv_heads=self.model.num_kv_heads,
-            head_dim=self.model.head_dim,
-            capacity=self.max_length,
-            dtype=self.kv_dtype,
-        )
-
-    def new_reference_cache(self) -> ReferenceKVCache:
-        return ReferenceKVCache(
-            layers=self.model.num_layers,
-            kv_heads=self.model.num_kv_heads,
-            head_dim=self.model.head_dim,
-            dtype=self.kv_dtype,
-        )
-
-    def _check_room(self, length: int, count: int) -> None:
+        count, length = len(token_ids), cache.length
         if count < 1:
             raise ValueError("forward needs at least one token")
+        # The context limit counts real tokens; an in-place graph's padding and a folded
+        # graph's extra rows must fit its buffers (the driver checks them).
         if length + count > self.max_length:
             raise ConfigError(
                 f"{length + count} tokens exceed the context limit of {self.max_length} "
@@ -269,63 +195,4 @@ class OnnxModel:
                 fix="use a shorter prompt or fewer new tokens, or re-export with a larger "
                 "--max-length",
             )
-
-    def forward_bound(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
-        """The IO-binding path; the returned logits are a view valid until the next call."""
-        count = len(token_ids)
-        past = cache.length
-        self._check_room(past, count)
-        graph, binding = self.graph, self._binding
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
-        binding.bind_cpu_input(graph.input_ids, np.asarray([token_ids], dtype=np.int64))
-        if graph.attention_mask is not None:
-            binding.bind_cpu_input(graph.attention_mask, self._mask[:, : past + count])
-        if graph.position_ids is not None:
-            binding.bind_cpu_input(
-                graph.position_ids, np.ascontiguousarray(self._positions[:, past : past + count])
-            )
-        for kind, (past_names, present_names) in enumerate(
-            ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
-        ):
-            for layer in range(self.model.num_layers):
-                binding.bind_cpu_input(past_names[layer], cache.past(kind, layer))
-                present = cache.present(kind, layer, count)
-                binding.bind_output(
-                    present_names[layer],
-                    "cpu",
-                    0,
-                    self.kv_dtype,
-                    present.shape,
-                    present.ctypes.data,
-                )
-        needed = count * self.vocab_size
-        if self._logits.size < needed:
-            self._logits = np.zeros(needed, dtype=self._logits_dtype)
-        logits = self._logits[:needed].reshape(1, count, self.vocab_size)
-        binding.bind_output(
-            graph.logits, "cpu", 0, self._logits_dtype, logits.shape, logits.ctypes.data
-        )
-        self.session.run_with_iobinding(binding)
-        cache.advance(count)
-        return logits[0] if self._logits_dtype == np.float32 else logits[0].astype(np.float32)
-
-    def forward_reference(self, token_ids: Sequence[int], cache: ReferenceKVCache) -> np.ndarray:
-        """The plain path: ``session.run`` with numpy feeds; presents replace the cache."""
-        count = len(token_ids)
-        past = cache.length
-        self._check_room(past, count)
-        graph = self.graph
-        feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([token_ids], dtype=np.int64)}
-        if graph.attention_mask is not None:
-            feeds[graph.attention_mask] = np.ones((1, past + count), dtype=np.int64)
-        if graph.position_ids is not None:
-            feeds[graph.position_ids] = np.arange(past, past + count, dtype=np.int64)[None, :]
-        for kind, names in enumerate((graph.past_key, graph.past_value)):
-            for layer, name in enumerate(names):
-                feeds[name] = cache.arrays[kind][layer]
-        outputs = [graph.logits, *graph.present_key, *graph.present_value]
-        results = self.session.run(outputs, feeds)
-        layers = self.model.num_layers
-        cache.arrays = [list(results[1 : 1 + layers]), list(results[1 + layers :])]
-        return np.asarray(results[0][0], dtype=np.float32)
+        return self.driver.forward(token_ids, cache)

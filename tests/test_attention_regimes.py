@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edgespec.export.gguf.regimes import attention_session, probe_boundaries
-from edgespec.passes import pass_pieces, regime
+from edgespec.graph.passes import pass_pieces, regime
 
 pytest.importorskip("onnx")
 

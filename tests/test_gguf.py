@@ -149,8 +149,8 @@ def test_folded_graph_leaves_padding_out_of_attention(gguf_bundles: dict[str, Pa
     """A one-token step runs as two tokens (the second a copy, for the products' rounding);
     told that only the first is real, a folded graph gives the same logits for it and keeps
     the padding out of the cache: the position after it holds a zero key, not the copy's."""
+    from edgespec.graph.paths import pass_lengths
     from edgespec.runtime.model import OnnxModel
-    from edgespec.runtime.shared_kv import pass_lengths
 
     model = OnnxModel(load_bundle(gguf_bundles["folded-Q4_1"]))
     graph = model.graph
@@ -204,7 +204,7 @@ def test_dequantized_import_is_a_float_graph_of_the_same_weights(
 def test_in_place_path_equals_the_plain_path_through_rollbacks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
-    from edgespec.runtime.kv_cache import SharedKVCache
+    from edgespec.graph.kv_cache import SharedKVCache
     from edgespec.runtime.model import ModelOptions, OnnxModel
 
     bundle = load_bundle(gguf_bundles[kind])

@@ -17,7 +17,7 @@ from edgespec.manifest import load_bundle
 from edgespec.runtime.decoder import decode
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.k_policy import FixedK
-from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.runtime.stats import StatsCollector
 from edgespec.runtime.verifiers.local import LocalVerifier
 
@@ -202,16 +202,19 @@ def test_scripted_drafter_right_for_exactly_j_tokens(
 
 
 def test_bound_path_equals_reference_path_with_rollbacks(exported: Callable[..., Path]) -> None:
-    session = OnnxModel(load_bundle(exported("llama", "int4")))
-    fast, reference = session.new_bound_cache(), session.new_reference_cache()
+    bundle = load_bundle(exported("llama", "int4"))
+    bound = OnnxModel(bundle, options=ModelOptions(io_binding=True))
+    plain = OnnxModel(bundle, options=ModelOptions(io_binding=False))
+    fast, reference = bound.new_cache(), plain.new_cache()
+    assert type(fast) is not type(reference)  # ping-pong buffers against replaced arrays
     rng = np.random.default_rng(7)
     for _ in range(40):
         count = int(rng.integers(1, 10))
-        if fast.length + count > session.max_length:
+        if fast.length + count > bound.max_length:
             break
-        tokens = rng.integers(0, session.vocab_size, count).tolist()
-        fast_logits = session.forward_bound(tokens, fast).copy()
-        reference_logits = session.forward_reference(tokens, reference)
+        tokens = rng.integers(0, bound.vocab_size, count).tolist()
+        fast_logits = bound.forward(tokens, fast).copy()
+        reference_logits = plain.forward(tokens, reference)
         np.testing.assert_array_equal(fast_logits, reference_logits)
         keep = int(rng.integers(max(fast.length - count, 0), fast.length + 1))
         fast.crop(keep)

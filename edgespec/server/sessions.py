@@ -30,6 +30,7 @@ import numpy as np
 from edgespec.config import SamplingConfig
 from edgespec.engine.options import K_RULE, MAX_K
 from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
+from edgespec.graph.kv_cache import KVCache
 from edgespec.protocol import (
     SESSION_SECRET_HEADER,
     OpenRequest,
@@ -38,7 +39,7 @@ from edgespec.protocol import (
     VerifyResponse,
 )
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.model import AnyCache, OnnxModel
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import Uniforms
 from edgespec.runtime.verifiers.local import verify_round
 
@@ -87,7 +88,7 @@ def full_session_bytes(target: OnnxModel) -> int:
 
 
 class _Session:
-    def __init__(self, cache: AnyCache, sampling: SamplingConfig, *, secret: str) -> None:
+    def __init__(self, cache: KVCache, sampling: SamplingConfig, *, secret: str) -> None:
         self.cache = cache
         self.sampling = sampling
         self.secret = secret

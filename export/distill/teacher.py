@@ -11,6 +11,8 @@ import numpy as np
 from edgespec.config import ExportConfig
 from edgespec.errors import ModelSourceError
 from edgespec.export.distill.config import TOP_K, DistillConfig, Log
+from edgespec.graph.driver import GraphDriver, check_session
+from edgespec.graph.paths import GraphSizes
 from edgespec.manifest import Bundle, load_bundle
 
 
@@ -120,30 +122,20 @@ class OnnxTeacher(Teacher):
     """A GGUF bundle (in-place KV graph) run with ONNX Runtime, as its export checks run it."""
 
     def __init__(self, bundle: Bundle) -> None:
-        from types import SimpleNamespace
-
-        from edgespec.export.gguf.check import GraphRunner
-
         if bundle.manifest.graph.kv_sharing != "shared":
             raise ModelSourceError(
                 f"{bundle.root} is not a GGUF import; a bundle teacher must be one",
                 fix="pass the Hugging Face directory or the GGUF file the bundle came from",
             )
-        model = bundle.manifest.model
-        shape = SimpleNamespace(
-            architecture=SimpleNamespace(
-                num_layers=model.num_layers,
-                num_kv_heads=model.num_kv_heads,
-                head_dim=model.head_dim,
-            )
+        model, graph = bundle.manifest.model, bundle.manifest.graph
+        sizes = GraphSizes(
+            kv_heads=model.num_kv_heads,
+            head_dim=model.head_dim,
+            vocab_size=model.vocab_size,
+            capacity=graph.kv_capacity or model.max_length,
         )
-        self.runner = GraphRunner(
-            bundle.graph_path,
-            shape,
-            capacity=bundle.manifest.graph.kv_capacity or model.max_length,
-            min_width=bundle.manifest.graph.min_pass_width,
-            folded=bundle.manifest.graph.kv_positions_per_token > 1,
-            boundaries=bundle.manifest.graph.attention_boundaries,
+        self.driver = GraphDriver(
+            check_session(bundle.graph_path), graph, sizes, bound=False, label=str(bundle.root)
         )
         self.vocab_size = bundle.manifest.model.vocab_size
         self.tokenizer_dir = bundle.root
@@ -154,23 +146,23 @@ class OnnxTeacher(Teacher):
         self.description = f"bundle {bundle.root.name} (ONNX Runtime)"
 
     def continue_greedy(self, prompt: list[int], count: int) -> list[int]:
-        return self.runner.greedy(prompt, count)
+        return self.driver.greedy(prompt, count)
 
     def continue_sampled(
         self, prompt: list[int], count: int, temperature: float, seed: int
     ) -> list[int]:
         rng = np.random.default_rng(seed)
-        cache = self.runner.empty()
-        logits = self.runner.forward(prompt, 0, cache)
+        cache = self.driver.new_cache()
+        logits = self.driver.forward(prompt, cache)
         produced: list[int] = []
         while True:
             produced.append(_sample(logits[-1], temperature, rng))
             if len(produced) == count:
                 return produced
-            logits = self.runner.forward(produced[-1:], len(prompt) + len(produced) - 1, cache)
+            logits = self.driver.forward(produced[-1:], cache)
 
     def logits(self, tokens: list[int]) -> np.ndarray:
-        return self.runner.forward(tokens, 0, self.runner.empty())
+        return self.driver.forward(tokens, self.driver.new_cache())
 
 
 def load_teacher(config: DistillConfig, log: Log) -> Teacher:

@@ -7,20 +7,26 @@
   on the same prompts, recorded for information (llama.cpp multiplies 4-bit weights with 8-bit
   activations, so it strays from the exact result too), beside llama.cpp's agreement with
   itself (its batched and one-token logits).
-* Batch invariance: positions computed in one pass of width w (2..9) against the same
-  positions one at a time (each padded to the graph's minimum width, as the runtime runs
-  them): greedy speculative output equals target-only output only if no argmax differs.
+* Batch invariance (:mod:`edgespec.export.invariance`, as every exporter checks it): positions
+  computed in one pass of width w (2..9) against the same positions one at a time (each padded
+  to the graph's minimum width, as the runtime runs them): greedy speculative output equals
+  target-only output only if no argmax differs.
+
+The graph runs through :class:`~edgespec.graph.driver.GraphDriver`'s plain path, as the runtime
+runs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgespec.export.gguf.graph import IO, past_names, present_names, rotary_caches
+from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
+from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.reader import (
     UNSCORED_LOGIT,
     WeightSource,
@@ -28,8 +34,10 @@ from edgespec.export.gguf.reader import (
     float_tensor,
     tensor_rows,
 )
-from edgespec.manifest import BatchInvarianceResult, ParityResult
-from edgespec.passes import pass_pieces
+from edgespec.export.invariance import check_batch_invariance
+from edgespec.graph.driver import GraphDriver
+from edgespec.graph.paths import GraphSizes
+from edgespec.manifest import BatchInvarianceResult, GraphSpec, ParityResult
 
 PARITY_TEXTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -37,71 +45,24 @@ PARITY_TEXTS = (
     "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens and",
 )
 GREEDY_TOKENS = 12
-WIDTHS = tuple(range(2, 10))
 
 
-class GraphRunner:
-    """Plain ``session.run`` passes over full-capacity KV buffers (the checks' driver)."""
+#: The batch invariance check's stream: a prefill, then eight passes of the widest width.
+INVARIANCE_PREFILL, INVARIANCE_POSITIONS = 16, 9 * 8
 
-    def __init__(
-        self,
-        graph_path: Path,
-        source: WeightSource,
-        *,
-        capacity: int,
-        min_width: int,
-        folded: bool = False,
-        boundaries: Sequence[int] = (),
-    ):
-        import onnxruntime
 
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(
-            str(graph_path), options, providers=["CPUExecutionProvider"]
-        )
-        arch = source.architecture
-        self.layers = arch.num_layers
-        self.shape = (1, arch.num_kv_heads, capacity, arch.head_dim)
-        self.min_width = min_width
-        # A folded graph is told how many of a pass's tokens are real (the runtime's lengths).
-        self.folded = folded
-        # Passes are cut where the attention's arithmetic changes, as the runtime cuts them.
-        self.boundaries = tuple(boundaries)
-
-    def empty(self) -> dict[str, np.ndarray]:
-        return {
-            n: np.zeros(self.shape, np.float32) for i in range(self.layers) for n in past_names(i)
-        }
-
-    def forward(self, tokens: Sequence[int], past: int, cache: dict[str, np.ndarray]) -> np.ndarray:
-        pieces = pass_pieces(past, len(tokens), self.min_width, self.boundaries)
-        if len(pieces) > 1:
-            return np.concatenate(
-                [self.forward(tokens[b:e], past + b, cache) for b, e, _ in pieces]
-            )
-        count = len(tokens)
-        ids = list(tokens) + [tokens[-1]] * (pieces[0][2] - count)
-        feeds = {
-            IO["input_ids"]: np.array([ids], np.int64),
-            IO["seqlens_k"]: np.array([past + (count if self.folded else len(ids)) - 1], np.int32),
-            IO["total_sequence_length"]: np.array(past + len(ids), np.int32),
-            **cache,
-        }
-        presents = [n for i in range(self.layers) for n in present_names(i)]
-        outputs = self.session.run([IO["logits"], *presents], feeds)
-        pasts = [n for i in range(self.layers) for n in past_names(i)]
-        cache.update(zip(pasts, outputs[1:], strict=True))
-        return np.asarray(outputs[0][0, :count])
-
-    def greedy(self, prompt: Sequence[int], count: int) -> list[int]:
-        cache = self.empty()
-        logits = self.forward(prompt, 0, cache)
-        produced = [int(logits[-1].argmax())]
-        while len(produced) < count:
-            logits = self.forward(produced[-1:], len(prompt) + len(produced) - 1, cache)
-            produced.append(int(logits[-1].argmax()))
-        return produced
+def check_driver(session: Any, source: WeightSource, graph: GraphSpec) -> GraphDriver:
+    """The checks' driver of an in-place graph: the plain path over full-capacity buffers,
+    passes padded and cut as ``graph`` (``graph_spec``'s record) tells the runtime to."""
+    arch = source.architecture
+    assert graph.kv_capacity is not None  # graph_spec records it for every in-place graph
+    sizes = GraphSizes(
+        kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        vocab_size=arch.vocab_size,
+        capacity=graph.kv_capacity,
+    )
+    return GraphDriver(session, graph, sizes, bound=False)
 
 
 #: Elements of one weight that the reference forward dequantizes at once (float64: 32 MB).
@@ -254,11 +215,11 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) ->
 
 
 def check_parity(
-    runner: GraphRunner, source: WeightSource, prompts: Sequence[Sequence[int]], *, min_top1: float
+    driver: GraphDriver, source: WeightSource, prompts: Sequence[Sequence[int]], *, min_top1: float
 ) -> ParityResult:
     diffs, agree, positions, greedy_match = [], 0, 0, 0
-    graph = [runner.forward(prompt, 0, runner.empty()) for prompt in prompts]
-    greedy = [runner.greedy(prompt, GREEDY_TOKENS) for prompt in prompts]
+    graph = [driver.forward(prompt, driver.new_cache()) for prompt in prompts]
+    greedy = [driver.greedy(prompt, GREEDY_TOKENS) for prompt in prompts]
     # One reference pass over every sequence: each weight is dequantized once.
     continued = [[*prompt, *made[:-1]] for prompt, made in zip(prompts, greedy, strict=True)]
     references = reference_logits_batch(source, [*prompts, *continued])
@@ -289,39 +250,29 @@ def check_parity(
     )
 
 
-def check_batch_invariance(runner: GraphRunner, tokens: Sequence[int]) -> BatchInvarianceResult:
-    prefill = list(tokens[:16])
-    mismatched, compared, max_diff, by_width = 0, 0, 0.0, {}
-    for width in WIDTHS:
-        wide, narrow = runner.empty(), runner.empty()
-        runner.forward(prefill, 0, wide)
-        runner.forward(prefill, 0, narrow)
-        past, wrong = len(prefill), 0
-        for start in range(len(prefill), len(tokens) - width + 1, width):
-            chunk = list(tokens[start : start + width])
-            together = runner.forward(chunk, past, wide)
-            alone = np.stack(
-                [runner.forward([t], past + i, narrow)[0] for i, t in enumerate(chunk)]
-            )
-            max_diff = max(max_diff, float(np.abs(together - alone).max()))
-            wrong += int((together.argmax(-1) != alone.argmax(-1)).sum())
-            compared += width
-            past += width
-        mismatched += wrong
-        by_width[str(width)] = wrong / max(compared, 1)
-    fraction = mismatched / max(compared, 1)
-    return BatchInvarianceResult(
-        widths=WIDTHS,
-        positions=compared,
-        argmax_mismatch_fraction=fraction,
-        max_abs_logit_diff=max_diff,
-        mismatch_fraction_by_width=by_width,
-        passed=mismatched == 0,
-    )
+def batch_invariance(
+    driver: GraphDriver,
+    source: WeightSource,
+    prompts: Sequence[Sequence[int]],
+    *,
+    observe: ProgressObserver = ignore_progress,
+) -> tuple[BatchInvarianceResult, GraphDriver]:
+    """Batch invariance on the prompts' tokens and the graph's greedy continuation of the
+    first. A graph whose one-token steps run unpadded and differ from its passes is checked
+    again with them padded to two positions (MatMulNBits' one-row kernel rounds differently
+    from its multi-row one); returns the result and the driver it is for."""
+    sample = [t for prompt in prompts for t in prompt] + driver.greedy(prompts[0], 48)
+    stream = [sample[: INVARIANCE_PREFILL + INVARIANCE_POSITIONS]]
+    invariance = check_batch_invariance(driver, stream, prefill=INVARIANCE_PREFILL)
+    if not invariance.passed and driver.graph.min_pass_width == 1:
+        observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
+        driver = check_driver(driver.session, source, replace(driver.graph, min_pass_width=2))
+        invariance = check_batch_invariance(driver, stream, prefill=INVARIANCE_PREFILL)
+    return invariance, driver
 
 
 def llama_cpp_agreement(
-    path: Path, prompts: Sequence[Sequence[int]], runner: GraphRunner
+    path: Path, prompts: Sequence[Sequence[int]], driver: GraphDriver
 ) -> dict[str, Any]:
     """Top-1 agreement and max |Δlogit| with llama.cpp's logits (None figures without it).
 
@@ -346,7 +297,7 @@ def llama_cpp_agreement(
         for token in prompt:
             llm.eval([token])
             one_token.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        ours = runner.forward(prompt, 0, runner.empty())
+        ours = driver.forward(prompt, driver.new_cache())
         agree += int((theirs.argmax(-1) == ours.argmax(-1)).sum())
         self_agree += int((theirs.argmax(-1) == np.array(one_token)).sum())
         positions += len(prompt)

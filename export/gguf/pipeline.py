@@ -8,16 +8,18 @@ import hashlib
 import json
 import time
 from collections import Counter
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edgespec._version import __version__
 from edgespec.config import ExportConfig
 from edgespec.errors import ConfigError, ExportError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.bundle import file_records, staging_directory, tokenizer_sha256
+from edgespec.export.bundle import (
+    file_records,
+    staging_directory,
+    tokenizer_sha256,
+    write_bundle_manifest,
+)
 from edgespec.export.gguf import check
 from edgespec.export.gguf.folded import KVLayout, attention_boundaries
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
@@ -30,11 +32,10 @@ from edgespec.export.gguf.reader import (
     open_gguf,
 )
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
+from edgespec.graph.driver import check_session
 from edgespec.manifest import (
-    SCHEMA_VERSION,
     Bundle,
     GraphSpec,
-    Manifest,
     MemoryEstimate,
     ModelSpec,
     QuantizationSpec,
@@ -43,8 +44,6 @@ from edgespec.manifest import (
     TokenizerSpec,
     VerificationRecord,
     load_bundle,
-    system_prompt_extra,
-    write_manifest,
 )
 
 GRAPH_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
@@ -97,11 +96,11 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         verification, extra, min_width = _verify(
             source, staging, tokenizer, config, layout, not builder.quantized, observe
         )
-        extra.update(_file_records(source), **system_prompt_extra(config.system_prompt))
-        extra.update(config.extra)
-        manifest = _manifest(
+        extra.update(_file_records(source))
+        _write_manifest(
             source,
             staging,
+            config,
             tokenizer,
             tokenizer_files,
             builder,
@@ -112,7 +111,6 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             min_width=min_width,
             extra=extra,
         )
-        write_manifest(staging, manifest)
     return load_bundle(config.out)
 
 
@@ -202,29 +200,21 @@ def _verify(
     # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
     # differently from its multi-row one, so a quantized graph pads single steps to two rows.
     min_width = 1 if float_graph else 2
-    boundaries = attention_boundaries(source.architecture, layout)
-    runner = check.GraphRunner(
-        staging / GRAPH_FILE, source, capacity=layout.buffer_length, min_width=min_width,
-        folded=layout.folded, boundaries=boundaries,
-    )  # fmt: skip
+    session = check_session(staging / GRAPH_FILE)
+    driver = check.check_driver(session, source, graph_spec(source, layout, min_width))
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
-    parity = check.check_parity(runner, source, prompts, min_top1=config.min_top1_agreement)
+    parity = check.check_parity(driver, source, prompts, min_top1=config.min_top1_agreement)
     source.release_pages()  # the reference forward read every weight
     observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
-    sample = [t for prompt in prompts for t in prompt] + runner.greedy(prompts[0], 48)
-    invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
-    if not invariance.passed and runner.min_width == 1:
-        observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
-        runner.min_width = 2
-        invariance = check.check_batch_invariance(runner, sample[: 16 + 9 * 8])
+    invariance, driver = check.batch_invariance(driver, source, prompts, observe=observe)
     if not source.architecture.output_vocabulary:
         message = "agreement with llama.cpp (needs llama-cpp-python)"
         observe(ProgressEvent(stage="verify", message=message))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary
-        else check.llama_cpp_agreement(source.path, prompts, runner)
+        else check.llama_cpp_agreement(source.path, prompts, driver)
     )
     record = VerificationRecord(
         performed=True,
@@ -246,12 +236,13 @@ def _verify(
             "multi-token and one-token passes",
             fix="try --accuracy-level 1, or pass --allow-batch-variance to keep it anyway",
         )
-    return record, {"llama_cpp_agreement": agreement}, runner.min_width
+    return record, {"llama_cpp_agreement": agreement}, driver.graph.min_pass_width
 
 
-def _manifest(
+def _write_manifest(
     source: GGUFFile,
     staging: Path,
+    config: ExportConfig,
     tokenizer: Any,
     tokenizer_files: list[str],
     builder: Any,
@@ -262,7 +253,7 @@ def _manifest(
     accuracy: int,
     min_width: int,
     extra: dict[str, Any],
-) -> Manifest:
+) -> None:
     arch = source.architecture
     kinds = Counter(t.tensor_type.name for t in source.tensors.values())
     requantized = sorted({w.source_type for w in builder.quantized if not w.grid_kept})
@@ -272,10 +263,9 @@ def _manifest(
         **{f: "tokenizer" for f in tokenizer_files},
     }
     weight_bytes = (staging / DATA_FILE).stat().st_size
-    return Manifest(
-        schema_version=SCHEMA_VERSION,
-        edgespec_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    write_bundle_manifest(
+        staging,
+        config,
         source=SourceSpec(
             model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
         ),
@@ -291,7 +281,7 @@ def _manifest(
             file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
         ),
         files=file_records(staging, roles),
-        toolchain=_toolchain(),
+        packages=("onnx", "onnxruntime", "gguf", "tokenizers", "numpy"),
         extra={
             "gguf": {
                 "file": source.path.name,
@@ -429,13 +419,3 @@ def _sha256(path: Path) -> str:
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _toolchain() -> dict[str, str]:
-    found = {}
-    for name in ("onnx", "onnxruntime", "gguf", "tokenizers", "numpy"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return found

@@ -8,7 +8,7 @@ a row's output changes when T crosses 65, 193, 321, ... (every 128 from 65), by 
 enough to flip a near-tie, so a verify pass and the single steps it replaces could disagree.
 Heads of 64 or 128 show no such totals.
 
-The fix is in how passes are cut (:func:`edgespec.passes.pass_pieces`), not in the graph:
+The fix is in how passes are cut (:func:`edgespec.graph.passes.pass_pieces`), not in the graph:
 every position p is computed at a total
 in the same *regime* (the number of boundaries at or below T) as the single step that would
 compute it (T = p + min_pass_width), so target-only decoding and any speculative schedule give

@@ -13,9 +13,10 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
+from edgespec.graph.kv_cache import KVCache
 from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match, accept_sampled
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.model import AnyCache, OnnxModel
+from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import Uniforms, probabilities
 from edgespec.runtime.verifiers.base import Verdict
 
@@ -59,7 +60,7 @@ class LocalVerifier:
 
 def verify_round(
     target: OnnxModel,
-    cache: AnyCache,
+    cache: KVCache,
     *,
     position: int,
     last_token: int,

@@ -1,23 +1,51 @@
-"""KV caches: preallocated buffers plus an absolute ``length``.
+"""KV caches: buffers plus an absolute ``length``, and the :class:`KVCache` protocol the
+runtime and the export checks hold them by.
 
-Exported graphs take ``past`` [1, kv_heads, length, head_dim] and return ``present``
+Optimum's graphs take ``past`` [1, kv_heads, length, head_dim] and return ``present``
 [1, kv_heads, length + n, head_dim] (the concatenation happens inside the graph). Both must be
 contiguous, so a view ``[:, :, :length]`` of one [1, kv_heads, capacity, head_dim] buffer will
-not do. :class:`KVCache` keeps, per layer and for K and V, two flat buffers of
+not do. :class:`PingPongKVCache` keeps, per layer and for K and V, two flat buffers of
 kv_heads × capacity × head_dim elements: the first kv_heads × length × head_dim elements of the
 current one, reshaped, are the past; ONNX Runtime writes the present into the other one through
 IO binding; then the two swap. No copy happens outside the graph except when ``crop`` must
 re-pack the heads after a rejection.
 
-:class:`ReferenceKVCache` is the plain path: a list of numpy arrays, replaced by each step's
-``present`` outputs and cropped by slicing (a copy). It exists to test the fast path against.
+:class:`ReferenceKVCache` is the plain path's: a list of numpy arrays, replaced by each step's
+``present`` outputs and cropped by slicing (a copy). The export checks run on it, and tests
+hold the fast path to it.
+
+:class:`SharedKVCache` is the in-place graphs' (``kv_sharing`` "shared"): one buffer per layer
+that the graph reads as past and writes as present; rolling back is setting ``length``.
 """
 
 from __future__ import annotations
 
 import mmap
+from typing import Protocol
 
 import numpy as np
+
+
+class KVCache(Protocol):
+    """What every cache offers its holder; only the forward path that made it writes into it."""
+
+    @property
+    def length(self) -> int:
+        """The tokens held: positions 0 .. length - 1."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """The memory the cache holds."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keeps the first ``length`` tokens (an absolute length, not a count to drop)."""
+        ...
+
+    def reset(self) -> None:
+        """Empties the cache (keeping its buffers)."""
+        ...
 
 
 def mapped_zeros(count: int, shape: tuple[int, ...], dtype: np.dtype) -> list[np.ndarray]:
@@ -33,7 +61,7 @@ def mapped_zeros(count: int, shape: tuple[int, ...], dtype: np.dtype) -> list[np
     return [flat[i * per_array : (i + 1) * per_array].reshape(shape) for i in range(count)]
 
 
-class KVCache:
+class PingPongKVCache:
     """Ping-pong flat buffers per layer; ``length`` tokens are held."""
 
     def __init__(

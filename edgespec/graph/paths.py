@@ -1,0 +1,318 @@
+"""The four forward paths: a graph kind (``kv_sharing``) times IO binding or plain
+``session.run``. Each makes its own kind of cache and runs passes on it; :class:`GraphDriver`
+(:mod:`edgespec.graph.driver`) picks one when it is built.
+
+* optimum's graphs ("concat": past in, past + new out):
+
+  * :class:`ConcatBound`: IO binding, so the present KV is written straight into a
+    :class:`PingPongKVCache`'s other buffers and the logits into a preallocated buffer (a view,
+    valid until the next call);
+  * :class:`ConcatReference`: ``session.run``, presents fed back as pasts
+    (:class:`ReferenceKVCache`).
+
+* in-place graphs ("shared", GroupQueryAttention over one :class:`SharedKVCache` buffer per
+  layer): a pass of n tokens after ``length`` positions writes positions
+  length .. length + n - 1 of each buffer and returns logits [n, vocab]. (A graph with folded
+  attention, ``kv_positions_per_token`` > 1, also writes zero rows after those, up to
+  length + n × kv_positions_per_token - 1; they lie past ``length`` and are overwritten too.)
+
+  * :class:`SharedBound`: past and present of a layer are bound to one ONNX Runtime value over
+    the cache's buffer (or on the device), so nothing is copied; the logits go into a
+    preallocated buffer (a view valid until the next call);
+  * :class:`SharedReference`: ``session.run`` with numpy feeds; the returned presents are
+    copied back into the buffers.
+
+  Both cut a pass at the graph's ``attention_boundaries``
+  (:func:`edgespec.graph.passes.pass_pieces`) and pad a piece narrower than its width by
+  repeating its last token: the padded positions are written past ``length`` and overwritten
+  by the next pass (a folded graph is told which tokens are padding and leaves them out of
+  attention).
+
+The bound and plain paths of a kind give identical logits (tests check it).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from edgespec.errors import ConfigError
+from edgespec.graph.kv_cache import PingPongKVCache, ReferenceKVCache, SharedKVCache
+from edgespec.graph.passes import pass_pieces
+from edgespec.manifest import GraphSpec
+
+#: Prompt tokens per prefill pass. A pass returns logits for every position (width × vocab
+#: floats: 25 MB at 128 × 49,152, but 177 MB for a 900-token prompt in one pass) and its
+#: activations grow with width too; on 2 CPU cores chunks of 128 prefill as fast as one pass.
+#: A folded graph's buffers leave room for passes of this many tokens past the context.
+PREFILL_CHUNK = 128
+
+Cache = TypeVar("Cache")
+
+
+class ForwardPath(Protocol[Cache]):
+    """One way of running a graph's passes, on the caches it makes."""
+
+    def new_cache(self) -> Cache: ...
+
+    def forward(self, token_ids: Sequence[int], cache: Cache) -> np.ndarray:
+        """Logits [len(token_ids), vocab] (float32) for the one or more tokens after
+        ``cache.length``; the cache advances past them."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphSizes:
+    """What the manifest's graph record does not say: the KV heads and head size of a cache
+    position, the vocabulary (the logits' width) and the positions a cache holds."""
+
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    #: A concat cache's positions; a shared graph's buffers have the graph's fixed length.
+    capacity: int
+
+
+class _Path:
+    """What every path knows: the session, the graph's I/O names and the sizes."""
+
+    def __init__(self, session: Any, graph: GraphSpec, sizes: GraphSizes, *, label: str) -> None:
+        self.session = session
+        self.graph = graph
+        self.sizes = sizes
+        self.layers = len(graph.past_key)
+        self.kv_dtype = np.dtype(graph.kv_dtype)
+        #: Names the graph in errors (its bundle or file).
+        self.label = label
+
+
+class ConcatBound(_Path):
+    def __init__(self, session: Any, graph: GraphSpec, sizes: GraphSizes, *, label: str) -> None:
+        super().__init__(session, graph, sizes, label=label)
+        self._binding = session.io_binding()
+        self._logits_dtype = np.dtype(graph.logits_dtype)
+        self._logits = np.zeros(0, dtype=self._logits_dtype)
+        self._positions = np.arange(sizes.capacity + 1, dtype=np.int64)[None, :]
+        self._mask = np.ones((1, sizes.capacity + 1), dtype=np.int64)
+
+    def new_cache(self) -> PingPongKVCache:
+        return PingPongKVCache(
+            layers=self.layers,
+            kv_heads=self.sizes.kv_heads,
+            head_dim=self.sizes.head_dim,
+            capacity=self.sizes.capacity,
+            dtype=self.kv_dtype,
+        )
+
+    def forward(self, token_ids: Sequence[int], cache: PingPongKVCache) -> np.ndarray:
+        """The returned logits are a view valid until the next call."""
+        count = len(token_ids)
+        past = cache.length
+        graph, binding = self.graph, self._binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        binding.bind_cpu_input(graph.input_ids, np.asarray([token_ids], dtype=np.int64))
+        if graph.attention_mask is not None:
+            binding.bind_cpu_input(graph.attention_mask, self._mask[:, : past + count])
+        if graph.position_ids is not None:
+            binding.bind_cpu_input(
+                graph.position_ids, np.ascontiguousarray(self._positions[:, past : past + count])
+            )
+        for kind, (past_names, present_names) in enumerate(
+            ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
+        ):
+            for layer in range(self.layers):
+                binding.bind_cpu_input(past_names[layer], cache.past(kind, layer))
+                present = cache.present(kind, layer, count)
+                binding.bind_output(
+                    present_names[layer],
+                    "cpu",
+                    0,
+                    self.kv_dtype,
+                    present.shape,
+                    present.ctypes.data,
+                )
+        vocab = self.sizes.vocab_size
+        if self._logits.size < count * vocab:
+            self._logits = np.zeros(count * vocab, dtype=self._logits_dtype)
+        logits = self._logits[: count * vocab].reshape(1, count, vocab)
+        binding.bind_output(
+            graph.logits, "cpu", 0, self._logits_dtype, logits.shape, logits.ctypes.data
+        )
+        self.session.run_with_iobinding(binding)
+        cache.advance(count)
+        return logits[0] if self._logits_dtype == np.float32 else logits[0].astype(np.float32)
+
+
+class ConcatReference(_Path):
+    def new_cache(self) -> ReferenceKVCache:
+        return ReferenceKVCache(
+            layers=self.layers,
+            kv_heads=self.sizes.kv_heads,
+            head_dim=self.sizes.head_dim,
+            dtype=self.kv_dtype,
+        )
+
+    def forward(self, token_ids: Sequence[int], cache: ReferenceKVCache) -> np.ndarray:
+        count = len(token_ids)
+        past = cache.length
+        graph = self.graph
+        feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([token_ids], dtype=np.int64)}
+        if graph.attention_mask is not None:
+            feeds[graph.attention_mask] = np.ones((1, past + count), dtype=np.int64)
+        if graph.position_ids is not None:
+            feeds[graph.position_ids] = np.arange(past, past + count, dtype=np.int64)[None, :]
+        for kind, names in enumerate((graph.past_key, graph.past_value)):
+            for layer, name in enumerate(names):
+                feeds[name] = cache.arrays[kind][layer]
+        outputs = [graph.logits, *graph.present_key, *graph.present_value]
+        results = self.session.run(outputs, feeds)
+        layers = self.layers
+        cache.arrays = [list(results[1 : 1 + layers]), list(results[1 + layers :])]
+        return np.asarray(results[0][0], dtype=np.float32)
+
+
+def padded(token_ids: Sequence[int], width: int) -> list[int]:
+    tokens = list(token_ids)
+    return tokens + [tokens[-1]] * (width - len(tokens)) if len(tokens) < width else tokens
+
+
+def pass_lengths(graph: GraphSpec, past: int, real: int, width: int) -> dict[str, np.ndarray]:
+    """``seqlens_k`` and ``total_sequence_length`` for a pass of ``width`` tokens after
+    ``past``, the first ``real`` of them real and the rest padding: a folded graph
+    (``kv_positions_per_token`` > 1) takes the real count in ``seqlens_k`` and runs attention
+    on those tokens only; other graphs take every token as real."""
+    assert graph.seqlens_k is not None and graph.total_sequence_length is not None
+    counted = real if graph.kv_positions_per_token > 1 else width
+    return {
+        graph.seqlens_k: np.array([past + counted - 1], dtype=np.int32),
+        graph.total_sequence_length: np.array(past + width, dtype=np.int32),
+    }
+
+
+class _SharedPath(_Path, ABC):
+    """Cuts a pass into pieces the graph runs as one pass each; subclasses run a piece."""
+
+    def __init__(
+        self, session: Any, graph: GraphSpec, sizes: GraphSizes, *, label: str, device: str | None
+    ) -> None:
+        super().__init__(session, graph, sizes, label=label)
+        #: Where new caches live: None for host memory, else an ONNX Runtime device ("cuda").
+        self.device = device
+
+    def new_cache(self) -> SharedKVCache:
+        return SharedKVCache(
+            layers=self.layers,
+            kv_heads=self.sizes.kv_heads,
+            head_dim=self.sizes.head_dim,
+            capacity=self.sizes.capacity,
+            dtype=self.kv_dtype,
+            device=self.device,
+        )
+
+    def forward(self, token_ids: Sequence[int], cache: SharedKVCache) -> np.ndarray:
+        graph = self.graph
+        pieces = pass_pieces(
+            cache.length, len(token_ids), graph.min_pass_width, graph.attention_boundaries
+        )
+        if len(pieces) > 1:  # the pass mixes attention regimes: run it in pieces
+            return np.concatenate(
+                [np.array(self.forward(token_ids[b:e], cache)) for b, e, _ in pieces]
+            )
+        width = pieces[0][2]
+        written = cache.length + width * graph.kv_positions_per_token
+        if written > cache.capacity and len(token_ids) > PREFILL_CHUNK:
+            # A folded graph writes heads / kv_heads positions per token from the pass's
+            # start; its buffers leave room for passes of PREFILL_CHUNK tokens.
+            return np.concatenate(
+                [
+                    np.array(self.forward(token_ids[begin : begin + PREFILL_CHUNK], cache))
+                    for begin in range(0, len(token_ids), PREFILL_CHUNK)
+                ]
+            )
+        if written > cache.capacity:
+            raise ConfigError(
+                f"a pass of {width} tokens after {cache.length} writes {written} positions "
+                f"of a {cache.capacity}-position KV buffer in {self.label}",
+                fix="stop one token earlier, or re-export with a larger --max-length",
+            )
+        return self.run(padded(token_ids, width), cache, real=len(token_ids))
+
+    @abstractmethod
+    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+        """One pass of ``tokens``, the first ``real`` of them real and the rest padding."""
+
+
+class SharedBound(_SharedPath):
+    def __init__(
+        self, session: Any, graph: GraphSpec, sizes: GraphSizes, *, label: str, device: str | None
+    ) -> None:
+        super().__init__(session, graph, sizes, label=label, device=device)
+        self._logits = np.zeros(0, dtype=np.float32)
+
+    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+        """The returned logits are a view valid until the next call."""
+        graph, width, vocab = self.graph, len(tokens), self.sizes.vocab_size
+        if self._logits.size < width * vocab:
+            self._logits = np.zeros(width * vocab, dtype=np.float32)
+        binding = self._binding(cache)
+        binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
+        for name, value in pass_lengths(graph, cache.length, real, width).items():
+            binding.bind_cpu_input(name, value)
+        view = self._logits[: width * vocab].reshape(1, width, vocab)
+        binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
+        self.session.run_with_iobinding(binding)
+        cache.advance(real)
+        return view[0, :real]
+
+    def _binding(self, cache: SharedKVCache) -> Any:
+        """The cache's IO binding for this session, with every layer's past and present bound
+        to the same buffer once; a pass rebinds only the token ids, the lengths and the
+        logits."""
+        if cache.binding is None or cache.binding[0] is not self.session:
+            binding = self.session.io_binding()
+            values = _ort_values(cache)
+            graph = self.graph
+            for kind, (past_names, present_names) in enumerate(
+                ((graph.past_key, graph.present_key), (graph.past_value, graph.present_value))
+            ):
+                for layer, value in enumerate(values[kind]):
+                    binding.bind_ortvalue_input(past_names[layer], value)
+                    binding.bind_ortvalue_output(present_names[layer], value)
+            cache.binding = (self.session, binding)
+        return cache.binding[1]
+
+
+def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
+    if cache.ort_values is None:
+        import onnxruntime
+
+        cache.ort_values = [
+            [onnxruntime.OrtValue.ortvalue_from_numpy(buffer) for buffer in kind]
+            for kind in cache.buffers
+        ]
+    return cache.ort_values
+
+
+class SharedReference(_SharedPath):
+    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+        if not cache.buffers:
+            raise ValueError("the plain path needs a cache in host memory (device=None)")
+        graph = self.graph
+        feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
+        feeds.update(pass_lengths(graph, cache.length, real, len(tokens)))
+        for kind, names in enumerate((graph.past_key, graph.past_value)):
+            for layer, name in enumerate(names):
+                feeds[name] = cache.buffers[kind][layer]
+        outputs = [graph.logits, *graph.present_key, *graph.present_value]
+        results = self.session.run(outputs, feeds)
+        layers = cache.layers
+        for kind in (0, 1):
+            for layer in range(layers):
+                np.copyto(cache.buffers[kind][layer], results[1 + kind * layers + layer])
+        cache.advance(real)
+        return np.asarray(results[0][0, :real], dtype=np.float32)
