@@ -54,8 +54,9 @@ from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tens
 
 OPSET = 21
 #: Bumped when the graph's structure or what its manifest tells the runtime changes (caches of
-#: exported bundles key on it). 4: the manifest records the attention's rounding boundaries.
-GRAPH_REVISION = 4
+#: exported bundles key on it). 4: the manifest records the attention's rounding boundaries;
+#: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16.
+GRAPH_REVISION = 5
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
