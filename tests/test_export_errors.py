@@ -125,11 +125,10 @@ def test_models_the_exporter_refuses(
 @pytest.mark.parametrize(
     ("option", "expect"),
     [
-        (["--quant", "int3"], "unknown quantization 'int3'"),
         (["--block-size", "48"], "block size 48 is not a power of two"),
         (["--max-length", "100000"], "exceeds the model's 256 positions"),
     ],
-    ids=["unknown-quant", "bad-block-size", "max-length-too-long"],
+    ids=["bad-block-size", "max-length-too-long"],
 )
 def test_bad_options(
     option: list[str],
@@ -144,6 +143,18 @@ def test_bad_options(
         capsys,
         expect=expect,
     )
+
+
+def test_an_unknown_quantization_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["export", "model", "--out", str(tmp_path / "out"), "--quant", "int3"])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("edgespec: error: argument --quant: invalid choice: 'int3'")
+    assert "'auto'" in line and "(see 'edgespec export --help')" in line
+    assert not (tmp_path / "out").exists()
 
 
 def test_existing_output_needs_force_and_is_left_untouched(

@@ -202,7 +202,9 @@ def test_the_server_gives_memory_back_after_long_echo_requests(smollm2: Path) ->
 
     port = free_port()
     args = [sys.executable, "-m", "edgespec", "serve", "--target", str(smollm2)]
+    # Bounds raised so the long request runs (its scoring takes 10-20 s on 2 cores).
     args += ["--port", str(port), "--api-key", "k", "--max-scored-positions", "2048"]
+    args += ["--max-score-seconds", "300"]
     body = {"prompt": "word " * 1900, "max_tokens": 1, "echo": True, "logprobs": 5}
     with ServerProcess(args, port=port) as server:
         assert server.process is not None
