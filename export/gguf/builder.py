@@ -201,8 +201,9 @@ class GraphBuilder:
             matrix = np.concatenate([self.float_matrix(t) for t in tensors])  # [N1 + N2 + ..., K]
             self.float_weights += matrix.size
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
-        stacked = None if any(p is None for p in parts) else concatenate(parts)
-        del parts  # the stacked copy is what gets stored; free the parts before it is written
+        present = [p for p in parts if p is not None]
+        stacked = concatenate(present) if len(present) == len(parts) else None
+        del parts, present  # the stacked copy is what gets stored; free the parts first
         if stacked is None:
             outputs = [self.linear(x, t, f"{name}.{i}") for i, t in enumerate(tensors)]
             return self.node("Concat", outputs, name, axis=-1)
