@@ -130,7 +130,7 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
 ) -> None:
     import psutil
 
-    from edgespec.export.gguf.pipeline import check_import_memory, import_peak_bytes
+    from edgespec.export.gguf.memory import check_import_memory, import_peak_bytes
 
     source = tmp_path / "big.gguf"
     source.write_bytes(b"GGUF" + bytes(1 << 20))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from edgespec.engine.default_model import (
     bundle_dir,
     cache_dir,
     cached_or_built,
-    conversion_progress,
+    convert_once,
     default_draft_bundle,
     default_model_bundle,
     importer_revision,
@@ -214,20 +213,8 @@ def cached_size_mb(model: CatalogModel, cache: Path | None = None) -> float | No
 
 
 def _import(model: CatalogModel, root: Path, cache: Path, notify: Notify) -> Bundle:
-    from edgespec.config import ExportConfig
-    from edgespec.export.gguf.pipeline import export_gguf
-
     path = joined_gguf(model, cache / "downloads", notify)
-    notify(f"edgespec: importing {model.title} into an ONNX bundle (once) ...")
-    started = time.perf_counter()
-    config = ExportConfig(model=str(path), out=root, force=True)
-    bundle = export_gguf(config, observe=conversion_progress(notify))
-    size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
-    notify(
-        f"edgespec: {model.name} is ready: {size_mb:,.0f} MB bundle in "
-        f"{time.perf_counter() - started:.0f} s, cached in {root}"
-    )
-    return bundle
+    return convert_once(str(path), root, model.title, notify)
 
 
 def joined_gguf(model: CatalogModel, downloads: Path, notify: Notify = notify_stderr) -> Path:

@@ -251,17 +251,25 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 
 
 def _build(model: PackagedModel, root: Path, cache: Path, notify: Notify) -> Bundle:
+    source = _source(model, cache, notify)
+    return convert_once(source, root, model.title, notify, system_prompt=model.system_prompt)
+
+
+def convert_once(
+    source: str, root: Path, title: str, notify: Notify, *, system_prompt: str | None = None
+) -> Bundle:
+    """Imports the GGUF ``source`` into the cache entry ``root``, with progress notices and a
+    closing line (size, seconds, where)."""
     from edgespec.config import ExportConfig
     from edgespec.export.gguf.pipeline import export_gguf
 
-    source = _source(model, cache, notify)
-    notify(f"edgespec: converting {model.title} to an ONNX bundle (once) ...")
+    notify(f"edgespec: converting {title} to an ONNX bundle (once) ...")
     started = time.perf_counter()
-    config = ExportConfig(model=source, out=root, force=True, system_prompt=model.system_prompt)
+    config = ExportConfig(model=source, out=root, force=True, system_prompt=system_prompt)
     bundle = export_gguf(config, observe=conversion_progress(notify))
     size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
     notify(
-        f"edgespec: {model.title} is ready: {size_mb:.0f} MB bundle in "
+        f"edgespec: {title} is ready: {size_mb:,.0f} MB bundle in "
         f"{time.perf_counter() - started:.0f} s, cached in {root}"
     )
     return bundle

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import ExportConfig
-from edgespec.errors import ConfigError, ExportError, VerificationError
+from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import (
     file_records,
@@ -24,6 +24,7 @@ from edgespec.export.gguf import check
 from edgespec.export.gguf.folded import KVLayout, attention_boundaries
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
+from edgespec.export.gguf.memory import check_import_memory
 from edgespec.export.gguf.reader import (
     GGUFArchitecture,
     GGUFFile,
@@ -49,11 +50,6 @@ from edgespec.manifest import (
 GRAPH_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
 #: The KV buffer is allocated whole, so the default context is kept modest.
 DEFAULT_CAPACITY = 2048
-#: The import's peak memory: this many times the file, plus a fixed part (see
-#: :func:`import_peak_bytes`).
-IMPORT_PEAK_PER_FILE_BYTE = 4.5
-IMPORT_BASE_BYTES = 300 << 20
-SKIP_MEMORY_CHECK_ENV = "EDGESPEC_SKIP_MEMORY_CHECK"
 
 
 def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
@@ -112,35 +108,6 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             extra=extra,
         )
     return load_bundle(config.out)
-
-
-def import_peak_bytes(file_bytes: int) -> int:
-    """The import's expected peak memory for a GGUF of ``file_bytes``: the checks' ONNX Runtime
-    session (its initializers and MatMulNBits' packed copies, about twice the bundle, which
-    is up to 1.3x the file) beside the file's mapped pages; the graph is written and the
-    reference forward dequantizes a slice at a time (measured peak: 4.6x the file for
-    Qwen2.5-Coder 0.5B Q4_K_M, benchmarks/import_memory.py)."""
-    return int(IMPORT_PEAK_PER_FILE_BYTE * file_bytes) + IMPORT_BASE_BYTES
-
-
-def check_import_memory(path: Path) -> None:
-    """Refuses, before anything is written, an import that would not fit in the memory
-    available now; ``EDGESPEC_SKIP_MEMORY_CHECK=1`` tries anyway."""
-    import os
-
-    import psutil
-
-    if os.environ.get(SKIP_MEMORY_CHECK_ENV) == "1":
-        return
-    needed = import_peak_bytes(path.stat().st_size)
-    available = int(psutil.virtual_memory().available)
-    if needed > available:
-        raise ExportError(
-            f"importing {path.name} ({path.stat().st_size / 1e9:.2f} GB) needs about "
-            f"{needed / 1e9:.1f} GB of memory and {available / 1e9:.1f} GB is available",
-            fix="close other programs or import on a machine with more memory (the bundle runs "
-            f"where it fits), or set {SKIP_MEMORY_CHECK_ENV}=1 to try anyway",
-        )
 
 
 def _file_records(source: GGUFFile) -> dict[str, Any]:
