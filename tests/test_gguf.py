@@ -112,6 +112,9 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
     assert with_draft.draft.driver.graph.min_pass_width == 1
     target_graph = load_bundle(gguf_bundles[kind]).manifest.graph
     assert with_draft.target.driver.graph.min_pass_width == target_graph.min_pass_width
+    summary = bundle_summary(load_bundle(gguf_bundles[kind]))
+    assert "as a target, one-token steps padded to 2 rows" in summary
+    assert "as a draft, one row per step" in summary
     for prompt in PROMPTS:
         expected = with_draft.generate(prompt, drafter="none", max_new_tokens=30)
         result = with_draft.generate(prompt, drafter="model", k=4, max_new_tokens=30)

@@ -113,10 +113,16 @@ def test_verifying_session_spins_and_a_local_draft_takes_one_thread() -> None:
     assert session_threading(polite.pair.target) == (2, "0")
     assert session_threading(polite.pair.draft) == (2, "0")
     # Verifying remotely, the draft is the only local session: it spins with every thread.
-    from edgespec.engine.loading import LoadRequest, session_options
+    from edgespec.engine.loading import THREADED_DRAFT_BYTES, LoadRequest, session_options
 
     _, alone = session_options(LoadRequest(threads=2), local_target=False, context=64)
     assert (alone.intra_op_threads, alone.spinning) == (2, True)
+    # A large draft beside a local target takes the target's threads, without spinning.
+    large = THREADED_DRAFT_BYTES + 1
+    _, beside = session_options(
+        LoadRequest(threads=2), local_target=True, context=64, draft_weight_bytes=large
+    )
+    assert (beside.intra_op_threads, beside.spinning, beside.exact_passes) == (2, False, False)
     # Spinning or not, a pass computes the same thing.
     prompt = load_prompts("code")[0]
     fast = engine.generate(prompt, max_new_tokens=24)

@@ -183,6 +183,7 @@ def bundle_summary(bundle: Bundle) -> str:
         f"weights     {quant}: {m.memory.weight_bytes / 1e6:.2f} MB, KV "
         f"{m.memory.kv_bytes_per_token / 1024:.1f} KiB per token",
     ]
+    lines.append(_passes_line(m))
     record = m.verification
     if not record.performed or record.parity is None or record.batch_invariance is None:
         lines.append("verified    no (exported with --no-verify)")
@@ -201,6 +202,28 @@ def bundle_summary(bundle: Bundle) -> str:
         )
     lines.extend(_llama_cpp_line(m.extra.get("llama_cpp_agreement")))
     return "\n".join(lines)
+
+
+def _passes_line(m: Any) -> str:
+    """How the runtime runs the graph's passes: as a target, padded and cut so that a step's
+    bits equal a verify pass's; as a draft, one row per step."""
+    graph = m.graph
+    kernels = (
+        "ONNX Runtime's CPU kernels"
+        if m.quantization.scheme != "matmul_nbits"
+        else ("ONNX Runtime's MatMulNBits (its one-row kernel rounds apart from its multi-row one)")
+    )
+    if graph.min_pass_width <= 1 and not graph.attention_boundaries:
+        return f"passes      {kernels}; every pass as it comes, target or draft"
+    cut = (
+        f", cut at attention boundaries {list(graph.attention_boundaries)}"
+        if graph.attention_boundaries
+        else ""
+    )
+    return (
+        f"passes      {kernels}; as a target, one-token steps padded to "
+        f"{graph.min_pass_width} rows{cut}; as a draft, one row per step"
+    )
 
 
 def _llama_cpp_line(agreement: object) -> list[str]:

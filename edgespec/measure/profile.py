@@ -7,6 +7,9 @@ record, else ``DEFAULT_K``.
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,24 @@ PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 
 
-def profile_pair(draft: Path | None, target: Path, *, save: bool = True) -> dict[str, Any]:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def profile_pair(
+    draft: Path | None,
+    target: Path,
+    *,
+    save: bool = True,
+    notify: Callable[[str], None] = _to_stderr,
+) -> dict[str, Any]:
     """Greedy speculation at k = MAX_K over the bench prompts with each drafter the pair can
     use (model, combined and prompt lookup with a draft; prompt lookup without): alpha by
     position, and the k with the best expected speedup given the measured verify curve and
     draft cost. The drafter and k with the best expected speedup are the pair's choice on this
-    device; ``save`` keeps it, so that generation uses it without flags."""
+    device; ``save`` keeps it, so that generation uses it without flags. ``notify`` gets a
+    line per step (minutes for a real-size pair)."""
+    started = time.perf_counter()
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
     prompt_set = load_prompt_set("code" if draft is not None else "chat")
     prompts = prompt_set.prompts[:PROFILE_PROMPTS]
@@ -33,15 +48,19 @@ def profile_pair(draft: Path | None, target: Path, *, save: bool = True) -> dict
     # Prompts keep their last tokens where the pair's context is short (a small export).
     room = engine.max_length - new_tokens
     encoded = [engine.encode(p, chat=prompt_set.chat)[-room:] for p in prompts]
+    notify("profile: the verify curve T(k)/T(1) and the draft's step cost ...")
     profile = engine.cost_profile()
     verify_cost = list(profile.verify_cost)
     drafters = ("model", "combined", "ngram") if draft is not None else ("ngram",)
     measured = {}
     for drafter in drafters:
-        results = [
-            engine.generate(ids, k=MAX_K, drafter=drafter, max_new_tokens=new_tokens)
-            for ids in encoded
-        ]
+        results = []
+        for index, ids in enumerate(encoded, 1):
+            results.append(
+                engine.generate(ids, k=MAX_K, drafter=drafter, max_new_tokens=new_tokens)
+            )
+            seconds = time.perf_counter() - started
+            notify(f"profile: {drafter} drafter, prompt {index}/{len(encoded)} ({seconds:.0f} s)")
         # Prompt lookup drafts from a table: its draft step costs nothing next to a target's.
         c = 0.0 if drafter == "ngram" else profile.c
         measured[drafter] = _acceptance(results, c=c, verify_cost=verify_cost)
