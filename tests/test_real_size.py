@@ -210,7 +210,7 @@ def test_a_fresh_import_peaks_within_its_estimate_and_repeats_the_bundle(
     ids=["quantization-type", "architecture", "pre-tokenizer"],
 )
 def test_a_gguf_the_importer_does_not_run_is_one_line_and_writes_nothing(
-    written: dict[str, str],
+    written: dict[str, Any],
     expected: tuple[str, ...],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
