@@ -114,3 +114,9 @@ def local(pair: tuple[Path, Path]) -> Any:
     from edgespec.api import Engine
 
     return Engine.load(target=pair[0], draft=pair[1])
+
+
+@pytest.fixture(scope="session")
+def llama_cpp() -> Any:
+    """The ``llama_cpp`` module (llama-cpp-python), the reference the GGUF tests compare with."""
+    return pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (the engine-test extra)")

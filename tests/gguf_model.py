@@ -255,25 +255,40 @@ K_QUANTS = {"Q4_K": (144, 0, 2), "Q6_K": (210, 208, 1)}
 
 def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:
     """A weight [rows, columns] of random llama.cpp K-quant blocks (any bytes are valid but the
-    float16 scales, set small): uint8 [rows, bytes per row]."""
-    size, at, halves = K_QUANTS[kind]
-    count = rows * columns // 256
+    float16 scales, set small): uint8 [rows, bytes per row]. Another type gets random bytes
+    of its block size (for files the importer must refuse before reading them)."""
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
+    count = rows * columns // block
     blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
-    fields = rng.uniform(2e-4, 6e-4, (count, halves)).astype(np.float16)
-    blocks[:, at : at + 2 * halves] = fields.view(np.uint8)
+    if kind in K_QUANTS:
+        _, at, halves = K_QUANTS[kind]
+        fields = rng.uniform(2e-4, 6e-4, (count, halves)).astype(np.float16)
+        blocks[:, at : at + 2 * halves] = fields.view(np.uint8)
     return blocks.reshape(rows, -1)
 
 
-def write_tied_k_quant_gguf(out_path: Path, *, seed: int = 0, layers: int = 2) -> Path:
+def write_tied_k_quant_gguf(
+    out_path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    layer_type: str = "Q4_K",
+    architecture: str = "llama",
+    pre: str | None = None,
+) -> Path:
     """A random-weight Llama as llama.cpp's Q4_K_M writes a tied model: Q4_K layers, Q6_K
     output projections of attention values and MLP, a Q6_K embedding that is also the LM head
-    (no ``output.weight``), and the SentencePiece test vocabulary."""
+    (no ``output.weight``), and the SentencePiece test vocabulary. ``layer_type`` replaces
+    Q4_K, ``architecture`` names another one, and ``pre`` writes a three-token byte-level BPE
+    vocabulary with that pre-tokenizer instead: files the importer must refuse."""
     import gguf
 
     hidden, heads, kv_heads, ffn = 256, 4, 2, 512
     head_dim = hidden // heads
     rng = np.random.default_rng(seed)
-    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer = gguf.GGUFWriter(str(out_path), architecture)
     writer.add_name("edgespec-test-tied-k-quants")
     writer.add_context_length(256)
     writer.add_embedding_length(hidden)
@@ -284,14 +299,22 @@ def write_tied_k_quant_gguf(out_path: Path, *, seed: int = 0, layers: int = 2) -
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    vocab = _add_spm_vocab(writer, seed=seed, add_space_prefix=True)
+    if pre is None:
+        vocab = _add_spm_vocab(writer, seed=seed, add_space_prefix=True)
+    else:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_list(["a", "b", "ab"])
+        writer.add_token_merges(["a b"])
+        vocab = 3
     writer.add_vocab_size(vocab)
 
     def add(name: str, kind: str, rows: int, columns: int) -> None:
+        blocks = random_k_blocks(rng, kind, rows, columns)
         writer.add_tensor(
             name,
-            random_k_blocks(rng, kind, rows, columns),
-            raw_shape=(rows, columns * K_QUANTS[kind][0] // 256),
+            blocks,
+            raw_shape=blocks.shape,
             raw_dtype=gguf.GGMLQuantizationType[kind],
         )
 
@@ -302,13 +325,13 @@ def write_tied_k_quant_gguf(out_path: Path, *, seed: int = 0, layers: int = 2) -
     for layer in range(layers):
         p = f"blk.{layer}."
         writer.add_tensor(p + "attn_norm.weight", norm(hidden))
-        add(p + "attn_q.weight", "Q4_K", heads * head_dim, hidden)
-        add(p + "attn_k.weight", "Q4_K", kv_heads * head_dim, hidden)
+        add(p + "attn_q.weight", layer_type, heads * head_dim, hidden)
+        add(p + "attn_k.weight", layer_type, kv_heads * head_dim, hidden)
         add(p + "attn_v.weight", "Q6_K", kv_heads * head_dim, hidden)
-        add(p + "attn_output.weight", "Q4_K", hidden, heads * head_dim)
+        add(p + "attn_output.weight", layer_type, hidden, heads * head_dim)
         writer.add_tensor(p + "ffn_norm.weight", norm(hidden))
-        add(p + "ffn_gate.weight", "Q4_K", ffn, hidden)
-        add(p + "ffn_up.weight", "Q4_K", ffn, hidden)
+        add(p + "ffn_gate.weight", layer_type, ffn, hidden)
+        add(p + "ffn_up.weight", layer_type, ffn, hidden)
         add(p + "ffn_down.weight", "Q6_K", hidden, ffn)
     writer.add_tensor("output_norm.weight", norm(hidden))
     return _finish(writer, out_path)

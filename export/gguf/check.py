@@ -279,7 +279,10 @@ def llama_cpp_agreement(
     llama.cpp's logits come from one batched ``eval`` per prompt (its prompt path). Its
     one-token path (an ``eval`` per token, as it decodes) rounds differently, so their own
     agreement is recorded beside ours as ``llama_cpp_self_agreement``: the ceiling any
-    other engine can be expected to reach."""
+    other engine can be expected to reach. ``disagreement_margin`` is the largest lead
+    llama.cpp's top-1 token had over the graph's where the two differ, beside
+    ``llama_cpp_self_max_abs_logit_diff``, the most llama.cpp's two paths move a logit: a
+    margin below it is a near-tie that llama.cpp's own rounding could tip."""
     try:
         from llama_cpp import Llama
     except ImportError:
@@ -287,7 +290,7 @@ def llama_cpp_agreement(
     # A context just long enough for the prompts: its logits buffer is n_ctx x vocab floats.
     n_ctx = max(64, max(len(prompt) for prompt in prompts))
     llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False)
-    agree, self_agree, positions, diff = 0, 0, 0, 0.0
+    agree, self_agree, positions, diff, self_diff, margin = 0, 0, 0, 0.0, 0.0, 0.0
     for prompt in prompts:
         llm.reset()
         llm.eval(list(prompt))
@@ -296,15 +299,20 @@ def llama_cpp_agreement(
         one_token = []
         for token in prompt:
             llm.eval([token])
-            one_token.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            one_token.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
         ours = driver.forward(prompt, driver.new_cache())
-        agree += int((theirs.argmax(-1) == ours.argmax(-1)).sum())
-        self_agree += int((theirs.argmax(-1) == np.array(one_token)).sum())
+        rows, top1, picked = np.arange(len(prompt)), theirs.argmax(-1), ours.argmax(-1)
+        agree += int((top1 == picked).sum())
+        self_agree += int((top1 == np.argmax(one_token, axis=-1)).sum())
         positions += len(prompt)
         diff = max(diff, float(np.abs(theirs - ours).max()))
+        self_diff = max(self_diff, float(np.abs(theirs - np.stack(one_token)).max()))
+        margin = max(margin, float((theirs[rows, top1] - theirs[rows, picked]).max()))
     return {
         "checked": True,
         "top1_agreement": agree / positions,
         "max_abs_logit_diff": diff,
         "llama_cpp_self_agreement": self_agree / positions,
+        "disagreement_margin": margin,
+        "llama_cpp_self_max_abs_logit_diff": self_diff,
     }

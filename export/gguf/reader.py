@@ -4,6 +4,7 @@ one-line errors. No torch, no transformers."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,16 @@ def open_gguf(path: Path) -> GGUFFile:
     fields = dict(reader.fields)
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     architecture = _architecture(path, fields, tensors)
+    # Before anything is converted: an unreadable type would otherwise fail midway through
+    # the graph with the gguf package's own exception.
+    unreadable = sorted({t.tensor_type.name for t in tensors.values()} - set(readable_types()))
+    if unreadable:
+        raise UnsupportedModelError(
+            f"{path.name} holds {', '.join(unreadable)} tensors, a type the GGUF importer does "
+            f"not read; it reads {', '.join(readable_types())}",
+            fix="re-quantize the file to a type it reads with llama.cpp's llama-quantize "
+            "(Q4_K_M keeps its grid)",
+        )
     file_type = field_value(fields, "general.file_type", None)
     return GGUFFile(
         path=path,
@@ -222,6 +233,23 @@ def float_rows(tensor: Any, rows: slice | Sequence[int]) -> np.ndarray:
     data = np.asarray(tensor.data)
     picked = data[rows] if isinstance(rows, slice) else data[np.asarray(rows, np.int64)]
     return _dequantized(picked, tensor.tensor_type).reshape(-1, columns)
+
+
+@functools.cache
+def readable_types() -> tuple[str, ...]:
+    """The tensor types the importer reads: those the ``gguf`` package dequantizes (every
+    other conversion starts from them). The package lists no such set, so each type is
+    tried on one block of zeros."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    readable = []
+    for kind in GGMLQuantizationType:
+        try:
+            _dequantized(np.zeros((1, GGML_QUANT_SIZES[kind][1]), np.uint8), kind)
+        except NotImplementedError:
+            continue
+        readable.append(kind.name)
+    return tuple(readable)
 
 
 def _dequantized(data: np.ndarray, kind: Any) -> np.ndarray:
