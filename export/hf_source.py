@@ -109,6 +109,9 @@ class CheckpointSource:
     def tensor(self, name: str) -> FloatTensor | QuantizedTensor:
         return self.tensors[name]
 
+    def release_pages(self) -> None:
+        """Nothing to release: the weights are in memory, not mapped from a file."""
+
 
 def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
     """Why the builder cannot express this Hugging Face config in a graph of ``capacity``

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 
 from edgespec.api import Engine
@@ -87,7 +88,9 @@ def test_disagreements_with_llama_cpp_are_within_its_own_rounding(
     from edgespec.runtime.model import OnnxModel
 
     prompts = [engine.tokenizer.encode(text).ids for text in PARITY_TEXTS]
-    record = llama_cpp_agreement(qwen_gguf, prompts, OnnxModel(qwen).driver)
+    driver = OnnxModel(qwen).driver
+    ours = [np.array(driver.forward(prompt, driver.new_cache())) for prompt in prompts]
+    record = llama_cpp_agreement(qwen_gguf, prompts, ours)
     with capsys.disabled():
         print(f"\nagreement with llama.cpp on {MODEL.name}: {record}")
     assert record["checked"], record

@@ -19,7 +19,7 @@ runs it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +29,14 @@ from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.reader import (
     UNSCORED_LOGIT,
+    GGUFFile,
     WeightSource,
     float_rows,
     float_tensor,
     tensor_rows,
 )
 from edgespec.export.invariance import check_batch_invariance
-from edgespec.graph.driver import GraphDriver
+from edgespec.graph.driver import GraphDriver, check_session
 from edgespec.graph.paths import GraphSizes
 from edgespec.manifest import BatchInvarianceResult, GraphSpec, ParityResult
 
@@ -175,7 +176,7 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 def _times(source: WeightSource, name: str, xs: list[np.ndarray]) -> list[np.ndarray]:
     """Each x [S, K] @ weight.T → [S, N], the weight dequantized to float64 a slice of rows at
-    a time."""
+    a time (and a mapped file's pages released after each)."""
     tensor = source.tensor(name)
     rows, columns = tensor_rows(tensor)
     stacked = np.concatenate(xs)
@@ -184,6 +185,7 @@ def _times(source: WeightSource, name: str, xs: list[np.ndarray]) -> list[np.nda
     for start in range(0, rows, step):
         weight = float_rows(tensor, slice(start, start + step)).astype(np.float64)
         out[:, start : start + step] = stacked @ weight.T
+        source.release_pages()  # the slice's pages of a mapped file were read
     return np.split(out, np.cumsum([len(x) for x in xs])[:-1])
 
 
@@ -271,10 +273,48 @@ def batch_invariance(
     return invariance, driver
 
 
+@dataclass(frozen=True, kw_only=True)
+class GraphChecks:
+    """What :func:`check_graph` measured of a saved graph."""
+
+    parity: ParityResult
+    invariance: BatchInvarianceResult
+    #: The graph's logits of each prompt, for :func:`llama_cpp_agreement`.
+    prompt_logits: list[np.ndarray]
+    #: The narrowest pass the graph stays batch invariant at.
+    min_pass_width: int
+
+
+def check_graph(
+    graph_path: Path,
+    source: GGUFFile,
+    graph: GraphSpec,
+    prompts: Sequence[Sequence[int]],
+    *,
+    min_top1: float,
+    observe: ProgressObserver = ignore_progress,
+) -> GraphChecks:
+    """Parity and batch invariance of the graph at ``graph_path`` (``graph``: its record), and
+    its logits of the prompts. Its session (the initializers and MatMulNBits' packed copies)
+    lives only in this call, so that llama.cpp's check maps the file without it beside."""
+    driver = check_driver(check_session(graph_path), source, graph)
+    observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
+    parity = check_parity(driver, source, prompts, min_top1=min_top1)
+    observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
+    invariance, driver = batch_invariance(driver, source, prompts, observe=observe)
+    return GraphChecks(
+        parity=parity,
+        invariance=invariance,
+        prompt_logits=[driver.forward(prompt, driver.new_cache()) for prompt in prompts],
+        min_pass_width=driver.graph.min_pass_width,
+    )
+
+
 def llama_cpp_agreement(
-    path: Path, prompts: Sequence[Sequence[int]], driver: GraphDriver
+    path: Path, prompts: Sequence[Sequence[int]], ours: Sequence[np.ndarray]
 ) -> dict[str, Any]:
-    """Top-1 agreement and max |Δlogit| with llama.cpp's logits (None figures without it).
+    """Top-1 agreement and max |Δlogit| of ``ours`` (the graph's logits of each prompt) with
+    llama.cpp's logits (None figures without it).
 
     llama.cpp's logits come from one batched ``eval`` per prompt (its prompt path). Its
     one-token path (an ``eval`` per token, as it decodes) rounds differently, so their own
@@ -291,7 +331,7 @@ def llama_cpp_agreement(
     n_ctx = max(64, max(len(prompt) for prompt in prompts))
     llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False)
     agree, self_agree, positions, diff, self_diff, margin = 0, 0, 0, 0.0, 0.0, 0.0
-    for prompt in prompts:
+    for prompt, logits in zip(prompts, ours, strict=True):
         llm.reset()
         llm.eval(list(prompt))
         theirs = np.array(llm.scores[: len(prompt)], copy=True)  # llama.cpp reuses the buffer
@@ -300,12 +340,11 @@ def llama_cpp_agreement(
         for token in prompt:
             llm.eval([token])
             one_token.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
-        ours = driver.forward(prompt, driver.new_cache())
-        rows, top1, picked = np.arange(len(prompt)), theirs.argmax(-1), ours.argmax(-1)
+        rows, top1, picked = np.arange(len(prompt)), theirs.argmax(-1), logits.argmax(-1)
         agree += int((top1 == picked).sum())
         self_agree += int((top1 == np.argmax(one_token, axis=-1)).sum())
         positions += len(prompt)
-        diff = max(diff, float(np.abs(theirs - ours).max()))
+        diff = max(diff, float(np.abs(theirs - logits).max()))
         self_diff = max(self_diff, float(np.abs(theirs - np.stack(one_token)).max()))
         margin = max(margin, float((theirs[rows, top1] - theirs[rows, picked]).max()))
     return {

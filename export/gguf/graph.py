@@ -318,6 +318,7 @@ def build_graph(
     for layer in range(arch.num_layers):
         x = _attention(builder, source, x, layer, caches, folding)
         x = _mlp(builder, source, x, layer)
+        source.release_pages()  # the layer's weights are in the data file
         observe(
             ProgressEvent(
                 stage="graph", message="layers built", step=layer + 1, total=arch.num_layers

@@ -24,7 +24,7 @@ from edgespec.export.gguf import check
 from edgespec.export.gguf.folded import KVLayout, attention_boundaries
 from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
 from edgespec.export.gguf.locate import gguf_path
-from edgespec.export.gguf.memory import check_import_memory
+from edgespec.export.gguf.memory import check_import_memory, release_freed_memory
 from edgespec.export.gguf.reader import (
     GGUFArchitecture,
     GGUFFile,
@@ -33,7 +33,6 @@ from edgespec.export.gguf.reader import (
     open_gguf,
 )
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
-from edgespec.graph.driver import check_session
 from edgespec.manifest import (
     Bundle,
     GraphSpec,
@@ -71,6 +70,8 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         arch = source.architecture
         # First, so that a tokenizer the importer cannot rebuild stops it before the graph.
         tokenizer = build_tokenizer(source)
+        source.release_tokenizer_fields()
+        release_freed_memory()
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
         started = time.perf_counter()
         builder, layout = write_graph(
@@ -88,6 +89,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             )
         )
         source.release_pages()
+        release_freed_memory()
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
             source, staging, tokenizer, config, layout, not builder.quantized, observe
@@ -167,21 +169,24 @@ def _verify(
     # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
     # differently from its multi-row one, so a quantized graph pads single steps to two rows.
     min_width = 1 if float_graph else 2
-    session = check_session(staging / GRAPH_FILE)
-    driver = check.check_driver(session, source, graph_spec(source, layout, min_width))
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
-    observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
-    parity = check.check_parity(driver, source, prompts, min_top1=config.min_top1_agreement)
-    source.release_pages()  # the reference forward read every weight
-    observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
-    invariance, driver = check.batch_invariance(driver, source, prompts, observe=observe)
+    checks = check.check_graph(
+        staging / GRAPH_FILE,
+        source,
+        graph_spec(source, layout, min_width),
+        prompts,
+        min_top1=config.min_top1_agreement,
+        observe=observe,
+    )
+    parity, invariance = checks.parity, checks.invariance
+    release_freed_memory()  # the check session's, before llama.cpp maps the file again
     if not source.architecture.output_vocabulary:
         message = "agreement with llama.cpp (needs llama-cpp-python)"
         observe(ProgressEvent(stage="verify", message=message))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary
-        else check.llama_cpp_agreement(source.path, prompts, driver)
+        else check.llama_cpp_agreement(source.path, prompts, checks.prompt_logits)
     )
     record = VerificationRecord(
         performed=True,
@@ -203,7 +208,7 @@ def _verify(
             "multi-token and one-token passes",
             fix="try --accuracy-level 1, or pass --allow-batch-variance to keep it anyway",
         )
-    return record, {"llama_cpp_agreement": agreement}, driver.graph.min_pass_width
+    return record, {"llama_cpp_agreement": agreement}, checks.min_pass_width
 
 
 def _write_manifest(
