@@ -15,11 +15,13 @@ port: plain decoding, the draft model (``--spec-type draft-simple -md DRAFT``),
 ``--spec-type ngram-mod`` and ``--spec-type ngram-simple`` (each with llama.cpp's defaults
 otherwise; a run's ``drafted``/``accepted`` are its ``draft_n``/``draft_n_accepted``).
 edgespec runs target-only, prompt lookup, and ``auto`` (the drafter and k its policy picks
-by itself: ``edgespec pair --profile`` stores it). Every prompt goes
-to every configuration in turn, round after round, each run after a quarter second of
-quiet. The prompts are token ids (edgespec's tokenizer equals llama.cpp's on these files),
-chat prompts through the model's template, so both engines read the same tokens. Decode
-rates exclude the prompt (llama.cpp's ``predicted_per_second``, edgespec's ``decode_ms``).
+by itself: ``edgespec pair --profile`` stores it). Every prompt goes to every configuration
+in turn, each run after a quarter second of quiet; every round has prompts of its own
+(``--prompts`` per set and round: llama.cpp's ngram-mod remembers what a server has seen,
+so a repeated prompt would draft from its own earlier answer). The prompts are token ids
+(edgespec's tokenizer equals llama.cpp's on these files), chat prompts through the model's
+template, so both engines read the same tokens. Decode rates exclude the prompt
+(llama.cpp's ``predicted_per_second``, edgespec's ``decode_ms``).
 Greedy unless ``--temperature``. Prints one JSON line per run, then per prompt set the
 tok/s of each configuration, its ratio to llama.cpp's plain decoding, and whether every
 speculative edgespec output equalled edgespec's target-only output (greedy).
@@ -168,7 +170,9 @@ def prompt_sets(engine: Engine, names: list[str], count: int, context: int) -> d
 def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
     target_gguf, draft_gguf = gguf_files(model)
     engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
-    sets = prompt_sets(engine, args.sets.split(","), args.prompts, args.context)
+    # Each round has prompts of its own: llama.cpp's ngram-mod keeps what it saw for the
+    # server's life, so a repeated prompt would be drafted from its own earlier answer.
+    sets = prompt_sets(engine, args.sets.split(","), args.prompts * args.rounds, args.context)
     server = args.llama_bin / "llama-server"
     common = ["-m", str(target_gguf), "-t", str(args.threads), "-c", "4096", "-np", "1"]
     common += ["--no-warmup", "-tb", str(args.threads)]
@@ -188,7 +192,8 @@ def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
         engine.generate(warm, drafter="none", max_new_tokens=8)
         for round_index in range(args.rounds):
             for set_name, prompts in sets.items():
-                for index, prompt in enumerate(prompts):
+                chosen = prompts[round_index * args.prompts : (round_index + 1) * args.prompts]
+                for index, prompt in enumerate(chosen, round_index * args.prompts):
                     runs: dict[str, dict[str, Any]] = {}
                     for name, url in urls.items():
                         time.sleep(SETTLE_S)
