@@ -143,4 +143,5 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
     assert "needs about" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     assert import_peak_bytes(491_400_064) > 1282 * 2**20  # the measured 0.5B peak is covered
+    assert import_peak_bytes(1_117_320_768) > 3120 * 2**20  # and the 1.5B's
     assert import_peak_bytes(4_683_074_240) < 22e9  # a 7B Q4_K_M fits a 24 GB machine
