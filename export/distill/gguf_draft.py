@@ -150,7 +150,12 @@ def reduce_output_vocabulary(
 
     kept = np.unique(np.asarray(kept, np.int64))
     tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
-    table = tensors.get("output.weight") or tensors["token_embd.weight"]
+    table = tensors["token_embd.weight"]
+    head = tensors.get("output.weight")
+    # A head of its own over the whole vocabulary (an already reduced one is not: its rows
+    # are the kept tokens only, so the tied embedding's rows are taken again).
+    if head is not None and len(np.asarray(head.data)) == len(np.asarray(table.data)):
+        table = head
     rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
     return _copy_gguf(path, out, record=record, head=(rows, table.tensor_type, kept))
 
