@@ -8,7 +8,7 @@ module and overwrite each other, so exactly one may be required. The default kee
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ORT_PACKAGES = {
     "onnxruntime": "onnxruntime>=1.20",
@@ -37,4 +37,23 @@ base = [
     "gguf>=0.17",
 ]
 ort_requirement = ORT_PACKAGES[ort_choice]
-setup(install_requires=base + ([ort_requirement] if ort_requirement else []))
+
+# edgespec's GGUF kernels: an ONNX Runtime custom-operator library (plain C, no Python API),
+# loaded by ONNX Runtime, never imported. Optional: where it cannot build (no C compiler, a
+# compiler without GCC/Clang extensions), the install goes on and GGUF files import into
+# graphs of ONNX Runtime's own operators (`edgespec doctor` says which path runs).
+posix = os.name != "nt"
+gguf_kernels = Extension(
+    "edgespec.graph._gguf_kernels",
+    sources=["csrc/gguf_kernels.c"],
+    depends=["csrc/ort_abi.h"],
+    include_dirs=["csrc"],
+    extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11"] if posix else [],
+    libraries=["m"] if posix else [],
+    optional=True,
+)
+skip_kernels = os.environ.get("EDGESPEC_BUILD_KERNELS", "1").strip() == "0"
+setup(
+    install_requires=base + ([ort_requirement] if ort_requirement else []),
+    ext_modules=[] if skip_kernels else [gguf_kernels],
+)

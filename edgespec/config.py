@@ -24,6 +24,7 @@ def resolve_quant(quant: str, parameters: int) -> str:
 
 
 ATTENTION_CHOICES = ("auto", "folded", "plain")
+KERNEL_CHOICES = ("auto", "gguf", "mlas")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +52,10 @@ class ExportConfig:
     #: heads as rows of one product: no padded single steps, faster at long context),
     #: "plain", or "auto": folded when the context limit exceeds 2,048 positions.
     attention: str = "auto"
+    #: GGUF imports: "gguf" runs Q4_K and Q6_K weights on edgespec's GGUF kernels (the file's
+    #: blocks as they are), "mlas" on ONNX Runtime's MatMulNBits, "auto": the GGUF kernels
+    #: where this install built them.
+    kernels: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -71,6 +76,11 @@ class ExportConfig:
             raise ConfigError(
                 f"accuracy level {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
                 fix="use 4 (int8 activations, fastest on CPU) or 0/1 (fp32 activations)",
+            )
+        if self.kernels not in KERNEL_CHOICES:
+            raise ConfigError(
+                f"unknown kernels {self.kernels!r}",
+                fix=f"use one of {', '.join(KERNEL_CHOICES)}",
             )
         if self.attention not in ATTENTION_CHOICES:
             raise ConfigError(

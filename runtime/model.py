@@ -25,6 +25,7 @@ import numpy as np
 
 from edgespec.errors import BundleError, ConfigError
 from edgespec.graph.driver import GraphDriver
+from edgespec.graph.kernels import register_gguf_kernels, uses_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
 from edgespec.manifest import Bundle
@@ -83,6 +84,9 @@ def open_session(bundle: Bundle, options: Any, providers: Sequence[str]) -> Any:
     one line naming the file, not ONNX Runtime's traceback."""
     import onnxruntime
 
+    register_gguf_kernels(
+        options, required=uses_gguf_kernels(bundle.manifest.quantization.op_types)
+    )
     try:
         return onnxruntime.InferenceSession(str(bundle.graph_path), options, providers=providers)
     except Exception as error:  # ORT raises its own classes (InvalidProtobuf, Fail, ...)

@@ -14,6 +14,7 @@ from edgespec.cli.models import add_model_argument, resolve_model
 from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError
+from edgespec.graph.kernels import gguf_kernel_path
 from edgespec.manifest import Bundle, load_bundle
 
 ORT_DISTRIBUTIONS = (
@@ -167,13 +168,11 @@ def run_inspect(args: argparse.Namespace) -> int:
 def bundle_summary(bundle: Bundle) -> str:
     m = bundle.manifest
     q = m.quantization
-    quant = (
-        q.weight_dtype
-        if q.scheme != "matmul_nbits"
-        else (
-            f"{q.weight_dtype} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}"
-        )
-    )
+    quant = {
+        "matmul_nbits": f"{q.weight_dtype} MatMulNBits, block {q.block_size}, accuracy level "
+        f"{q.accuracy_level}",
+        "gguf_blocks": f"{q.weight_dtype}, the file's blocks",
+    }.get(q.scheme, q.weight_dtype)
     lines = [
         f"bundle      {bundle.root}",
         f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} parameters)",
@@ -208,11 +207,11 @@ def _passes_line(m: Any) -> str:
     """How the runtime runs the graph's passes: as a target, padded and cut so that a step's
     bits equal a verify pass's; as a draft, one row per step."""
     graph = m.graph
-    kernels = (
-        "ONNX Runtime's CPU kernels"
-        if m.quantization.scheme != "matmul_nbits"
-        else ("ONNX Runtime's MatMulNBits (its one-row kernel rounds apart from its multi-row one)")
-    )
+    kernels = {
+        "matmul_nbits": "ONNX Runtime's MatMulNBits (its one-row kernel rounds apart from its "
+        "multi-row one)",
+        "gguf_blocks": f"edgespec's GGUF kernels ({gguf_kernel_path()} here) and ONNX Runtime's",
+    }.get(m.quantization.scheme, "ONNX Runtime's CPU kernels")
     if graph.min_pass_width <= 1 and not graph.attention_boundaries:
         return f"passes      {kernels}; every pass as it comes, target or draft"
     cut = (

@@ -146,6 +146,14 @@ def add_export_command(commands: Any) -> None:
         "exceeds 2048)",
     )
     export.add_argument(
+        "--kernels",
+        choices=("auto", "gguf", "mlas"),
+        default="auto",
+        help="GGUF files: 'gguf' runs Q4_K/Q6_K weights on edgespec's GGUF kernels (the "
+        "file's blocks, unpadded one-token steps), 'mlas' on ONNX Runtime's MatMulNBits, "
+        "'auto' the GGUF kernels where this install built them",
+    )
+    export.add_argument(
         "--allow-batch-variance",
         action="store_true",
         help="keep a graph that fails the batch-invariance check (recorded in "
@@ -227,6 +235,7 @@ def export_config(args: argparse.Namespace) -> ExportConfig:
         verify=args.verify,
         allow_batch_variance=args.allow_batch_variance,
         attention=args.attention,
+        kernels=args.kernels,
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
         system_prompt=args.system_prompt,

@@ -102,8 +102,11 @@ def importer_revision() -> str:
     stale bundle."""
     from edgespec.export.gguf.graph import GRAPH_REVISION
     from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
+    from edgespec.graph.kernels import gguf_kernel_library
 
-    return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
+    # A build without the GGUF kernels imports into other graphs: keep them apart.
+    kernels = "" if gguf_kernel_library() is not None else "m"
+    return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}{kernels}"
 
 
 def bundle_dir(model: PackagedModel = DEFAULT_MODEL, cache: Path | None = None) -> Path:

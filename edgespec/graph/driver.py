@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.graph.kernels import register_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import (
     ConcatBound,
@@ -83,6 +84,7 @@ def check_session(graph_path: Path) -> Any:
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    register_gguf_kernels(options, required=False)
     return onnxruntime.InferenceSession(
         str(graph_path), options, providers=["CPUExecutionProvider"]
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from edgespec.engine.default_model import default_pair
 from edgespec.errors import EdgespecError
+from edgespec.graph.kernels import gguf_kernel_path, register_gguf_kernels
 from edgespec.manifest import load_bundle
 from edgespec.telemetry.discover import discover
 from edgespec.telemetry.estimate import MIB, estimate_pair
@@ -40,6 +41,7 @@ def _providers(graph: Path | None) -> list[dict[str, Any]]:
         else:
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 4
+            register_gguf_kernels(options, required=False)
             try:
                 session = onnxruntime.InferenceSession(str(graph), options, providers=[name])
                 entry["creates_session"] = session.get_providers()[0] == name
@@ -149,6 +151,7 @@ def diagnose(
         report["pair"] = {"error": str(error)}
         graph = None
     report["providers"] = _providers(graph)
+    report["gguf_kernels"] = gguf_kernel_path()
     return report
 
 
@@ -174,6 +177,15 @@ def format_report(report: dict[str, Any]) -> str:
         works = {True: "creates a session", False: "FAILS", None: ""}[provider["creates_session"]]
         shown = ", ".join(part for part in (works, provider["note"]) if part)
         lines.append(f"provider   {provider['name']}: {shown}")
+    gguf = report["gguf_kernels"]
+    lines.append(
+        "kernels    GGUF kernels: "
+        + (
+            f"{gguf} path (Q4_K and Q6_K weights of GGUF imports run on them)"
+            if gguf != "unavailable"
+            else "not built in this install (GGUF imports run on ONNX Runtime's MatMulNBits)"
+        )
+    )
     energy = report["energy"]
     for found in energy["found"]:
         used = " [used]" if found["name"] == energy["used"] else ""

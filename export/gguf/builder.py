@@ -1,6 +1,6 @@
 """Building blocks of the GGUF graph: nodes and initializers, llama.cpp's block-quantized
-weights as MatMulNBits (with Q4_1's offset term), and the fusion of residual adds into the
-next RMSNorm."""
+weights as edgespec's GGUF kernels (the file's Q4_K and Q6_K blocks as they are) or as
+MatMulNBits (with Q4_1's offset term), and the fusion of residual adds into the next RMSNorm."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgespec.export.gguf.reader import float_tensor
+from edgespec.export.gguf.reader import float_tensor, tensor_rows
 from edgespec.export.gguf.weights import (
     BlockShape,
     BlockWeights,
@@ -17,6 +17,13 @@ from edgespec.export.gguf.weights import (
     block_weights,
     concatenate,
     reordered,
+)
+from edgespec.graph.kernels import (
+    GGUF_DOMAIN,
+    GGUF_GATHER,
+    GGUF_KERNEL_TYPES,
+    GGUF_MATMUL,
+    KERNEL_BLOCK,
 )
 
 #: Initializers at least this large go to the data file (onnx.save's default threshold).
@@ -61,6 +68,44 @@ class Reordered:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RawBlocks:
+    """A weight as the file's own blocks for the GGUF kernels: ``data`` uint8 [N, row bytes],
+    row n holding output n's K inputs. ``input_order``: the weight's inputs were asked for in
+    another order (a :class:`Reordered`'s columns), so the activations are gathered back into
+    the file's order instead (blocks cannot be split)."""
+
+    data: np.ndarray
+    kind: str
+    rows: int
+    columns: int
+    input_order: np.ndarray | None = None
+
+    @property
+    def shape(self) -> BlockShape:
+        bits = {"Q4_K": 4, "Q6_K": 6}[self.kind]
+        return BlockShape(
+            bits=bits,
+            rows=self.rows,
+            columns=self.columns,
+            block=KERNEL_BLOCK,
+            source_type=self.kind,
+            grid_kept=True,
+        )
+
+
+def stack_raw(parts: list[RawBlocks]) -> RawBlocks:
+    """Weights of one type sharing an input, stacked along the outputs (rows are independent)."""
+    if any(p.input_order is not None for p in parts):
+        raise ValueError("weights with reordered inputs are not stacked")
+    return RawBlocks(
+        data=np.concatenate([p.data for p in parts]),
+        kind=parts[0].kind,
+        rows=sum(p.rows for p in parts),
+        columns=parts[0].columns,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class BlockNames:
     """The initializer names of one block-quantized weight."""
 
@@ -73,16 +118,72 @@ class BlockNames:
 class GraphBuilder:
     """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type;
     ``dequantize`` turns every block-quantized weight into a float32 one (a float graph of
-    the file's weights, as llama.cpp dequantizes them); ``data``, when set, receives the
-    large initializers as they are made."""
+    the file's weights, as llama.cpp dequantizes them); ``gguf_kernels``: Q4_K and Q6_K
+    weights run on edgespec's GGUF kernels, stored as the file's blocks; ``data``, when set,
+    receives the large initializers as they are made."""
 
     accuracy_level: int
     dequantize: bool = False
+    gguf_kernels: bool = False
     data: ExternalData | None = None
     nodes: list[Any] = field(default_factory=list)
     initializers: list[Any] = field(default_factory=list)
     quantized: list[BlockShape] = field(default_factory=list)
     float_weights: int = 0
+    kernel_ops: set[str] = field(default_factory=set)
+    matmul_nbits_bits: set[int] = field(default_factory=set)
+
+    def raw_blocks(self, tensor: Any) -> RawBlocks | None:
+        """The tensor as the file's blocks for the GGUF kernels, or None where they do not
+        run it (another type, a width not a multiple of 256, inputs reordered)."""
+        if not self.gguf_kernels or self.dequantize:
+            return None
+        order = input_order = None
+        if isinstance(tensor, Reordered):
+            if tensor.columns is not None:
+                input_order = np.argsort(np.asarray(tensor.columns)).astype(np.int64)
+            order, tensor = tensor.rows, tensor.tensor
+        kind = tensor.tensor_type.name
+        rows, columns = tensor_rows(tensor)
+        if kind not in GGUF_KERNEL_TYPES or columns % KERNEL_BLOCK:
+            return None
+        data = np.asarray(tensor.data).reshape(rows, -1)
+        if order is not None:
+            data = data[np.asarray(order)]
+        return RawBlocks(data=data, kind=kind, rows=rows, columns=columns, input_order=input_order)
+
+    def raw_initializer(self, name: str, raw: RawBlocks) -> str:
+        self.quantized.append(raw.shape)
+        return self.constant(f"{name}.gguf_blocks", raw.data)
+
+    def gguf_matmul(self, x: str, blocks: str, raw: RawBlocks, output: str) -> str:
+        """x [.., K] @ W.T → [.., N] on the file's blocks (edgespec's GGUF kernels)."""
+        self.kernel_ops.add(GGUF_MATMUL)
+        if raw.input_order is not None:  # x'[.., j] is input columns[j]: back to file order
+            order = self.constant(f"{output}.input_order", raw.input_order)
+            x = self.node("Gather", [x, order], f"{output}.x_file_order", axis=-1)
+        return self.node(
+            GGUF_MATMUL,
+            [x, blocks],
+            output,
+            domain=GGUF_DOMAIN,
+            ggml_type=GGUF_KERNEL_TYPES[raw.kind],
+            in_features=raw.columns,
+            out_features=raw.rows,
+        )
+
+    def gguf_gather(self, ids: str, blocks: str, raw: RawBlocks, output: str) -> str:
+        """Rows ``ids`` of W, dequantized: [.., K] float32."""
+        self.kernel_ops.add(GGUF_GATHER)
+        return self.node(
+            GGUF_GATHER,
+            [ids, blocks],
+            output,
+            domain=GGUF_DOMAIN,
+            ggml_type=GGUF_KERNEL_TYPES[raw.kind],
+            in_features=raw.columns,
+            out_features=raw.rows,
+        )
 
     def blocks(self, tensor: Any) -> BlockWeights | None:
         """The tensor's MatMulNBits form, or None for a float weight."""
@@ -184,7 +285,11 @@ class GraphBuilder:
         return self.node("Add", [minimums, shifted], f"{name}.offsets_t")
 
     def linear(self, x: str, tensor: Any, name: str) -> str:
-        """x [.., K] @ weight.T → [.., N]: MatMulNBits on the file's blocks, else MatMul."""
+        """x [.., K] @ weight.T → [.., N]: the GGUF kernels or MatMulNBits on the file's
+        blocks, else MatMul."""
+        raw = self.raw_blocks(tensor)
+        if raw is not None:
+            return self.gguf_matmul(x, self.raw_initializer(name, raw), raw, name)
         weights = self.blocks(tensor)
         if weights is None:
             matrix = self.float_matrix(tensor)  # [N, K]
@@ -195,7 +300,10 @@ class GraphBuilder:
     def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
         """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
         when the weights allow it (fewer kernel calls per layer), one float MatMul when all are
-        float, else one linear each."""
+        float, else one linear each. On the GGUF kernels, runs of one block type are stacked."""
+        raws = [self.raw_blocks(tensor) for tensor in tensors]
+        if any(raw is not None for raw in raws):
+            return self._stacked_runs(x, tensors, raws, name)
         parts = [self.blocks(tensor) for tensor in tensors]
         if all(p is None for p in parts):
             matrix = np.concatenate([self.float_matrix(t) for t in tensors])  # [N1 + N2 + ..., K]
@@ -210,7 +318,40 @@ class GraphBuilder:
         names = self.block_initializers(name, stacked)
         return self.matmul_nbits(x, names, stacked.shape, name)
 
+    def _stacked_runs(
+        self, x: str, tensors: list[Any], raws: list[RawBlocks | None], name: str
+    ) -> str:
+        """Consecutive weights of one kernel type become one GgufMatMul; the rest their own
+        linear; the outputs concatenated in order."""
+        outputs: list[str] = []
+        start = 0
+        while start < len(tensors):
+            first = raws[start]
+            stop = start + 1
+            while (
+                first is not None
+                and stop < len(tensors)
+                and (following := raws[stop]) is not None
+                and following.kind == first.kind
+                and first.input_order is None
+                and following.input_order is None
+            ):
+                stop += 1
+            part_name = name if start == 0 and stop == len(tensors) else f"{name}.{start}"
+            if first is None or first.input_order is not None:
+                outputs.append(self.linear(x, tensors[start], part_name))
+            else:
+                run = stack_raw([r for r in raws[start:stop] if r is not None])
+                outputs.append(
+                    self.gguf_matmul(x, self.raw_initializer(part_name, run), run, part_name)
+                )
+            start = stop
+        if len(outputs) == 1:
+            return outputs[0]
+        return self.node("Concat", outputs, name, axis=-1)
+
     def matmul_nbits(self, x: str, names: BlockNames, weights: BlockShape, output: str) -> str:
+        self.matmul_nbits_bits.add(weights.bits)
         product = self.node(
             "MatMulNBits",
             [x, names.packed, names.scales],

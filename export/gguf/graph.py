@@ -39,6 +39,7 @@ from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.builder import (
     ExternalData,
     GraphBuilder,
+    RawBlocks,
     Reordered,
     fuse_residual_norms,
 )
@@ -51,12 +52,13 @@ from edgespec.export.gguf.folded import (
     real_rows,
 )
 from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor, tensor_rows
+from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
 #: Bumped when the graph's structure or what its manifest tells the runtime changes (caches of
 #: exported bundles key on it). 4: the manifest records the attention's rounding boundaries;
 #: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16.
-GRAPH_REVISION = 5
+GRAPH_REVISION = 6
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -77,8 +79,12 @@ def _embedding(builder: GraphBuilder, source: WeightSource) -> tuple[str, Any]:
     """The embedding lookup [1, S, hidden], and what the tied LM head reuses: the same block
     initializers (rows are tokens), dequantized in the graph for the S looked-up tokens only."""
     tensor = source.tensor("token_embd.weight")
-    weights = builder.blocks(tensor)
     ids = IO["input_ids"]
+    raw = builder.raw_blocks(tensor)
+    if raw is not None:  # the GGUF kernels: rows looked up from the file's blocks
+        blocks = builder.raw_initializer("embed", raw)
+        return builder.gguf_gather(ids, blocks, raw, "embed"), (blocks, raw)
+    weights = builder.blocks(tensor)
     if weights is None:
         table = float_tensor(tensor)
         builder.float_weights += table.size
@@ -275,6 +281,7 @@ def build_graph(
     capacity: int,
     accuracy_level: int,
     dequantize: bool = False,
+    gguf_kernels: bool = False,
     attention: str = "auto",
     observe: ProgressObserver = ignore_progress,
     data: ExternalData | None = None,
@@ -285,8 +292,16 @@ def build_graph(
     from onnx import TensorProto, helper
 
     arch = source.architecture
-    builder = GraphBuilder(accuracy_level=accuracy_level, dequantize=dequantize, data=data)
-    quantized = builder.blocks(source.tensor("blk.0.attn_q.weight")) is not None
+    builder = GraphBuilder(
+        accuracy_level=accuracy_level, dequantize=dequantize, gguf_kernels=gguf_kernels, data=data
+    )
+    first = source.tensor("blk.0.attn_q.weight")
+    quantized = builder.raw_blocks(first) is not None or builder.blocks(first) is not None
+    # On the GGUF kernels a one-token step needs no padding for its products, so the
+    # attention is folded too (plain attention's one-row pass rounds apart from its multi-row
+    # one): the whole step runs unpadded.
+    if gguf_kernels and attention == "auto" and builder.raw_blocks(first) is not None:
+        attention = "folded"
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention)
     capacity = layout.buffer_length
     cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
@@ -349,7 +364,8 @@ def build_graph(
     graph = helper.make_graph(nodes, "edgespec-gguf", inputs, outputs, builder.initializers)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+        + ([helper.make_opsetid(GGUF_DOMAIN, 1)] if builder.kernel_ops else []),
         producer_name="edgespec",
     )
     model.ir_version = 10
@@ -372,6 +388,8 @@ def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> 
         shape = builder.constant("lm_head.shape", np.array([1, -1, source.architecture.vocab_size]))
         return builder.node("Reshape", [products, shape], logits)
     names, weights = tied
+    if isinstance(weights, RawBlocks):
+        return builder.gguf_matmul(x, names, weights, logits)
     return builder.matmul_nbits(x, names, weights, logits)
 
 

@@ -60,6 +60,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             fix="leave --quant out (or re-quantize the GGUF with llama.cpp's tools)",
         )
     dequantize = config.quant == "fp32"
+    gguf_kernels = _gguf_kernels(config.kernels, dequantize)
     with (
         gguf_path(config.model) as path,
         staging_directory(config.out, force=config.force) as staging,
@@ -80,6 +81,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             capacity=capacity,
             accuracy=config.accuracy_level,
             dequantize=dequantize,
+            gguf_kernels=gguf_kernels,
             attention=config.attention,
             observe=observe,
         )
@@ -92,7 +94,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         release_freed_memory()
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
         verification, extra, min_width = _verify(
-            source, staging, tokenizer, config, layout, not builder.quantized, observe
+            source, staging, tokenizer, config, layout, builder, observe
         )
         extra.update(_file_records(source))
         _write_manifest(
@@ -112,6 +114,21 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
     return load_bundle(config.out)
 
 
+def _gguf_kernels(choice: str, dequantize: bool) -> bool:
+    """Whether the graph runs Q4_K and Q6_K weights on edgespec's GGUF kernels."""
+    from edgespec.graph.kernels import gguf_kernel_library
+
+    if dequantize or choice == "mlas":
+        return False
+    built = gguf_kernel_library() is not None
+    if choice == "gguf" and not built:
+        raise ConfigError(
+            "--kernels gguf: edgespec's GGUF kernels are not built in this install",
+            fix="reinstall edgespec where a C compiler is available, or leave --kernels out",
+        )
+    return built
+
+
 def _file_records(source: GGUFFile) -> dict[str, Any]:
     """Records an edgespec-made GGUF carries (a distilled draft's ``edgespec.distillation``)."""
     record = field_value(source.fields, "edgespec.distillation")
@@ -125,6 +142,7 @@ def write_graph(
     capacity: int,
     accuracy: int,
     dequantize: bool = False,
+    gguf_kernels: bool = False,
     attention: str = "auto",
     observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, KVLayout]:
@@ -141,6 +159,7 @@ def write_graph(
             capacity=capacity,
             accuracy_level=accuracy,
             dequantize=dequantize,
+            gguf_kernels=gguf_kernels,
             attention=attention,
             observe=observe,
             data=ExternalData(stream=stream, location=DATA_FILE),
@@ -156,7 +175,7 @@ def _verify(
     tokenizer: Any,
     config: ExportConfig,
     layout: KVLayout,
-    float_graph: bool,
+    builder: Any,
     observe: ProgressObserver,
 ) -> tuple[VerificationRecord, dict[str, Any], int]:
     """The checks' record, what goes into the manifest's extra, and the narrowest pass the
@@ -166,9 +185,11 @@ def _verify(
     import onnxruntime
 
     # A float graph's one-row products (a GEMV) cost less than two rows, so its single steps
-    # run unpadded when that keeps it batch invariant; MatMulNBits' one-row kernel rounds
-    # differently from its multi-row one, so a quantized graph pads single steps to two rows.
-    min_width = 1 if float_graph else 2
+    # run unpadded when that keeps it batch invariant, as do the GGUF kernels' (each output
+    # from its own row); MatMulNBits' 4-bit one-row kernel rounds differently from its
+    # multi-row one, so a graph with 4-bit MatMulNBits pads single steps to two rows.
+    unpadded = not builder.quantized or (builder.kernel_ops and 4 not in builder.matmul_nbits_bits)
+    min_width = 1 if unpadded else 2
     prompts = [tokenizer.tokenizer.encode(text).ids for text in check.PARITY_TEXTS]
     checks = check.check_graph(
         staging / GRAPH_FILE,
@@ -176,6 +197,7 @@ def _verify(
         graph_spec(source, layout, min_width),
         prompts,
         min_top1=config.min_top1_agreement,
+        exact_unpadded=bool(builder.kernel_ops),
         observe=observe,
     )
     parity, invariance = checks.parity, checks.invariance
@@ -327,8 +349,10 @@ def _tokenizer_spec(
 
 def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> QuantizationSpec:
     quantized = bool(builder.quantized)
+    scheme = "gguf_blocks" if builder.kernel_ops else "matmul_nbits"
+    op_types = ("MatMulNBits", "Gather", *sorted(builder.kernel_ops)) if quantized else ()
     return QuantizationSpec(
-        scheme="matmul_nbits" if quantized else "none",
+        scheme=scheme if quantized else "none",
         weight_dtype=(
             "/".join(sorted(k.lower() for k in kinds if k != "F32")) if quantized else "fp32"
         )
@@ -337,7 +361,7 @@ def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> Quan
         block_size=min((w.block for w in builder.quantized), default=32) if quantized else None,
         accuracy_level=accuracy,
         symmetric=False,
-        op_types=("MatMulNBits", "Gather") if quantized else (),
+        op_types=op_types,
         tool="edgespec GGUF importer",
     )
 

@@ -1,0 +1,668 @@
+/* edgespec's GGUF matrix product as an ONNX Runtime custom operator.
+ *
+ *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, K / 256 * block_bytes]) -> Y float [..., N]
+ *   attributes: ggml_type (12 = Q4_K, 14 = Q6_K), in_features K, out_features N
+ *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
+ *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
+ *
+ * W holds the GGUF file's own blocks, row n being output n's K inputs, byte for byte. Each
+ * row of X is quantized to int8 per 256 inputs (one float scale per 256, the int8 sums per
+ * 16 kept for the K-quants' offset terms), and every output is an integer dot product per
+ * block scaled into one float accumulator per (row, output).
+ *
+ * The arithmetic of output (m, n) depends only on row m of X and row n of W: never on how
+ * many rows X has, how the outputs are split between threads, or which other rows share the
+ * call. So a one-token step and a verify pass over many tokens give the same bits for the
+ * same token, and the runtime needs no padding to keep speculative decoding exact. Row
+ * blocks of X share each unpacked weight block, so a pass over several tokens reads and
+ * unpacks the weights once.
+ *
+ * Paths: AVX2 (x86-64, chosen at run time when the CPU has it) and portable C. A process
+ * uses one path for every call, so invariance holds within it. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ort_abi.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define ES_X86 1
+#include <immintrin.h>
+#endif
+
+#if defined(_WIN32)
+#define ES_EXPORT __declspec(dllexport)
+#else
+#define ES_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define QK 256          /* inputs per K-quant super-block */
+#define SUB 16          /* inputs per offset sum */
+#define ROWS_PER_PASS 32 /* rows of X sharing one unpacked weight block */
+#define OUTPUTS_PER_TASK 16
+#ifndef ES_BATCHES
+#define ES_BATCHES 0 /* ONNX Runtime splits the tasks into one batch per thread */
+#endif
+#ifndef ES_PREFETCH
+#define ES_PREFETCH 16 /* blocks ahead: measured best of 4, 8, 16 for one row */
+#endif
+
+enum { GGML_Q4_K = 12, GGML_Q6_K = 14 };
+
+/* ---- float16 ---------------------------------------------------------------------- */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exponent = (h >> 10) & 0x1F;
+    uint32_t mantissa = h & 0x3FF;
+    uint32_t bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exponent = 127 - 15 + 1;
+            while (!(mantissa & 0x400)) {
+                mantissa <<= 1;
+                exponent--;
+            }
+            mantissa &= 0x3FF;
+            bits = sign | (exponent << 23) | (mantissa << 13);
+        }
+    } else if (exponent == 31) {
+        bits = sign | 0x7F800000 | (mantissa << 13);
+    } else {
+        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* ---- one weight block, unpacked ----------------------------------------------------- */
+
+/* A super-block as unsigned codes and per-16 integer factors:
+ *   w[i] = d * scale[i / 16] * code[i] - dmin * offset[i / 16]
+ * (Q4_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
+ * the 6-bit value, offset = 32 * scale and dmin = d). scale_pair[k] holds scale[k] in both
+ * 16-bit halves, the form the AVX2 dot broadcasts from. */
+typedef struct {
+    uint8_t code[QK];
+    int16_t offset[SUB];
+    int32_t scale_pair[SUB];
+    float d;
+    float dmin;
+} Unpacked;
+
+static size_t block_bytes(int ggml_type) {
+    switch (ggml_type) {
+    case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
+    case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
+    default: return 0;
+    }
+}
+
+static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
+    u->scale_pair[k] = (int32_t)((uint32_t)(uint16_t)scale * 0x10001u);
+    u->offset[k] = (int16_t)offset;
+}
+
+static inline __attribute__((always_inline)) void unpack_q4_k(const uint8_t *b, Unpacked *u) {
+    const uint8_t *sc = b + 4, *qs = b + 16;
+    u->d = half_to_float(read_u16(b));
+    u->dmin = half_to_float(read_u16(b + 2));
+    for (int j = 0; j < 8; j++) { /* 6-bit scale and minimum of block j of 32 */
+        int scale, minimum;
+        if (j < 4) {
+            scale = sc[j] & 63;
+            minimum = sc[j + 4] & 63;
+        } else {
+            scale = (sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4);
+            minimum = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+        }
+        set_scale(u, 2 * j, scale, minimum);
+        set_scale(u, 2 * j + 1, scale, minimum);
+    }
+    for (int c = 0; c < 4; c++) { /* 32 bytes: block 2c in the low nibbles, 2c + 1 high */
+        for (int i = 0; i < 32; i++) {
+            u->code[64 * c + i] = qs[32 * c + i] & 0x0F;
+            u->code[64 * c + 32 + i] = qs[32 * c + i] >> 4;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void unpack_q6_k(const uint8_t *b, Unpacked *u) {
+    const int8_t *sc = (const int8_t *)(b + 192);
+    u->d = half_to_float(read_u16(b + 208));
+    u->dmin = u->d;
+    for (int k = 0; k < SUB; k++) set_scale(u, k, sc[k], 32 * sc[k]);
+    for (int h = 0; h < 2; h++) { /* each half: 64 bytes of low nibbles, 32 of high pairs */
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        uint8_t *code = u->code + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            code[l] = (uint8_t)((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+            code[l + 32] = (uint8_t)((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+            code[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            code[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+
+/* ---- activations -------------------------------------------------------------------- */
+
+/* X's rows as int8 per 256 inputs: value ~ scale[m][b] * q[m][i]; sums[m][i / 16] is the sum
+ * of q over each 16 inputs. */
+typedef struct {
+    int8_t *q;      /* [M][K] */
+    float *scale;   /* [M][K / 256] */
+    int16_t *sums;  /* [M][K / 16] */
+} Quantized;
+
+static void quantize_rows(const float *x, int64_t rows, int64_t k, Quantized *out) {
+    int64_t blocks = k / QK;
+    for (int64_t m = 0; m < rows; m++) {
+        for (int64_t b = 0; b < blocks; b++) {
+            const float *v = x + m * k + b * QK;
+            int8_t *q = out->q + m * k + b * QK;
+            float amax = 0.0f;
+            for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(v[i]));
+            float scale = amax / 127.0f;
+            float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+            out->scale[m * blocks + b] = scale;
+            for (int i = 0; i < QK; i++) {
+                int value = (int)lrintf(v[i] * inverse);
+                q[i] = (int8_t)(value > 127 ? 127 : (value < -127 ? -127 : value));
+            }
+            for (int s = 0; s < QK / SUB; s++) {
+                int sum = 0;
+                for (int i = 0; i < SUB; i++) sum += q[s * SUB + i];
+                out->sums[(m * blocks + b) * (QK / SUB) + s] = (int16_t)sum;
+            }
+        }
+    }
+}
+
+/* ---- the product ------------------------------------------------------------------ */
+
+typedef struct {
+    int ggml_type;
+    int64_t k, n, rows;
+    size_t row_bytes;
+    const uint8_t *w;
+    Quantized x;
+    float *y;
+} Product;
+
+typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
+
+static void unpack_q4_k_portable(const uint8_t *b, Unpacked *u) { unpack_q4_k(b, u); }
+static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
+
+static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
+    int64_t blocks = p->k / QK;
+    unpack_fn unpack = p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable : unpack_q6_k_portable;
+    Unpacked u;
+    float acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t r = 0; r < rows; r++) acc[r] = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                unpack(p->w + n * p->row_bytes + b * block_bytes(p->ggml_type), &u);
+                for (int64_t r = 0; r < rows; r++) {
+                    int64_t m = m0 + r;
+                    const int8_t *q = p->x.q + m * p->k + b * QK;
+                    const int16_t *sums = p->x.sums + (m * blocks + b) * (QK / SUB);
+                    int32_t dot = 0, offsets = 0;
+                    for (int s = 0; s < SUB; s++) {
+                        int32_t part = 0;
+                        for (int i = 0; i < SUB; i++) part += u.code[s * SUB + i] * q[s * SUB + i];
+                        dot += part * (int16_t)(u.scale_pair[s] & 0xFFFF);
+                        offsets += u.offset[s] * sums[s];
+                    }
+                    float scale = p->x.scale[m * blocks + b];
+                    acc[r] += u.d * scale * (float)dot - u.dmin * scale * (float)offsets;
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = acc[r];
+        }
+    }
+}
+
+#ifdef ES_X86
+#define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+ES_AVX2 static inline float half_avx2(const uint8_t *p) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(read_u16(p))));
+}
+
+ES_AVX2 static inline float sum_lanes(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Shuffle masks that spread one factor byte over 16 bytes (SAME[j]: byte j everywhere) or two
+ * (PAIR[j]: byte 2j in the first 8, 2j + 1 in the last 8). */
+#define ES_MASK8(a) a, a, a, a, a, a, a, a
+static const uint8_t SAME[8][16] __attribute__((aligned(16))) = {
+    {ES_MASK8(0), ES_MASK8(0)}, {ES_MASK8(1), ES_MASK8(1)}, {ES_MASK8(2), ES_MASK8(2)},
+    {ES_MASK8(3), ES_MASK8(3)}, {ES_MASK8(4), ES_MASK8(4)}, {ES_MASK8(5), ES_MASK8(5)},
+    {ES_MASK8(6), ES_MASK8(6)}, {ES_MASK8(7), ES_MASK8(7)}};
+static const uint8_t PAIR[8][16] __attribute__((aligned(16))) = {
+    {ES_MASK8(0), ES_MASK8(1)},   {ES_MASK8(2), ES_MASK8(3)},   {ES_MASK8(4), ES_MASK8(5)},
+    {ES_MASK8(6), ES_MASK8(7)},   {ES_MASK8(8), ES_MASK8(9)},   {ES_MASK8(10), ES_MASK8(11)},
+    {ES_MASK8(12), ES_MASK8(13)}, {ES_MASK8(14), ES_MASK8(15)}};
+
+/* Sixteen 16-bit lanes of factor bytes from v, placed by a mask above. */
+ES_AVX2 static inline __m256i spread(__m128i v, const uint8_t mask[16]) {
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, _mm_load_si128((const __m128i *)mask)));
+}
+
+/* Q4_K: the eight 6-bit scales and minimums as bytes (scales[12] read as three words). */
+ES_AVX2 static inline void q4_k_factors(const uint8_t *packed, __m128i *scales, __m128i *mins) {
+    uint32_t a, b, c;
+    memcpy(&a, packed, 4), memcpy(&b, packed + 4, 4), memcpy(&c, packed + 8, 4);
+    uint64_t s = (uint64_t)(a & 0x3F3F3F3Fu) |
+                 (uint64_t)((c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4)) << 32;
+    uint64_t m = (uint64_t)(b & 0x3F3F3F3Fu) |
+                 (uint64_t)(((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4)) << 32;
+    *scales = _mm_cvtsi64_si128((long long)s);
+    *mins = _mm_cvtsi64_si128((long long)m);
+}
+
+ES_AVX2 static void outputs_q4_k_avx2(const Product *p, int64_t n0, int64_t n1) {
+    const int64_t blocks = p->k / QK;
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    /* Minimums per 16 inputs: byte j / 2 of the minimums for lane j. */
+    const __m128i mins_per_16 = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m256 acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+            const uint8_t *block = p->w + n * p->row_bytes;
+            for (int64_t b = 0; b < blocks; b++, block += 144) {
+                _mm_prefetch((const char *)block + ES_PREFETCH * 144, _MM_HINT_T0);
+                _mm_prefetch((const char *)block + ES_PREFETCH * 144 + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)block + ES_PREFETCH * 144 + 128, _MM_HINT_T0);
+                const float d = half_avx2(block);
+                const float dmin = half_avx2(block + 2);
+                __m128i scales, mins;
+                q4_k_factors(block + 4, &scales, &mins);
+                const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mins, mins_per_16));
+                __m256i scale16[8];
+                for (int j = 0; j < 8; j++) scale16[j] = spread(scales, SAME[j]);
+                const uint8_t *qs = block + 16;
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t m = m0 + r;
+                    const int8_t *q = p->x.q + m * p->k + b * QK;
+                    __m256i dot = _mm256_setzero_si256();
+                    for (int c = 0; c < 4; c++) {
+                        __m256i packed = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                        __m256i lo = _mm256_and_si256(packed, nibble);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+                        __m256i p_lo = _mm256_maddubs_epi16(
+                            lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
+                        __m256i p_hi = _mm256_maddubs_epi16(
+                            hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p_lo, scale16[2 * c]));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p_hi, scale16[2 * c + 1]));
+                    }
+                    __m256i sums = _mm256_loadu_si256(
+                        (const __m256i *)(p->x.sums + (m * blocks + b) * (QK / SUB)));
+                    __m256i offset = _mm256_madd_epi16(sums, mins16);
+                    const float scale = p->x.scale[m * blocks + b];
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * scale),
+                                             acc[r]);
+                    acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offset),
+                                              _mm256_set1_ps(dmin * scale), acc[r]);
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = sum_lanes(acc[r]);
+        }
+    }
+}
+
+ES_AVX2 static void outputs_q6_k_avx2(const Product *p, int64_t n0, int64_t n1) {
+    const int64_t blocks = p->k / QK;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bits01 = _mm256_set1_epi8(0x03), bits23 = _mm256_set1_epi8(0x0C);
+    const __m256i bits45 = _mm256_set1_epi8(0x30), bits67 = _mm256_set1_epi8((char)0xC0);
+    __m256 acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+            const uint8_t *block = p->w + n * p->row_bytes;
+            for (int64_t b = 0; b < blocks; b++, block += 210) {
+                _mm_prefetch((const char *)block + ES_PREFETCH * 210, _MM_HINT_T0);
+                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 128, _MM_HINT_T0);
+                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 192, _MM_HINT_T0);
+                const float d = half_avx2(block + 208);
+                const __m128i scales = _mm_loadu_si128((const __m128i *)(block + 192));
+                const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+                __m256i scale16[8];
+                for (int j = 0; j < 8; j++) scale16[j] = spread(scales, PAIR[j]);
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t m = m0 + r;
+                    const int8_t *q = p->x.q + m * p->k + b * QK;
+                    __m256i dot = _mm256_setzero_si256();
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *ql = block + 64 * h, *qh = block + 128 + 32 * h;
+                        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+                        __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                        __m256i high = _mm256_loadu_si256((const __m256i *)qh);
+                        __m256i c0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                                     _mm256_slli_epi16(_mm256_and_si256(high, bits01), 4));
+                        __m256i c1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                                     _mm256_slli_epi16(_mm256_and_si256(high, bits23), 2));
+                        __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                                     _mm256_and_si256(high, bits45));
+                        __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                                     _mm256_srli_epi16(_mm256_and_si256(high, bits67), 2));
+                        const int8_t *y = q + 128 * h;
+                        __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)y));
+                        __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_loadu_si256((const __m256i *)(y + 32)));
+                        __m256i p2 = _mm256_maddubs_epi16(c2, _mm256_loadu_si256((const __m256i *)(y + 64)));
+                        __m256i p3 = _mm256_maddubs_epi16(c3, _mm256_loadu_si256((const __m256i *)(y + 96)));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p0, scale16[4 * h]));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p1, scale16[4 * h + 1]));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p2, scale16[4 * h + 2]));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p3, scale16[4 * h + 3]));
+                    }
+                    /* The codes are stored 32 above their value: take 32 * scale * sum(y). */
+                    __m256i sums = _mm256_loadu_si256(
+                        (const __m256i *)(p->x.sums + (m * blocks + b) * (QK / SUB)));
+                    __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sums, scales16), 5);
+                    const float scale = p->x.scale[m * blocks + b];
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot, offset)),
+                                             _mm256_set1_ps(d * scale), acc[r]);
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = sum_lanes(acc[r]);
+        }
+    }
+}
+
+ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
+    if (p->ggml_type == GGML_Q4_K)
+        outputs_q4_k_avx2(p, n0, n1);
+    else
+        outputs_q6_k_avx2(p, n0, n1);
+}
+#endif
+
+typedef void (*outputs_fn)(const Product *, int64_t, int64_t);
+
+static outputs_fn chosen_path(void) {
+#ifdef ES_X86
+    const char *forced = getenv("EDGESPEC_GGUF_KERNEL_PATH");
+    if (forced && strcmp(forced, "portable") == 0) return outputs_portable;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return outputs_avx2;
+#endif
+    return outputs_portable;
+}
+
+static outputs_fn path;
+
+static void run_task(void *data, size_t task) {
+    const Product *p = (const Product *)data;
+    int64_t n0 = (int64_t)task * OUTPUTS_PER_TASK;
+    int64_t n1 = n0 + OUTPUTS_PER_TASK < p->n ? n0 + OUTPUTS_PER_TASK : p->n;
+    path(p, n0, n1);
+}
+
+/* ---- a plain C entry point (tests, benchmarks, the fallback-free reference) ----------- */
+
+ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
+    if (!path) path = chosen_path();
+#ifdef ES_X86
+    if (path == outputs_avx2) return "avx2";
+#endif
+    return "portable";
+}
+
+/* y [rows, n] = x [rows, k] @ W.T; returns 0, or -1 for an unsupported type or width. */
+ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, int64_t rows,
+                                   int64_t k, int64_t n, int ggml_type) {
+    if (!block_bytes(ggml_type) || k % QK) return -1;
+    edgespec_gguf_kernel_path();
+    Product p = {ggml_type, k, n, rows, (size_t)(k / QK) * block_bytes(ggml_type), w,
+                 {NULL, NULL, NULL}, y};
+    p.x.q = malloc((size_t)(rows * k));
+    p.x.scale = malloc(sizeof(float) * (size_t)(rows * (k / QK)));
+    p.x.sums = malloc(sizeof(int16_t) * (size_t)(rows * (k / SUB)));
+    if (!p.x.q || !p.x.scale || !p.x.sums) {
+        free(p.x.q), free(p.x.scale), free(p.x.sums);
+        return -1;
+    }
+    quantize_rows(x, rows, k, &p.x);
+    size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
+    for (size_t t = 0; t < tasks; t++) run_task(&p, t);
+    free(p.x.q), free(p.x.scale), free(p.x.sums);
+    return 0;
+}
+
+/* ---- the ONNX Runtime operator ------------------------------------------------------ */
+
+typedef struct {
+    const OrtApiTable *api;
+    int64_t ggml_type, k, n;
+} Kernel;
+
+static const OrtApiTable *ort;
+
+static OrtStatus *fail(const char *message) {
+    return ES_ORT_CALL(ort, ES_ORT_SLOT_CREATE_STATUS, es_create_status_fn)(
+        ES_ORT_INVALID_ARGUMENT, message);
+}
+
+static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const OrtKernelInfo *info,
+                                void **out) {
+    (void)op;
+    Kernel *kernel = calloc(1, sizeof *kernel);
+    if (!kernel) return fail("GgufMatMul: out of memory");
+    es_kernel_info_get_attribute_int64_fn attribute = ES_ORT_CALL(
+        api, ES_ORT_SLOT_KERNEL_INFO_GET_ATTRIBUTE_INT64, es_kernel_info_get_attribute_int64_fn);
+    const char *names[3] = {"ggml_type", "in_features", "out_features"};
+    int64_t *fields[3] = {&kernel->ggml_type, &kernel->k, &kernel->n};
+    for (int i = 0; i < 3; i++) {
+        OrtStatus *status = attribute(info, names[i], fields[i]);
+        if (status) {
+            free(kernel);
+            return status;
+        }
+    }
+    if (!block_bytes((int)kernel->ggml_type) || kernel->k % QK || kernel->n <= 0) {
+        free(kernel);
+        return fail("GgufMatMul: ggml_type must be Q4_K (12) or Q6_K (14) with in_features a "
+                    "multiple of 256");
+    }
+    kernel->api = api;
+    *out = kernel;
+    return NULL;
+}
+
+static OrtStatus *compute(void *data, OrtKernelContext *context) {
+    const Kernel *kernel = (const Kernel *)data;
+    const OrtApiTable *api = kernel->api;
+    const OrtValue *x_value, *w_value;
+    OrtStatus *status;
+    es_kernel_context_get_input_fn input =
+        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT, es_kernel_context_get_input_fn);
+    es_get_tensor_mutable_data_fn data_of =
+        ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA, es_get_tensor_mutable_data_fn);
+    if ((status = input(context, 0, &x_value)) || (status = input(context, 1, &w_value)))
+        return status;
+
+    OrtTensorTypeAndShapeInfo *info;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                              es_get_tensor_type_and_shape_fn)(x_value, &info)))
+        return status;
+    size_t rank = 0;
+    int64_t dims[8];
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
+                                                                                         &rank);
+    if (!status && (rank < 1 || rank > 8)) status = fail("GgufMatMul: X must have rank 1 to 8");
+    if (!status)
+        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
+                                                                                   rank);
+    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+                es_release_tensor_type_and_shape_info_fn)(info);
+    if (status) return status;
+    if (dims[rank - 1] != kernel->k) return fail("GgufMatMul: X's last dimension is not in_features");
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < rank; i++) rows *= dims[i];
+    dims[rank - 1] = kernel->n;
+
+    OrtValue *y_value;
+    void *x, *w, *y;
+    es_kernel_context_get_output_fn output =
+        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT, es_kernel_context_get_output_fn);
+    if ((status = output(context, 0, dims, rank, &y_value)) ||
+        (status = data_of((OrtValue *)x_value, &x)) || (status = data_of((OrtValue *)w_value, &w)) ||
+        (status = data_of(y_value, &y)))
+        return status;
+    if (rows == 0) return NULL;
+
+    Product p = {(int)kernel->ggml_type,
+                 kernel->k,
+                 kernel->n,
+                 rows,
+                 (size_t)(kernel->k / QK) * block_bytes((int)kernel->ggml_type),
+                 w,
+                 {NULL, NULL, NULL},
+                 y};
+    p.x.q = malloc((size_t)(rows * p.k));
+    p.x.scale = malloc(sizeof(float) * (size_t)(rows * (p.k / QK)));
+    p.x.sums = malloc(sizeof(int16_t) * (size_t)(rows * (p.k / SUB)));
+    if (!p.x.q || !p.x.scale || !p.x.sums) {
+        free(p.x.q), free(p.x.scale), free(p.x.sums);
+        return fail("GgufMatMul: out of memory for the quantized activations");
+    }
+    quantize_rows((const float *)x, rows, p.k, &p.x);
+    size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
+                         es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES, &p);
+    free(p.x.q), free(p.x.scale), free(p.x.sums);
+    return status;
+}
+
+/* One row of W as floats: w[i] = d * scale * code - dmin * offset per 16 inputs. */
+static void dequantize_row(const uint8_t *row, int ggml_type, int64_t k, float *out) {
+    Unpacked u;
+    for (int64_t b = 0; b < k / QK; b++) {
+        if (ggml_type == GGML_Q4_K)
+            unpack_q4_k(row + b * 144, &u);
+        else
+            unpack_q6_k(row + b * 210, &u);
+        for (int i = 0; i < QK; i++) {
+            float scale = (float)(int16_t)(u.scale_pair[i / SUB] & 0xFFFF);
+            out[b * QK + i] = u.d * scale * (float)u.code[i] - u.dmin * (float)u.offset[i / SUB];
+        }
+    }
+}
+
+static OrtStatus *gather(void *data, OrtKernelContext *context) {
+    const Kernel *kernel = (const Kernel *)data;
+    const OrtApiTable *api = kernel->api;
+    const OrtValue *ids_value, *w_value;
+    OrtStatus *status;
+    es_kernel_context_get_input_fn input =
+        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT, es_kernel_context_get_input_fn);
+    es_get_tensor_mutable_data_fn data_of =
+        ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA, es_get_tensor_mutable_data_fn);
+    if ((status = input(context, 0, &ids_value)) || (status = input(context, 1, &w_value)))
+        return status;
+    OrtTensorTypeAndShapeInfo *info;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                              es_get_tensor_type_and_shape_fn)(ids_value, &info)))
+        return status;
+    size_t rank = 0;
+    int64_t dims[8];
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
+                                                                                         &rank);
+    if (!status && rank > 7) status = fail("GgufGather: ids must have rank 0 to 7");
+    if (!status && rank)
+        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
+                                                                                   rank);
+    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+                es_release_tensor_type_and_shape_info_fn)(info);
+    if (status) return status;
+    int64_t count = 1;
+    for (size_t i = 0; i < rank; i++) count *= dims[i];
+    dims[rank] = kernel->k;
+    OrtValue *y_value;
+    void *ids, *w, *y;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT,
+                              es_kernel_context_get_output_fn)(context, 0, dims, rank + 1,
+                                                               &y_value)) ||
+        (status = data_of((OrtValue *)ids_value, &ids)) ||
+        (status = data_of((OrtValue *)w_value, &w)) || (status = data_of(y_value, &y)))
+        return status;
+    size_t row_bytes = (size_t)(kernel->k / QK) * block_bytes((int)kernel->ggml_type);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t id = ((const int64_t *)ids)[i];
+        if (id < 0 || id >= kernel->n) return fail("GgufGather: a token id is outside the table");
+        dequantize_row((const uint8_t *)w + (size_t)id * row_bytes, (int)kernel->ggml_type,
+                       kernel->k, (float *)y + i * kernel->k);
+    }
+    return NULL;
+}
+
+static void destroy_kernel(void *kernel) { free(kernel); }
+static const char *matmul_name(const void *op) { (void)op; return "GgufMatMul"; }
+static const char *gather_name(const void *op) { (void)op; return "GgufGather"; }
+static const char *op_provider(const void *op) { (void)op; return "CPUExecutionProvider"; }
+static int matmul_input_type(const void *op, size_t i) { (void)op; return i == 0 ? ES_ORT_FLOAT : ES_ORT_UINT8; }
+static int gather_input_type(const void *op, size_t i) { (void)op; return i == 0 ? ES_ORT_INT64 : ES_ORT_UINT8; }
+static size_t input_count(const void *op) { (void)op; return 2; }
+static int output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
+static size_t output_count(const void *op) { (void)op; return 1; }
+static int required(const void *op, size_t i) { (void)op, (void)i; return 0; }
+static int default_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
+static int one(const void *op) { (void)op; return 1; }
+static int zero(const void *op) { (void)op; return 0; }
+
+static const OrtCustomOpV16 gguf_matmul_op = {
+    16,           NULL,         matmul_name,  op_provider, matmul_input_type, input_count,
+    output_type,  output_count, NULL,         destroy_kernel, required,       required,
+    default_memory, one,        zero,         one,         zero,              create_kernel,
+    compute,
+};
+
+static const OrtCustomOpV16 gguf_gather_op = {
+    16,           NULL,         gather_name,  op_provider, gather_input_type, input_count,
+    output_type,  output_count, NULL,         destroy_kernel, required,       required,
+    default_memory, one,        zero,         one,         zero,              create_kernel,
+    gather,
+};
+
+static OrtCustomOpDomain *domain;
+
+ES_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
+    const OrtApiTable *api = base->GetApi(ES_ORT_API_VERSION_NEEDED);
+    if (!api) return NULL; /* too old a runtime to ask for status: ONNX Runtime reports the op */
+    ort = api;
+    edgespec_gguf_kernel_path();
+    OrtStatus *status;
+    if (!domain) {
+        if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_CREATE_CUSTOM_OP_DOMAIN,
+                                  es_create_custom_op_domain_fn)("edgespec.gguf", &domain)))
+            return status;
+        es_custom_op_domain_add_fn add =
+            ES_ORT_CALL(api, ES_ORT_SLOT_CUSTOM_OP_DOMAIN_ADD, es_custom_op_domain_add_fn);
+        if ((status = add(domain, &gguf_matmul_op)) || (status = add(domain, &gguf_gather_op)))
+            return status;
+    }
+    return ES_ORT_CALL(api, ES_ORT_SLOT_ADD_CUSTOM_OP_DOMAIN, es_add_custom_op_domain_fn)(options,
+                                                                                        domain);
+}

@@ -1,0 +1,86 @@
+"""edgespec's GGUF kernels: an ONNX Runtime custom-operator library built from ``csrc/`` at
+install (``edgespec.graph._gguf_kernels``), which multiplies by llama.cpp's Q4_K and Q6_K
+blocks as the file stores them (``GgufMatMul``) and looks rows of them up (``GgufGather``).
+
+Why it exists: ONNX Runtime's own 4-bit kernel rounds one row differently from several, so a
+graph of its operators must pad one-token steps to keep speculative decoding exact, and it
+has no form for the Q4_K minimum or 6-bit codes. These kernels compute each output from its
+own row of activations only (one-token steps need no padding), read the file's blocks (the
+bundle is the file's size) and unpack each block once for all the rows of a verify pass.
+
+The library is optional: a bundle whose graph uses it says so in its manifest
+(``quantization.op_types``), and every session of it registers the library; where the library
+did not build, GGUF files import into graphs of ONNX Runtime's operators instead.
+``EDGESPEC_GGUF_KERNELS`` names another build of the library, or ``off`` to import without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from edgespec.errors import BundleError
+
+GGUF_DOMAIN = "edgespec.gguf"
+GGUF_MATMUL = "GgufMatMul"
+GGUF_GATHER = "GgufGather"
+# The GGUF block types the kernels read: name -> ggml type id (the operators' ggml_type).
+GGUF_KERNEL_TYPES = {"Q4_K": 12, "Q6_K": 14}
+KERNEL_BLOCK = 256  # inputs per K-quant super-block: a weight's width must be a multiple
+ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
+
+
+@lru_cache(maxsize=1)
+def gguf_kernel_library() -> Path | None:
+    """The built library, or None when it did not build (or ``EDGESPEC_GGUF_KERNELS=off``)."""
+    chosen = os.environ.get(ENVIRONMENT, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen) if Path(chosen).is_file() else None
+    here = Path(__file__).parent
+    for pattern in ("_gguf_kernels*.so", "_gguf_kernels*.pyd", "_gguf_kernels*.dylib"):
+        found = sorted(here.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+@lru_cache(maxsize=1)
+def gguf_kernel_path() -> str:
+    """Which code path the library runs on this CPU ("avx2", "portable"), or "unavailable"."""
+    library = gguf_kernel_library()
+    if library is None:
+        return "unavailable"
+    try:
+        handle = ctypes.CDLL(str(library))
+        handle.edgespec_gguf_kernel_path.restype = ctypes.c_char_p
+        return str(handle.edgespec_gguf_kernel_path().decode())
+    except (OSError, AttributeError):
+        return "unavailable"
+
+
+def uses_gguf_kernels(op_types: tuple[str, ...] | list[str]) -> bool:
+    return GGUF_MATMUL in op_types or GGUF_GATHER in op_types
+
+
+def register_gguf_kernels(options: Any, *, required: bool) -> bool:
+    """Registers the library with ``options`` (an ``onnxruntime.SessionOptions``) when it is
+    built; ``required``: the graph to load uses it, so a missing library is an error naming
+    the fix instead of ONNX Runtime's unknown-operator message."""
+    library = gguf_kernel_library()
+    if library is None:
+        if required:
+            raise BundleError(
+                "this bundle's graph runs edgespec's GGUF kernels, which are not built in this "
+                "install",
+                fix="reinstall edgespec where a C compiler is available (pip install "
+                "--force-reinstall edgespec), or re-import the GGUF file here (edgespec export "
+                "--gguf FILE) to get a graph of ONNX Runtime's own operators",
+            )
+        return False
+    options.register_custom_ops_library(str(library))
+    return True

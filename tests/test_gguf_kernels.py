@@ -1,0 +1,203 @@
+"""edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
+products and lookups on llama.cpp's Q4_K and Q6_K blocks against the ``gguf`` package's own
+dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
+(AVX2 and portable C), and a missing library reported in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+from gguf_model import random_k_blocks
+
+from edgespec.errors import BundleError
+from edgespec.graph import kernels
+from edgespec.graph.kernels import (
+    GGUF_DOMAIN,
+    GGUF_KERNEL_TYPES,
+    gguf_kernel_library,
+    gguf_kernel_path,
+    register_gguf_kernels,
+)
+
+built = pytest.mark.skipif(
+    gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
+)
+# Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
+ROWS, OUTPUTS, INPUTS = 37, 40, 512
+
+
+def _session(
+    op: str, kind: str, blocks: np.ndarray, threads: int = 2
+) -> onnxruntime.InferenceSession:
+    from onnx import TensorProto, helper, numpy_helper
+
+    first = (
+        ("x", TensorProto.FLOAT, ["rows", INPUTS])
+        if op == "GgufMatMul"
+        else ("ids", TensorProto.INT64, ["count"])
+    )
+    node = helper.make_node(
+        op,
+        [first[0], "w"],
+        ["y"],
+        domain=GGUF_DOMAIN,
+        ggml_type=GGUF_KERNEL_TYPES.get(kind, 2),
+        in_features=INPUTS,
+        out_features=OUTPUTS,
+    )
+    graph = helper.make_graph(
+        [node],
+        "kernel",
+        [helper.make_tensor_value_info(*first)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(blocks, "w")],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(GGUF_DOMAIN, 1)]
+    )
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    register_gguf_kernels(options, required=True)
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _dequantized(kind: str, blocks: np.ndarray) -> np.ndarray:
+    import gguf
+
+    return gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind]).reshape(OUTPUTS, INPUTS)
+
+
+def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
+    """The library is built at install; a fallback-only install is for machines without a
+    compiler, so where one is found the library must be there (and report its path)."""
+    compiler = sysconfig.get_config_var("CC") or "cc"
+    if shutil.which(compiler.split()[0]) is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler here: the install falls back to MatMulNBits graphs")
+    assert gguf_kernel_library() is not None
+    assert gguf_kernel_path() in ("avx2", "portable")
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_products_follow_the_files_dequantized_weights(kind: str) -> None:
+    """x @ W.T from the blocks as stored, within the rounding of 8-bit activations (llama.cpp
+    quantizes activations the same way: 8 bits per 256 inputs)."""
+    rng = np.random.default_rng(1)
+    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    got = _session("GgufMatMul", kind, blocks).run(None, {"x": x})[0]
+    expected = x.astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
+    assert got.shape == (ROWS, OUTPUTS)
+    assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max()
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_a_row_gives_the_same_bits_in_any_pass_and_on_any_thread_count(kind: str) -> None:
+    """What lets a target step unpadded and still verify exactly: row m's outputs are the same
+    bits alone, among 5 rows, among 37 (past one 32-row pass), on 1 thread or 2."""
+    rng = np.random.default_rng(2)
+    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    two, one = _session("GgufMatMul", kind, blocks), _session("GgufMatMul", kind, blocks, 1)
+    whole = two.run(None, {"x": x})[0]
+    assert np.array_equal(one.run(None, {"x": x})[0], whole)
+    assert np.array_equal(two.run(None, {"x": x[30:35]})[0], whole[30:35])
+    for row in (0, 33, ROWS - 1):
+        assert np.array_equal(two.run(None, {"x": x[row : row + 1]})[0], whole[row : row + 1])
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_lookups_are_the_files_dequantized_rows(kind: str) -> None:
+    rng = np.random.default_rng(3)
+    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    ids = np.array([3, 0, OUTPUTS - 1, 3], dtype=np.int64)
+    got = _session("GgufGather", kind, blocks).run(None, {"ids": ids})[0]
+    np.testing.assert_allclose(got, _dequantized(kind, blocks)[ids], rtol=1e-6, atol=1e-9)
+    with pytest.raises(Exception, match="outside the table"):
+        _session("GgufGather", kind, blocks).run(None, {"ids": np.array([OUTPUTS], np.int64)})
+
+
+@built
+def test_an_unread_block_type_is_refused_when_the_session_loads() -> None:
+    blocks = np.zeros((OUTPUTS, INPUTS // 32 * 18), np.uint8)
+    with pytest.raises(Exception, match=r"Q4_K .* or Q6_K"):
+        _session("GgufMatMul", "Q4_0", blocks)
+
+
+PORTABLE_CHECK = """
+import json, sys
+import numpy as np
+sys.path[:0] = [{tests!r}]
+import test_gguf_kernels as t
+from gguf_model import random_k_blocks
+from edgespec.graph.kernels import gguf_kernel_path
+rng = np.random.default_rng(4)
+out = {{"path": gguf_kernel_path()}}
+for kind in ("Q4_K", "Q6_K"):
+    blocks = random_k_blocks(rng, kind, t.OUTPUTS, t.INPUTS)
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
+    session = t._session("GgufMatMul", kind, blocks)
+    whole = session.run(None, {{"x": x}})[0]
+    expected = x.astype(np.float64) @ t._dequantized(kind, blocks).T
+    out[kind] = {{
+        "error": float(np.abs(whole - expected).max() / np.abs(expected).max()),
+        "invariant": all(
+            np.array_equal(session.run(None, {{"x": x[r : r + 1]}})[0], whole[r : r + 1])
+            for r in (0, 33)
+        ),
+    }}
+print(json.dumps(out))
+"""
+
+
+@built
+def test_the_portable_path_computes_the_same_products() -> None:
+    """The C path every CPU runs (the AVX2 path's fallback, and ARM's today): forced in a fresh
+    process, since a process picks its path once."""
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "portable"}
+    done = subprocess.run(
+        [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["path"] == "portable"
+    for kind in ("Q4_K", "Q6_K"):
+        assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
+
+
+def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(kernels.ENVIRONMENT, "off")
+    kernels.gguf_kernel_library.cache_clear()
+    kernels.gguf_kernel_path.cache_clear()
+    try:
+        options = onnxruntime.SessionOptions()
+        assert register_gguf_kernels(options, required=False) is False
+        with pytest.raises(BundleError) as caught:
+            register_gguf_kernels(options, required=True)
+        message = str(caught.value)
+        assert "not built" in message and "\n" not in message
+        assert "re-import" in caught.value.fix
+        assert gguf_kernel_path() == "unavailable"
+    finally:
+        monkeypatch.delenv(kernels.ENVIRONMENT)
+        kernels.gguf_kernel_library.cache_clear()
+        kernels.gguf_kernel_path.cache_clear()
