@@ -274,120 +274,125 @@ ES_AVX2 static inline void q4_k_factors(const uint8_t *packed, __m128i *scales, 
     *mins = _mm_cvtsi64_si128((long long)m);
 }
 
-ES_AVX2 static void outputs_q4_k_avx2(const Product *p, int64_t n0, int64_t n1) {
+/* The rows of a pass in groups of ROW_GROUP: each group shares every unpacked 32 codes, which
+ * stay in registers while the group's rows take their products (then the last rows one by
+ * one). A row's arithmetic is the same in a group or alone. */
+#define ROW_GROUP 4
+
+/* Q4_K block `block` against rows m .. m + R - 1 (R is a constant at each call). */
+ES_AVX2 static inline __attribute__((always_inline)) void q4_k_block_rows(
+    const Product *p, const uint8_t *block, int64_t b, int64_t m, int R, __m256 *acc) {
     const int64_t blocks = p->k / QK;
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     /* Minimums per 16 inputs: byte j / 2 of the minimums for lane j. */
     const __m128i mins_per_16 = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    __m256 acc[ROWS_PER_PASS];
-    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
-        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
-        for (int64_t n = n0; n < n1; n++) {
-            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
-            const uint8_t *block = p->w + n * p->row_bytes;
-            for (int64_t b = 0; b < blocks; b++, block += 144) {
-                _mm_prefetch((const char *)block + ES_PREFETCH * 144, _MM_HINT_T0);
-                _mm_prefetch((const char *)block + ES_PREFETCH * 144 + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)block + ES_PREFETCH * 144 + 128, _MM_HINT_T0);
-                const float d = half_avx2(block);
-                const float dmin = half_avx2(block + 2);
-                __m128i scales, mins;
-                q4_k_factors(block + 4, &scales, &mins);
-                const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mins, mins_per_16));
-                __m256i scale16[8];
-                for (int j = 0; j < 8; j++) scale16[j] = spread(scales, SAME[j]);
-                const uint8_t *qs = block + 16;
-                for (int64_t r = 0; r < rows; r++) {
-                    const int64_t m = m0 + r;
-                    const int8_t *q = p->x.q + m * p->k + b * QK;
-                    __m256i dot = _mm256_setzero_si256();
-                    for (int c = 0; c < 4; c++) {
-                        __m256i packed = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-                        __m256i lo = _mm256_and_si256(packed, nibble);
-                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
-                        __m256i p_lo = _mm256_maddubs_epi16(
-                            lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
-                        __m256i p_hi = _mm256_maddubs_epi16(
-                            hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p_lo, scale16[2 * c]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p_hi, scale16[2 * c + 1]));
-                    }
-                    __m256i sums = _mm256_loadu_si256(
-                        (const __m256i *)(p->x.sums + (m * blocks + b) * (QK / SUB)));
-                    __m256i offset = _mm256_madd_epi16(sums, mins16);
-                    const float scale = p->x.scale[m * blocks + b];
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * scale),
-                                             acc[r]);
-                    acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offset),
-                                              _mm256_set1_ps(dmin * scale), acc[r]);
-                }
-            }
-            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = sum_lanes(acc[r]);
+    const float d = half_avx2(block), dmin = half_avx2(block + 2);
+    __m128i scales, mins;
+    q4_k_factors(block + 4, &scales, &mins);
+    const uint8_t *qs = block + 16;
+    __m256i dot[ROW_GROUP];
+    for (int r = 0; r < R; r++) dot[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i packed = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(packed, nibble);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+        __m256i scale_lo = spread(scales, SAME[2 * c]), scale_hi = spread(scales, SAME[2 * c + 1]);
+        for (int r = 0; r < R; r++) {
+            const int8_t *q = p->x.q + (m + r) * p->k + b * QK + 64 * c;
+            __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
+            __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32)));
+            dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p_lo, scale_lo));
+            dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p_hi, scale_hi));
         }
+    }
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mins, mins_per_16));
+    for (int r = 0; r < R; r++) {
+        const int64_t row = m + r;
+        __m256i sums = _mm256_loadu_si256(
+            (const __m256i *)(p->x.sums + (row * blocks + b) * (QK / SUB)));
+        __m256i offset = _mm256_madd_epi16(sums, mins16);
+        const float scale = p->x.scale[row * blocks + b];
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_set1_ps(d * scale), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(dmin * scale),
+                                  acc[r]);
     }
 }
 
-ES_AVX2 static void outputs_q6_k_avx2(const Product *p, int64_t n0, int64_t n1) {
+/* Q6_K block `block` against rows m .. m + R - 1. */
+ES_AVX2 static inline __attribute__((always_inline)) void q6_k_block_rows(
+    const Product *p, const uint8_t *block, int64_t b, int64_t m, int R, __m256 *acc) {
     const int64_t blocks = p->k / QK;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bits01 = _mm256_set1_epi8(0x03), bits23 = _mm256_set1_epi8(0x0C);
     const __m256i bits45 = _mm256_set1_epi8(0x30), bits67 = _mm256_set1_epi8((char)0xC0);
-    __m256 acc[ROWS_PER_PASS];
-    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
-        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
-        for (int64_t n = n0; n < n1; n++) {
-            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
-            const uint8_t *block = p->w + n * p->row_bytes;
-            for (int64_t b = 0; b < blocks; b++, block += 210) {
-                _mm_prefetch((const char *)block + ES_PREFETCH * 210, _MM_HINT_T0);
-                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 128, _MM_HINT_T0);
-                _mm_prefetch((const char *)block + ES_PREFETCH * 210 + 192, _MM_HINT_T0);
-                const float d = half_avx2(block + 208);
-                const __m128i scales = _mm_loadu_si128((const __m128i *)(block + 192));
-                const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
-                __m256i scale16[8];
-                for (int j = 0; j < 8; j++) scale16[j] = spread(scales, PAIR[j]);
-                for (int64_t r = 0; r < rows; r++) {
-                    const int64_t m = m0 + r;
-                    const int8_t *q = p->x.q + m * p->k + b * QK;
-                    __m256i dot = _mm256_setzero_si256();
-                    for (int h = 0; h < 2; h++) {
-                        const uint8_t *ql = block + 64 * h, *qh = block + 128 + 32 * h;
-                        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-                        __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                        __m256i high = _mm256_loadu_si256((const __m256i *)qh);
-                        __m256i c0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                                     _mm256_slli_epi16(_mm256_and_si256(high, bits01), 4));
-                        __m256i c1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                                     _mm256_slli_epi16(_mm256_and_si256(high, bits23), 2));
-                        __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                                     _mm256_and_si256(high, bits45));
-                        __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                                     _mm256_srli_epi16(_mm256_and_si256(high, bits67), 2));
-                        const int8_t *y = q + 128 * h;
-                        __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)y));
-                        __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_loadu_si256((const __m256i *)(y + 32)));
-                        __m256i p2 = _mm256_maddubs_epi16(c2, _mm256_loadu_si256((const __m256i *)(y + 64)));
-                        __m256i p3 = _mm256_maddubs_epi16(c3, _mm256_loadu_si256((const __m256i *)(y + 96)));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p0, scale16[4 * h]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p1, scale16[4 * h + 1]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p2, scale16[4 * h + 2]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p3, scale16[4 * h + 3]));
-                    }
-                    /* The codes are stored 32 above their value: take 32 * scale * sum(y). */
-                    __m256i sums = _mm256_loadu_si256(
-                        (const __m256i *)(p->x.sums + (m * blocks + b) * (QK / SUB)));
-                    __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sums, scales16), 5);
-                    const float scale = p->x.scale[m * blocks + b];
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot, offset)),
-                                             _mm256_set1_ps(d * scale), acc[r]);
-                }
+    const float d = half_avx2(block + 208);
+    const __m128i scales = _mm_loadu_si128((const __m128i *)(block + 192));
+    __m256i dot[ROW_GROUP];
+    for (int r = 0; r < R; r++) dot[r] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = block + 64 * h, *qh = block + 128 + 32 * h;
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i high = _mm256_loadu_si256((const __m256i *)qh);
+        __m256i codes[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, low4),
+                            _mm256_slli_epi16(_mm256_and_si256(high, bits01), 4)),
+            _mm256_or_si256(_mm256_and_si256(l1, low4),
+                            _mm256_slli_epi16(_mm256_and_si256(high, bits23), 2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                            _mm256_and_si256(high, bits45)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                            _mm256_srli_epi16(_mm256_and_si256(high, bits67), 2)),
+        };
+        for (int j = 0; j < 4; j++) {
+            __m256i scale = spread(scales, PAIR[4 * h + j]);
+            for (int r = 0; r < R; r++) {
+                const int8_t *y = p->x.q + (m + r) * p->k + b * QK + 128 * h + 32 * j;
+                __m256i product =
+                    _mm256_maddubs_epi16(codes[j], _mm256_loadu_si256((const __m256i *)y));
+                dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(product, scale));
             }
-            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = sum_lanes(acc[r]);
         }
     }
+    /* The codes are stored 32 above their value: take 32 * scale * sum(y). */
+    const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+    for (int r = 0; r < R; r++) {
+        const int64_t row = m + r;
+        __m256i sums = _mm256_loadu_si256(
+            (const __m256i *)(p->x.sums + (row * blocks + b) * (QK / SUB)));
+        __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sums, scales16), 5);
+        const float scale = p->x.scale[row * blocks + b];
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r], offset)),
+                                 _mm256_set1_ps(d * scale), acc[r]);
+    }
 }
+
+#define ES_K_OUTPUTS(name, block_rows, size)                                                     \
+    ES_AVX2 static void name(const Product *p, int64_t n0, int64_t n1) {                          \
+        const int64_t blocks = p->k / QK;                                                        \
+        __m256 acc[ROWS_PER_PASS];                                                               \
+        for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                \
+            int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;          \
+            int64_t grouped = rows - rows % ROW_GROUP;                                           \
+            for (int64_t n = n0; n < n1; n++) {                                                  \
+                for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();                 \
+                const uint8_t *block = p->w + n * p->row_bytes;                                  \
+                for (int64_t b = 0; b < blocks; b++, block += size) {                            \
+                    for (int line = 0; line < size; line += 64)                                  \
+                        _mm_prefetch((const char *)block + ES_PREFETCH * size + line,            \
+                                     _MM_HINT_T0);                                               \
+                    int64_t r = 0;                                                               \
+                    for (; r < grouped; r += ROW_GROUP)                                          \
+                        block_rows(p, block, b, m0 + r, ROW_GROUP, acc + r);                     \
+                    for (; r < rows; r++) block_rows(p, block, b, m0 + r, 1, acc + r);           \
+                }                                                                                \
+                for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = sum_lanes(acc[r]); \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+ES_K_OUTPUTS(outputs_q4_k_avx2, q4_k_block_rows, 144)
+ES_K_OUTPUTS(outputs_q6_k_avx2, q6_k_block_rows, 210)
 
 ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
     if (p->ggml_type == GGML_Q4_K)
