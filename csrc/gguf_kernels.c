@@ -1,14 +1,16 @@
 /* edgespec's GGUF matrix product as an ONNX Runtime custom operator.
  *
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, K / 256 * block_bytes]) -> Y float [..., N]
- *   attributes: ggml_type (12 = Q4_K, 14 = Q6_K), in_features K, out_features N
+ *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K,
+ *   14 = Q6_K: ggml's type ids), in_features K, out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
  *
  * W holds the GGUF file's own blocks, row n being output n's K inputs, byte for byte. Each
- * row of X is quantized to int8 per 256 inputs (one float scale per 256, the int8 sums per
- * 16 kept for the K-quants' offset terms), and every output is an integer dot product per
- * block scaled into one float accumulator per (row, output).
+ * row of X is quantized to int8 per block of the weight's type (256 inputs for the K-quants,
+ * 32 for the legacy types; one float scale per block, the int8 sums kept for the offset and
+ * minimum terms), and every output is an integer dot product per block scaled into one float
+ * accumulator per (row, output), as llama.cpp computes them.
  *
  * The arithmetic of output (m, n) depends only on row m of X and row n of W: never on how
  * many rows X has, how the outputs are split between threads, or which other rows share the
@@ -48,7 +50,16 @@
 #define ES_PREFETCH 16 /* blocks ahead: measured best of 4, 8, 16 for one row */
 #endif
 
-enum { GGML_Q4_K = 12, GGML_Q6_K = 14 };
+enum {
+    GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q6_K = 14,
+};
+#define LEGACY 32 /* inputs per block of the legacy types (Q4_0 ... Q8_0) */
 
 /* ---- float16 ---------------------------------------------------------------------- */
 
@@ -98,9 +109,58 @@ typedef struct {
 
 static size_t block_bytes(int ggml_type) {
     switch (ggml_type) {
+    case GGML_Q4_0: return 18;  /* d (f16), qs[16] */
+    case GGML_Q4_1: return 20;  /* d, m (f16), qs[16] */
+    case GGML_Q5_0: return 22;  /* d (f16), qh[4], qs[16] */
+    case GGML_Q5_1: return 24;  /* d, m (f16), qh[4], qs[16] */
+    case GGML_Q8_0: return 34;  /* d (f16), qs[32] (int8) */
     case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
     case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
     default: return 0;
+    }
+}
+
+static int64_t block_inputs(int ggml_type);
+
+static int is_k_quant(int ggml_type) { return ggml_type == GGML_Q4_K || ggml_type == GGML_Q6_K; }
+
+/* Inputs per block: activations are quantized per block of the same size. */
+static int64_t block_inputs(int ggml_type) { return is_k_quant(ggml_type) ? QK : LEGACY; }
+
+static size_t row_bytes(int ggml_type, int64_t k) {
+    return (size_t)(k / block_inputs(ggml_type)) * block_bytes(ggml_type);
+}
+
+/* Inputs per activation sum: the K-quants' factors change every 16 inputs. */
+static int64_t sum_span(int ggml_type) { return is_k_quant(ggml_type) ? SUB : LEGACY; }
+
+/* A legacy block as 32 integer codes: w[i] = d * code[i] + m (m = 0 for the symmetric types,
+ * whose codes are signed). */
+static int legacy_has_minimum(int ggml_type) {
+    return ggml_type == GGML_Q4_1 || ggml_type == GGML_Q5_1;
+}
+
+static void unpack_legacy(const uint8_t *b, int ggml_type, int8_t code[LEGACY], float *d,
+                          float *m) {
+    *d = half_to_float(read_u16(b));
+    *m = legacy_has_minimum(ggml_type) ? half_to_float(read_u16(b + 2)) : 0.0f;
+    if (ggml_type == GGML_Q8_0) {
+        memcpy(code, b + 2, LEGACY);
+        return;
+    }
+    int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
+    const uint8_t *qs = b + (ggml_type == GGML_Q4_0 ? 2 : ggml_type == GGML_Q4_1 ? 4 : ggml_type == GGML_Q5_0 ? 6 : 8);
+    uint32_t high = 0;
+    if (five) memcpy(&high, b + (ggml_type == GGML_Q5_0 ? 2 : 4), 4);
+    int centre = legacy_has_minimum(ggml_type) ? 0 : (five ? 16 : 8);
+    for (int j = 0; j < 16; j++) { /* input j in the low nibble of byte j, j + 16 high */
+        int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+        if (five) {
+            lo |= (int)((high >> j) & 1) << 4;
+            hi |= (int)((high >> (j + 16)) & 1) << 4;
+        }
+        code[j] = (int8_t)(lo - centre);
+        code[j + 16] = (int8_t)(hi - centre);
     }
 }
 
@@ -152,36 +212,57 @@ static inline __attribute__((always_inline)) void unpack_q6_k(const uint8_t *b, 
 
 /* ---- activations -------------------------------------------------------------------- */
 
-/* X's rows as int8 per 256 inputs: value ~ scale[m][b] * q[m][i]; sums[m][i / 16] is the sum
- * of q over each 16 inputs. */
+/* X's rows as int8 per block of the weight's type (256 inputs for the K-quants, 32 for the
+ * legacy types): value ~ scale[m][b] * q[m][i]; sums[m][i / span] is the sum of q over each
+ * span of inputs (16 for the K-quants, 32 for the legacy types). */
 typedef struct {
     int8_t *q;      /* [M][K] */
-    float *scale;   /* [M][K / 256] */
-    int16_t *sums;  /* [M][K / 16] */
+    float *scale;   /* [M][K / block] */
+    int16_t *sums;  /* [M][K / span] */
 } Quantized;
 
-static void quantize_rows(const float *x, int64_t rows, int64_t k, Quantized *out) {
-    int64_t blocks = k / QK;
+static void quantize_rows(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
+                          Quantized *out) {
+    int64_t blocks = k / block;
     for (int64_t m = 0; m < rows; m++) {
         for (int64_t b = 0; b < blocks; b++) {
-            const float *v = x + m * k + b * QK;
-            int8_t *q = out->q + m * k + b * QK;
+            const float *v = x + m * k + b * block;
+            int8_t *q = out->q + m * k + b * block;
             float amax = 0.0f;
-            for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(v[i]));
+            for (int64_t i = 0; i < block; i++) amax = fmaxf(amax, fabsf(v[i]));
             float scale = amax / 127.0f;
             float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
             out->scale[m * blocks + b] = scale;
-            for (int i = 0; i < QK; i++) {
+            for (int64_t i = 0; i < block; i++) {
                 int value = (int)lrintf(v[i] * inverse);
                 q[i] = (int8_t)(value > 127 ? 127 : (value < -127 ? -127 : value));
             }
-            for (int s = 0; s < QK / SUB; s++) {
-                int sum = 0;
-                for (int i = 0; i < SUB; i++) sum += q[s * SUB + i];
-                out->sums[(m * blocks + b) * (QK / SUB) + s] = (int16_t)sum;
-            }
+        }
+        for (int64_t s = 0; s < k / span; s++) {
+            int sum = 0;
+            for (int64_t i = 0; i < span; i++) sum += out->q[m * k + s * span + i];
+            out->sums[m * (k / span) + s] = (int16_t)sum;
         }
     }
+}
+
+static void free_quantized(Quantized *x) {
+    free(x->q), free(x->scale), free(x->sums);
+}
+
+/* Allocates and fills the quantized activations; 0 on success. */
+static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type,
+                          Quantized *out) {
+    int64_t block = block_inputs(ggml_type), span = sum_span(ggml_type);
+    out->q = malloc((size_t)(rows * k));
+    out->scale = malloc(sizeof(float) * (size_t)(rows * (k / block)));
+    out->sums = malloc(sizeof(int16_t) * (size_t)(rows * (k / span)));
+    if (!out->q || !out->scale || !out->sums) {
+        free_quantized(out);
+        return -1;
+    }
+    quantize_rows(x, rows, k, block, span, out);
+    return 0;
 }
 
 /* ---- the product ------------------------------------------------------------------ */
@@ -200,7 +281,38 @@ typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
 static void unpack_q4_k_portable(const uint8_t *b, Unpacked *u) { unpack_q4_k(b, u); }
 static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
 
+static void outputs_legacy_portable(const Product *p, int64_t n0, int64_t n1) {
+    int64_t blocks = p->k / LEGACY;
+    size_t bytes = block_bytes(p->ggml_type);
+    int8_t code[LEGACY];
+    float d, minimum, acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t r = 0; r < rows; r++) acc[r] = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                unpack_legacy(p->w + n * p->row_bytes + b * bytes, p->ggml_type, code, &d,
+                              &minimum);
+                for (int64_t r = 0; r < rows; r++) {
+                    int64_t m = m0 + r;
+                    const int8_t *q = p->x.q + m * p->k + b * LEGACY;
+                    int32_t dot = 0;
+                    for (int i = 0; i < LEGACY; i++) dot += code[i] * q[i];
+                    float scale = p->x.scale[m * blocks + b];
+                    acc[r] += d * scale * (float)dot +
+                              minimum * scale * (float)p->x.sums[m * blocks + b];
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = acc[r];
+        }
+    }
+}
+
 static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
+    if (!is_k_quant(p->ggml_type)) {
+        outputs_legacy_portable(p, n0, n1);
+        return;
+    }
     int64_t blocks = p->k / QK;
     unpack_fn unpack = p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable : unpack_q6_k_portable;
     Unpacked u;
@@ -394,11 +506,90 @@ ES_AVX2 static inline __attribute__((always_inline)) void q6_k_block_rows(
 ES_K_OUTPUTS(outputs_q4_k_avx2, q4_k_block_rows, 144)
 ES_K_OUTPUTS(outputs_q6_k_avx2, q6_k_block_rows, 210)
 
+/* A legacy block's 32 codes in one register: signed for the symmetric types (Q4_0, Q5_0,
+ * Q8_0), 0..31 for the types with a minimum (Q4_1, Q5_1). */
+ES_AVX2 static inline __m256i legacy_codes_avx2(const uint8_t *block, int ggml_type) {
+    if (ggml_type == GGML_Q8_0) return _mm256_loadu_si256((const __m256i *)(block + 2));
+    const int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
+    const int offset = ggml_type == GGML_Q4_0 ? 2 : ggml_type == GGML_Q4_1 ? 4 : ggml_type == GGML_Q5_0 ? 6 : 8;
+    const __m128i packed = _mm_loadu_si128((const __m128i *)(block + offset));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    /* Inputs 0-15 in the low nibbles, 16-31 in the high ones. */
+    __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+                                     _mm_and_si128(packed, low4));
+    if (five) { /* bit j of the 32-bit word is input j's fifth bit */
+        uint32_t high;
+        memcpy(&high, block + (ggml_type == GGML_Q5_0 ? 2 : 4), 4);
+        const __m256i quarter = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high), quarter);
+        __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+        codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    }
+    if (!legacy_has_minimum(ggml_type))
+        codes = _mm256_sub_epi8(codes, _mm256_set1_epi8((char)(five ? 16 : 8)));
+    return codes;
+}
+
+/* A legacy block against rows m .. m + R - 1 (R is a constant at each call). */
+ES_AVX2 static inline __attribute__((always_inline)) void legacy_block_rows(
+    const Product *p, const uint8_t *block, int64_t b, int64_t m, int R, __m256 *acc) {
+    const int64_t blocks = p->k / LEGACY;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i codes = legacy_codes_avx2(block, p->ggml_type);
+    const int minimum = legacy_has_minimum(p->ggml_type);
+    const float d = half_avx2(block), low = minimum ? half_avx2(block + 2) : 0.0f;
+    /* maddubs takes unsigned bytes times signed ones: signed codes go in as their magnitudes
+     * with their signs moved onto the activations. */
+    const __m256i magnitudes = minimum ? codes : _mm256_sign_epi8(codes, codes);
+    for (int r = 0; r < R; r++) {
+        const int64_t row = m + r;
+        __m256i y = _mm256_loadu_si256((const __m256i *)(p->x.q + row * p->k + b * LEGACY));
+        if (!minimum) y = _mm256_sign_epi8(y, codes);
+        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, y), ones);
+        const float scale = p->x.scale[row * blocks + b];
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * scale), acc[r]);
+        if (minimum)
+            acc[r] = _mm256_add_ps(
+                acc[r], _mm256_setr_ps(low * scale * (float)p->x.sums[row * blocks + b], 0.0f,
+                                       0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f));
+    }
+}
+
+ES_AVX2 static void outputs_legacy_avx2(const Product *p, int64_t n0, int64_t n1) {
+    const int64_t blocks = p->k / LEGACY;
+    const size_t size = block_bytes(p->ggml_type);
+    /* Two accumulators per row, for even and odd blocks: one chain of additions per 32
+     * inputs would wait on the adder's latency more than on memory. */
+    __m256 even[ROWS_PER_PASS], odd[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        int64_t grouped = rows - rows % ROW_GROUP;
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t r = 0; r < rows; r++) even[r] = odd[r] = _mm256_setzero_ps();
+            const uint8_t *block = p->w + n * p->row_bytes;
+            for (int64_t b = 0; b < blocks; b++, block += size) {
+                _mm_prefetch((const char *)block + ES_PREFETCH * size, _MM_HINT_T0);
+                __m256 *acc = b & 1 ? odd : even;
+                int64_t r = 0;
+                for (; r < grouped; r += ROW_GROUP)
+                    legacy_block_rows(p, block, b, m0 + r, ROW_GROUP, acc + r);
+                for (; r < rows; r++) legacy_block_rows(p, block, b, m0 + r, 1, acc + r);
+            }
+            for (int64_t r = 0; r < rows; r++)
+                p->y[(m0 + r) * p->n + n] = sum_lanes(_mm256_add_ps(even[r], odd[r]));
+        }
+    }
+}
+
 ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
     if (p->ggml_type == GGML_Q4_K)
         outputs_q4_k_avx2(p, n0, n1);
-    else
+    else if (p->ggml_type == GGML_Q6_K)
         outputs_q6_k_avx2(p, n0, n1);
+    else
+        outputs_legacy_avx2(p, n0, n1);
 }
 #endif
 
@@ -438,21 +629,13 @@ ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
 /* y [rows, n] = x [rows, k] @ W.T; returns 0, or -1 for an unsupported type or width. */
 ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, int64_t rows,
                                    int64_t k, int64_t n, int ggml_type) {
-    if (!block_bytes(ggml_type) || k % QK) return -1;
+    if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
     edgespec_gguf_kernel_path();
-    Product p = {ggml_type, k, n, rows, (size_t)(k / QK) * block_bytes(ggml_type), w,
-                 {NULL, NULL, NULL}, y};
-    p.x.q = malloc((size_t)(rows * k));
-    p.x.scale = malloc(sizeof(float) * (size_t)(rows * (k / QK)));
-    p.x.sums = malloc(sizeof(int16_t) * (size_t)(rows * (k / SUB)));
-    if (!p.x.q || !p.x.scale || !p.x.sums) {
-        free(p.x.q), free(p.x.scale), free(p.x.sums);
-        return -1;
-    }
-    quantize_rows(x, rows, k, &p.x);
+    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y};
+    if (quantized_rows(x, rows, k, ggml_type, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
-    free(p.x.q), free(p.x.scale), free(p.x.sums);
+    free_quantized(&p.x);
     return 0;
 }
 
@@ -486,10 +669,12 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
             return status;
         }
     }
-    if (!block_bytes((int)kernel->ggml_type) || kernel->k % QK || kernel->n <= 0) {
+    int type = (int)kernel->ggml_type;
+    if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
         free(kernel);
-        return fail("GgufMatMul: ggml_type must be Q4_K (12) or Q6_K (14) with in_features a "
-                    "multiple of 256");
+        return fail("GgufMatMul/GgufGather: ggml_type must be Q4_0 (2), Q4_1 (3), Q5_0 (6), "
+                    "Q5_1 (7), Q8_0 (8), Q4_K (12) or Q6_K (14), with in_features a multiple of "
+                    "its block (32, or 256 for Q4_K and Q6_K)");
     }
     kernel->api = api;
     *out = kernel;
@@ -538,31 +723,31 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
         return status;
     if (rows == 0) return NULL;
 
-    Product p = {(int)kernel->ggml_type,
-                 kernel->k,
-                 kernel->n,
-                 rows,
-                 (size_t)(kernel->k / QK) * block_bytes((int)kernel->ggml_type),
-                 w,
-                 {NULL, NULL, NULL},
-                 y};
-    p.x.q = malloc((size_t)(rows * p.k));
-    p.x.scale = malloc(sizeof(float) * (size_t)(rows * (p.k / QK)));
-    p.x.sums = malloc(sizeof(int16_t) * (size_t)(rows * (p.k / SUB)));
-    if (!p.x.q || !p.x.scale || !p.x.sums) {
-        free(p.x.q), free(p.x.scale), free(p.x.sums);
+    int type = (int)kernel->ggml_type;
+    Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), w,
+                 {NULL, NULL, NULL}, y};
+    if (quantized_rows((const float *)x, rows, p.k, type, &p.x))
         return fail("GgufMatMul: out of memory for the quantized activations");
-    }
-    quantize_rows((const float *)x, rows, p.k, &p.x);
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
-                         es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES, &p);
-    free(p.x.q), free(p.x.scale), free(p.x.sums);
+                         es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES,
+                                                            &p);
+    free_quantized(&p.x);
     return status;
 }
 
-/* One row of W as floats: w[i] = d * scale * code - dmin * offset per 16 inputs. */
+/* One row of W as floats: w[i] = d * scale * code - dmin * offset per 16 inputs (K-quants),
+ * d * code + m (legacy types). */
 static void dequantize_row(const uint8_t *row, int ggml_type, int64_t k, float *out) {
+    if (!is_k_quant(ggml_type)) {
+        int8_t code[LEGACY];
+        float d, m;
+        for (int64_t b = 0; b < k / LEGACY; b++) {
+            unpack_legacy(row + b * block_bytes(ggml_type), ggml_type, code, &d, &m);
+            for (int i = 0; i < LEGACY; i++) out[b * LEGACY + i] = d * (float)code[i] + m;
+        }
+        return;
+    }
     Unpacked u;
     for (int64_t b = 0; b < k / QK; b++) {
         if (ggml_type == GGML_Q4_K)
@@ -613,11 +798,11 @@ static OrtStatus *gather(void *data, OrtKernelContext *context) {
         (status = data_of((OrtValue *)ids_value, &ids)) ||
         (status = data_of((OrtValue *)w_value, &w)) || (status = data_of(y_value, &y)))
         return status;
-    size_t row_bytes = (size_t)(kernel->k / QK) * block_bytes((int)kernel->ggml_type);
+    size_t bytes = row_bytes((int)kernel->ggml_type, kernel->k);
     for (int64_t i = 0; i < count; i++) {
         int64_t id = ((const int64_t *)ids)[i];
         if (id < 0 || id >= kernel->n) return fail("GgufGather: a token id is outside the table");
-        dequantize_row((const uint8_t *)w + (size_t)id * row_bytes, (int)kernel->ggml_type,
+        dequantize_row((const uint8_t *)w + (size_t)id * bytes, (int)kernel->ggml_type,
                        kernel->k, (float *)y + i * kernel->k);
     }
     return NULL;

@@ -1,5 +1,6 @@
 """edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
-products and lookups on llama.cpp's Q4_K and Q6_K blocks against the ``gguf`` package's own
+products and lookups on llama.cpp's blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) against
+the ``gguf`` package's own
 dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
 (AVX2 and portable C), and a missing library reported in one line."""
 
@@ -22,7 +23,6 @@ from edgespec.errors import BundleError
 from edgespec.graph import kernels
 from edgespec.graph.kernels import (
     GGUF_DOMAIN,
-    GGUF_KERNEL_TYPES,
     gguf_kernel_library,
     gguf_kernel_path,
     register_gguf_kernels,
@@ -33,11 +33,13 @@ built = pytest.mark.skipif(
 )
 # Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
+KINDS = ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 
 
 def _session(
     op: str, kind: str, blocks: np.ndarray, threads: int = 2
 ) -> onnxruntime.InferenceSession:
+    import gguf
     from onnx import TensorProto, helper, numpy_helper
 
     first = (
@@ -50,7 +52,7 @@ def _session(
         [first[0], "w"],
         ["y"],
         domain=GGUF_DOMAIN,
-        ggml_type=GGUF_KERNEL_TYPES.get(kind, 2),
+        ggml_type=int(gguf.GGMLQuantizationType[kind]),
         in_features=INPUTS,
         out_features=OUTPUTS,
     )
@@ -72,6 +74,20 @@ def _session(
     )
 
 
+def _blocks(rng: np.random.Generator, kind: str) -> np.ndarray:
+    """Random blocks of ``kind`` for a weight [OUTPUTS, INPUTS], float16 factors set small."""
+    if kind in ("Q4_K", "Q6_K"):
+        return random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
+    blocks = rng.integers(0, 256, (OUTPUTS * INPUTS // block, size), dtype=np.uint8)
+    halves = 2 if kind in ("Q4_1", "Q5_1") else 1  # d, and the minimum m
+    factors = rng.uniform(1e-3, 3e-3, (len(blocks), halves)).astype(np.float16)
+    blocks[:, : 2 * halves] = factors.view(np.uint8)
+    return blocks.reshape(OUTPUTS, -1)
+
+
 def _dequantized(kind: str, blocks: np.ndarray) -> np.ndarray:
     import gguf
 
@@ -89,12 +105,12 @@ def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
 
 
 @built
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_products_follow_the_files_dequantized_weights(kind: str) -> None:
     """x @ W.T from the blocks as stored, within the rounding of 8-bit activations (llama.cpp
     quantizes activations the same way: 8 bits per 256 inputs)."""
     rng = np.random.default_rng(1)
-    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    blocks = _blocks(rng, kind)
     x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
     got = _session("GgufMatMul", kind, blocks).run(None, {"x": x})[0]
     expected = x.astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
@@ -103,12 +119,12 @@ def test_products_follow_the_files_dequantized_weights(kind: str) -> None:
 
 
 @built
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_row_gives_the_same_bits_in_any_pass_and_on_any_thread_count(kind: str) -> None:
     """What lets a target step unpadded and still verify exactly: row m's outputs are the same
     bits alone, among 5 rows, among 37 (past one 32-row pass), on 1 thread or 2."""
     rng = np.random.default_rng(2)
-    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    blocks = _blocks(rng, kind)
     x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
     two, one = _session("GgufMatMul", kind, blocks), _session("GgufMatMul", kind, blocks, 1)
     whole = two.run(None, {"x": x})[0]
@@ -119,10 +135,10 @@ def test_a_row_gives_the_same_bits_in_any_pass_and_on_any_thread_count(kind: str
 
 
 @built
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_lookups_are_the_files_dequantized_rows(kind: str) -> None:
     rng = np.random.default_rng(3)
-    blocks = random_k_blocks(rng, kind, OUTPUTS, INPUTS)
+    blocks = _blocks(rng, kind)
     ids = np.array([3, 0, OUTPUTS - 1, 3], dtype=np.int64)
     got = _session("GgufGather", kind, blocks).run(None, {"ids": ids})[0]
     np.testing.assert_allclose(got, _dequantized(kind, blocks)[ids], rtol=1e-6, atol=1e-9)
@@ -132,9 +148,9 @@ def test_lookups_are_the_files_dequantized_rows(kind: str) -> None:
 
 @built
 def test_an_unread_block_type_is_refused_when_the_session_loads() -> None:
-    blocks = np.zeros((OUTPUTS, INPUTS // 32 * 18), np.uint8)
-    with pytest.raises(Exception, match=r"Q4_K .* or Q6_K"):
-        _session("GgufMatMul", "Q4_0", blocks)
+    blocks = np.zeros((OUTPUTS, INPUTS // 256 * 110), np.uint8)
+    with pytest.raises(Exception, match=r"ggml_type must be Q4_0 .* or Q6_K"):
+        _session("GgufMatMul", "Q2_K", blocks)
 
 
 PORTABLE_CHECK = """
@@ -142,12 +158,11 @@ import json, sys
 import numpy as np
 sys.path[:0] = [{tests!r}]
 import test_gguf_kernels as t
-from gguf_model import random_k_blocks
 from edgespec.graph.kernels import gguf_kernel_path
 rng = np.random.default_rng(4)
 out = {{"path": gguf_kernel_path()}}
-for kind in ("Q4_K", "Q6_K"):
-    blocks = random_k_blocks(rng, kind, t.OUTPUTS, t.INPUTS)
+for kind in t.KINDS:
+    blocks = t._blocks(rng, kind)
     x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
     session = t._session("GgufMatMul", kind, blocks)
     whole = session.run(None, {{"x": x}})[0]
@@ -178,7 +193,7 @@ def test_the_portable_path_computes_the_same_products() -> None:
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["path"] == "portable"
-    for kind in ("Q4_K", "Q6_K"):
+    for kind in KINDS:
         assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
 
 

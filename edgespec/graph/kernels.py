@@ -1,10 +1,11 @@
 """edgespec's GGUF kernels: an ONNX Runtime custom-operator library built from ``csrc/`` at
-install (``edgespec.graph._gguf_kernels``), which multiplies by llama.cpp's Q4_K and Q6_K
-blocks as the file stores them (``GgufMatMul``) and looks rows of them up (``GgufGather``).
+install (``edgespec.graph._gguf_kernels``), which multiplies by llama.cpp's quantized blocks
+(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) as the file stores them (``GgufMatMul``) and
+looks rows of them up (``GgufGather``).
 
 Why it exists: ONNX Runtime's own 4-bit kernel rounds one row differently from several, so a
 graph of its operators must pad one-token steps to keep speculative decoding exact, and it
-has no form for the Q4_K minimum or 6-bit codes. These kernels compute each output from its
+has no form for the Q4_K minimum or 5- and 6-bit codes. These kernels compute each output from its
 own row of activations only (one-token steps need no padding), read the file's blocks (the
 bundle is the file's size) and unpack each block once for all the rows of a verify pass.
 
@@ -20,16 +21,32 @@ import ctypes
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from edgespec.errors import BundleError
 
 GGUF_DOMAIN = "edgespec.gguf"
 GGUF_MATMUL = "GgufMatMul"
 GGUF_GATHER = "GgufGather"
-# The GGUF block types the kernels read: name -> ggml type id (the operators' ggml_type).
-GGUF_KERNEL_TYPES = {"Q4_K": 12, "Q6_K": 14}
-KERNEL_BLOCK = 256  # inputs per K-quant super-block: a weight's width must be a multiple
+
+
+class KernelType(NamedTuple):
+    """A GGUF block type the kernels read."""
+
+    ggml_id: int  # ggml's type id: the operators' ggml_type attribute
+    bits: int  # bits per weight of its codes (the manifest's record)
+    block: int  # inputs per block: a weight's width must be a multiple of it
+
+
+GGUF_KERNEL_TYPES = {
+    "Q4_0": KernelType(ggml_id=2, bits=4, block=32),
+    "Q4_1": KernelType(ggml_id=3, bits=4, block=32),
+    "Q5_0": KernelType(ggml_id=6, bits=5, block=32),
+    "Q5_1": KernelType(ggml_id=7, bits=5, block=32),
+    "Q8_0": KernelType(ggml_id=8, bits=8, block=32),
+    "Q4_K": KernelType(ggml_id=12, bits=4, block=256),
+    "Q6_K": KernelType(ggml_id=14, bits=6, block=256),
+}
 ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
 
 

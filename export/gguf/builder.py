@@ -23,7 +23,6 @@ from edgespec.graph.kernels import (
     GGUF_GATHER,
     GGUF_KERNEL_TYPES,
     GGUF_MATMUL,
-    KERNEL_BLOCK,
 )
 
 #: Initializers at least this large go to the data file (onnx.save's default threshold).
@@ -82,12 +81,12 @@ class RawBlocks:
 
     @property
     def shape(self) -> BlockShape:
-        bits = {"Q4_K": 4, "Q6_K": 6}[self.kind]
+        kernel = GGUF_KERNEL_TYPES[self.kind]
         return BlockShape(
-            bits=bits,
+            bits=kernel.bits,
             rows=self.rows,
             columns=self.columns,
-            block=KERNEL_BLOCK,
+            block=kernel.block,
             source_type=self.kind,
             grid_kept=True,
         )
@@ -135,7 +134,7 @@ class GraphBuilder:
 
     def raw_blocks(self, tensor: Any) -> RawBlocks | None:
         """The tensor as the file's blocks for the GGUF kernels, or None where they do not
-        run it (another type, a width not a multiple of 256, inputs reordered)."""
+        run it (another type, a width not a multiple of its block)."""
         if not self.gguf_kernels or self.dequantize:
             return None
         order = input_order = None
@@ -145,7 +144,7 @@ class GraphBuilder:
             order, tensor = tensor.rows, tensor.tensor
         kind = tensor.tensor_type.name
         rows, columns = tensor_rows(tensor)
-        if kind not in GGUF_KERNEL_TYPES or columns % KERNEL_BLOCK:
+        if kind not in GGUF_KERNEL_TYPES or columns % GGUF_KERNEL_TYPES[kind].block:
             return None
         data = np.asarray(tensor.data).reshape(rows, -1)
         if order is not None:
@@ -167,7 +166,7 @@ class GraphBuilder:
             [x, blocks],
             output,
             domain=GGUF_DOMAIN,
-            ggml_type=GGUF_KERNEL_TYPES[raw.kind],
+            ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id,
             in_features=raw.columns,
             out_features=raw.rows,
         )
@@ -180,7 +179,7 @@ class GraphBuilder:
             [ids, blocks],
             output,
             domain=GGUF_DOMAIN,
-            ggml_type=GGUF_KERNEL_TYPES[raw.kind],
+            ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id,
             in_features=raw.columns,
             out_features=raw.rows,
         )
