@@ -52,9 +52,9 @@ class ExportConfig:
     #: heads as rows of one product: no padded single steps, faster at long context),
     #: "plain", or "auto": folded when the context limit exceeds 2,048 positions.
     attention: str = "auto"
-    #: GGUF imports: "gguf" runs Q4_K and Q6_K weights on edgespec's GGUF kernels (the file's
-    #: blocks as they are), "mlas" on ONNX Runtime's MatMulNBits, "auto": the GGUF kernels
-    #: where this install built them.
+    #: GGUF imports: "auto" runs Q4_K and Q6_K weights on edgespec's GGUF kernels (the file's
+    #: blocks as they are) where this install built them, the legacy types on ONNX Runtime's
+    #: MatMulNBits; "gguf" every type the kernels read; "mlas" none.
     kernels: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)

@@ -149,9 +149,9 @@ def add_export_command(commands: Any) -> None:
         "--kernels",
         choices=("auto", "gguf", "mlas"),
         default="auto",
-        help="GGUF files: 'gguf' runs Q4_K/Q6_K weights on edgespec's GGUF kernels (the "
-        "file's blocks, unpadded one-token steps), 'mlas' on ONNX Runtime's MatMulNBits, "
-        "'auto' the GGUF kernels where this install built them",
+        help="GGUF files: 'auto' runs Q4_K/Q6_K weights on edgespec's GGUF kernels (the "
+        "file's blocks, unpadded one-token steps) and the legacy types on ONNX Runtime's "
+        "MatMulNBits; 'gguf' every type the kernels read (Q4_0 ... Q8_0 too); 'mlas' none",
     )
     export.add_argument(
         "--allow-batch-variance",

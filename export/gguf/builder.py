@@ -117,13 +117,13 @@ class BlockNames:
 class GraphBuilder:
     """Collects nodes and initializers; ``accuracy_level`` is MatMulNBits' compute type;
     ``dequantize`` turns every block-quantized weight into a float32 one (a float graph of
-    the file's weights, as llama.cpp dequantizes them); ``gguf_kernels``: Q4_K and Q6_K
-    weights run on edgespec's GGUF kernels, stored as the file's blocks; ``data``, when set,
+    the file's weights, as llama.cpp dequantizes them); ``kernel_types``: the GGUF block types
+    that run on edgespec's GGUF kernels, stored as the file's blocks; ``data``, when set,
     receives the large initializers as they are made."""
 
     accuracy_level: int
     dequantize: bool = False
-    gguf_kernels: bool = False
+    kernel_types: frozenset[str] = frozenset()
     data: ExternalData | None = None
     nodes: list[Any] = field(default_factory=list)
     initializers: list[Any] = field(default_factory=list)
@@ -135,7 +135,7 @@ class GraphBuilder:
     def raw_blocks(self, tensor: Any) -> RawBlocks | None:
         """The tensor as the file's blocks for the GGUF kernels, or None where they do not
         run it (another type, a width not a multiple of its block)."""
-        if not self.gguf_kernels or self.dequantize:
+        if not self.kernel_types or self.dequantize:
             return None
         order = input_order = None
         if isinstance(tensor, Reordered):
@@ -144,7 +144,7 @@ class GraphBuilder:
             order, tensor = tensor.rows, tensor.tensor
         kind = tensor.tensor_type.name
         rows, columns = tensor_rows(tensor)
-        if kind not in GGUF_KERNEL_TYPES or columns % GGUF_KERNEL_TYPES[kind].block:
+        if kind not in self.kernel_types or columns % GGUF_KERNEL_TYPES[kind].block:
             return None
         data = np.asarray(tensor.data).reshape(rows, -1)
         if order is not None:

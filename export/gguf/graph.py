@@ -281,7 +281,7 @@ def build_graph(
     capacity: int,
     accuracy_level: int,
     dequantize: bool = False,
-    gguf_kernels: bool = False,
+    kernel_types: frozenset[str] = frozenset(),
     attention: str = "auto",
     observe: ProgressObserver = ignore_progress,
     data: ExternalData | None = None,
@@ -293,14 +293,14 @@ def build_graph(
 
     arch = source.architecture
     builder = GraphBuilder(
-        accuracy_level=accuracy_level, dequantize=dequantize, gguf_kernels=gguf_kernels, data=data
+        accuracy_level=accuracy_level, dequantize=dequantize, kernel_types=kernel_types, data=data
     )
     first = source.tensor("blk.0.attn_q.weight")
     quantized = builder.raw_blocks(first) is not None or builder.blocks(first) is not None
     # On the GGUF kernels a one-token step needs no padding for its products, so the
     # attention is folded too (plain attention's one-row pass rounds apart from its multi-row
     # one): the whole step runs unpadded.
-    if gguf_kernels and attention == "auto" and builder.raw_blocks(first) is not None:
+    if attention == "auto" and builder.raw_blocks(first) is not None:
         attention = "folded"
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention)
     capacity = layout.buffer_length

@@ -60,7 +60,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             fix="leave --quant out (or re-quantize the GGUF with llama.cpp's tools)",
         )
     dequantize = config.quant == "fp32"
-    gguf_kernels = _gguf_kernels(config.kernels, dequantize)
+    kernel_types = _kernel_types(config.kernels, dequantize)
     with (
         gguf_path(config.model) as path,
         staging_directory(config.out, force=config.force) as staging,
@@ -81,7 +81,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             capacity=capacity,
             accuracy=config.accuracy_level,
             dequantize=dequantize,
-            gguf_kernels=gguf_kernels,
+            kernel_types=kernel_types,
             attention=config.attention,
             observe=observe,
         )
@@ -114,19 +114,20 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
     return load_bundle(config.out)
 
 
-def _gguf_kernels(choice: str, dequantize: bool) -> bool:
-    """Whether the graph runs Q4_K and Q6_K weights on edgespec's GGUF kernels."""
-    from edgespec.graph.kernels import gguf_kernel_library
+def _kernel_types(choice: str, dequantize: bool) -> frozenset[str]:
+    """The GGUF block types the graph runs on edgespec's GGUF kernels (none where the library
+    did not build, unless ``--kernels gguf`` insists)."""
+    from edgespec.graph.kernels import gguf_kernel_library, kernel_types
 
-    if dequantize or choice == "mlas":
-        return False
+    if dequantize:
+        return frozenset()
     built = gguf_kernel_library() is not None
     if choice == "gguf" and not built:
         raise ConfigError(
             "--kernels gguf: edgespec's GGUF kernels are not built in this install",
             fix="reinstall edgespec where a C compiler is available, or leave --kernels out",
         )
-    return built
+    return kernel_types(choice) if built else frozenset()
 
 
 def _file_records(source: GGUFFile) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def write_graph(
     capacity: int,
     accuracy: int,
     dequantize: bool = False,
-    gguf_kernels: bool = False,
+    kernel_types: frozenset[str] = frozenset(),
     attention: str = "auto",
     observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, KVLayout]:
@@ -159,7 +160,7 @@ def write_graph(
             capacity=capacity,
             accuracy_level=accuracy,
             dequantize=dequantize,
-            gguf_kernels=gguf_kernels,
+            kernel_types=kernel_types,
             attention=attention,
             observe=observe,
             data=ExternalData(stream=stream, location=DATA_FILE),
