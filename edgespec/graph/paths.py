@@ -48,9 +48,9 @@ from edgespec.graph.kv_cache import PingPongKVCache, ReferenceKVCache, SharedKVC
 from edgespec.graph.passes import pass_pieces
 from edgespec.manifest import GraphSpec
 
-#: Prompt tokens per prefill pass. A pass that returns logits for every position (width ×
-#: vocab floats: 25 MB at 128 × 49,152, but 177 MB for a 900-token prompt in one pass) and its
-#: activations grow with width; on 2 CPU cores chunks of 128 prefill as fast as one pass.
+#: Prompt tokens per prefill pass. A pass's activations grow with its width, and so do its
+#: logits where it returns every row (width × vocab floats: 25 MB at 128 × 49,152, 177 MB for a
+#: 900-token prompt in one pass); on 2 CPU cores chunks of 128 prefill as fast as one pass.
 #: A folded graph's buffers leave room for passes of this many tokens past the context.
 PREFILL_CHUNK = 128
 
