@@ -87,6 +87,9 @@ class GraphSpec:
     kv_positions_per_token: int = 1
     seqlens_k: str | None = None
     total_sequence_length: str | None = None
+    #: An in-place graph's int64 input [R]: the pass-local rows whose logits it computes
+    #: (``logits`` is then [1, R, vocab]); None for graphs that return every row's logits.
+    logits_rows: str | None = None
     #: Passes of fewer positions are padded to this width: a graph whose one-position kernels
     #: round differently from its multi-position ones is batch invariant once every pass is
     #: at least two positions wide.

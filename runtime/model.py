@@ -187,14 +187,19 @@ class OnnxModel:
 
     def start(self, prompt: Sequence[int], cache: KVCache) -> None:
         """Empties ``cache`` and feeds every prompt token but the last (which the first round
-        feeds together with its draft), ``PREFILL_CHUNK`` tokens per pass."""
+        feeds together with its draft), ``PREFILL_CHUNK`` tokens per pass. Nothing reads these
+        passes' logits, so each asks for its last row only."""
         cache.reset()
         fed = prompt[:-1]
         for begin in range(0, len(fed), PREFILL_CHUNK):
-            self.forward(fed[begin : begin + PREFILL_CHUNK], cache)
+            self.forward(fed[begin : begin + PREFILL_CHUNK], cache, last_only=True)
 
-    def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
-        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
+    def forward(
+        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+    ) -> np.ndarray:
+        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``, or with
+        ``last_only`` the last token's [1, vocab] (computed without the other rows' LM head
+        where the graph allows it)."""
         count, length = len(token_ids), cache.length
         if count < 1:
             raise ValueError("forward needs at least one token")
@@ -207,4 +212,4 @@ class OnnxModel:
                 fix="use a shorter prompt or fewer new tokens, or re-export with a larger "
                 "--max-length",
             )
-        return self.driver.forward(token_ids, cache)
+        return self.driver.forward(token_ids, cache, last_only=last_only)

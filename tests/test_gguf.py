@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -174,6 +175,8 @@ def test_folded_graph_leaves_padding_out_of_attention(gguf_bundles: dict[str, Pa
         model.forward(prefix, cache)
         feeds = {graph.input_ids: np.array([step], np.int64)}
         feeds.update(pass_lengths(graph, past, real, 2))
+        assert graph.logits_rows is not None
+        feeds[graph.logits_rows] = np.arange(2, dtype=np.int64)
         for kind, names in enumerate((graph.past_key, graph.past_value)):
             for layer, name in enumerate(names):
                 feeds[name] = cache.buffers[kind][layer]
@@ -243,6 +246,144 @@ def test_in_place_path_equals_the_plain_path_through_rollbacks(
     assert caches[0].length == caches[1].length == caches[2].length
     with pytest.raises(ValueError, match="host memory"):
         plain.forward([5], allocated)
+
+
+class _RecordingSession:
+    """An ONNX Runtime session that records the shape of each pass's logits (the plain path's
+    ``session.run``, whose first output is the logits)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.logits_shapes: list[tuple[int, ...]] = []
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        results = self.session.run(outputs, feeds)
+        self.logits_shapes.append(results[0].shape)
+        return results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "qwen2-Q4_1", "folded-Q4_1", "F32"])
+def test_prefill_computes_only_the_last_row_of_logits(
+    gguf_bundles: dict[str, Path], kind: str
+) -> None:
+    """A prefill asks the graph for the last row's logits only (the graph's narrowest pass of
+    rows: one on a float graph, two where one-row products round apart), and the rows it
+    computes are bit-identical to the same rows of a pass that computes every row; the cache
+    it leaves gives the next pass the same logits too. 200 tokens: two chunks of a prefill,
+    and past the folded graph's room for one pass."""
+    from edgespec.graph.driver import GraphDriver
+    from edgespec.graph.paths import GraphSizes
+    from edgespec.runtime.model import ModelOptions, OnnxModel
+
+    bundle = load_bundle(gguf_bundles[kind])
+    graph, spec = bundle.manifest.graph, bundle.manifest.model
+    assert graph.logits_rows == "logits_rows"
+    assert graph.logits_rows in {t.name for t in graph.inputs}
+    rng = np.random.default_rng(4)
+    prompt = [int(t) for t in rng.integers(3, 200, size=200)]
+    verify = [int(t) for t in rng.integers(3, 200, size=5)]
+    for io_binding in (True, False):
+        model = OnnxModel(bundle, options=ModelOptions(io_binding=io_binding))
+        full = np.array(model.forward(prompt, model.new_cache()))
+        assert full.shape == (200, spec.vocab_size)
+        last = np.array(model.forward(prompt, model.new_cache(), last_only=True))
+        assert last.shape == (1, spec.vocab_size)
+        if kind != "F32":  # a float graph's one-row head is a GEMV: argmax-identical only
+            np.testing.assert_array_equal(last[0], full[-1])
+        assert last.argmax() == full[-1].argmax()
+        expected_cache, cache = model.new_cache(), model.new_cache()
+        model.forward(prompt, expected_cache)
+        model.start([*prompt, verify[0]], cache)
+        assert cache.length == expected_cache.length == 200
+        expected = np.array(model.forward(verify, expected_cache))
+        np.testing.assert_array_equal(np.array(model.forward(verify, cache)), expected)
+    # The plain path's passes, recorded: every prefill chunk returned [1, R, vocab].
+    recording = _RecordingSession(model.session)
+    sizes = GraphSizes(
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab_size=spec.vocab_size,
+        capacity=graph.kv_capacity or spec.max_length,
+    )
+    model.driver = GraphDriver(recording, graph, sizes, bound=False)
+    model.start([*prompt, verify[0]], model.new_cache())
+    rows = graph.min_pass_width
+    assert rows == (1 if kind == "F32" else 2)
+    assert recording.logits_shapes
+    assert set(recording.logits_shapes) == {(1, rows, spec.vocab_size)}
+    recording.logits_shapes.clear()
+    model.forward(verify, model.new_cache())  # a verify pass: every row
+    assert recording.logits_shapes == [(1, 5, spec.vocab_size)]
+
+
+def _without_logits_rows(bundle_dir: Path, out: Path) -> Path:
+    """A copy of an in-place bundle as graphs without the ``logits_rows`` input were built
+    (every row through the final norm and the LM head), its manifest saying so."""
+    import hashlib
+    import shutil
+
+    import onnx
+
+    shutil.copytree(bundle_dir, out)
+    graph_path = out / "model.onnx"
+    model = onnx.load(str(graph_path), load_external_data=False)
+    gather = next(n for n in model.graph.node if "logits_rows" in n.input)
+    for node in model.graph.node:
+        node.input[:] = [gather.input[0] if i == gather.output[0] else i for i in node.input]
+    model.graph.node.remove(gather)
+    rows_input = next(i for i in model.graph.input if i.name == "logits_rows")
+    model.graph.input.remove(rows_input)
+    onnx.save(model, str(graph_path))
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["graph"]["logits_rows"]
+    manifest["graph"]["inputs"] = [
+        t for t in manifest["graph"]["inputs"] if t["name"] != "logits_rows"
+    ]
+    data = graph_path.read_bytes()
+    for record in manifest["files"]:
+        if record["path"] == "model.onnx":
+            record.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    manifest_path.write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "folded-Q4_1"])
+def test_bundle_without_logits_rows_still_runs(
+    gguf_bundles: dict[str, Path], tmp_path: Path, kind: str
+) -> None:
+    """A bundle whose graph computes every row (built before the ``logits_rows`` input) loads
+    and runs as before: prefills, verify passes and speculation, with the same logits."""
+    from edgespec.runtime.model import ModelOptions, OnnxModel
+
+    old = load_bundle(_without_logits_rows(gguf_bundles[kind], tmp_path / "old"))
+    assert old.manifest.graph.logits_rows is None
+    new = load_bundle(gguf_bundles[kind])
+    rng = np.random.default_rng(5)
+    prompt = [int(t) for t in rng.integers(3, 200, size=150)]
+    for io_binding in (True, False):
+        models = [OnnxModel(b, options=ModelOptions(io_binding=io_binding)) for b in (old, new)]
+        full = [np.array(m.forward(prompt, m.new_cache())) for m in models]
+        np.testing.assert_array_equal(full[0], full[1])
+        last = np.array(models[0].forward(prompt, models[0].new_cache(), last_only=True))
+        np.testing.assert_array_equal(last[0], full[0][-1])
+        caches = [m.new_cache() for m in models]
+        for model, cache in zip(models, caches, strict=True):
+            model.start(prompt, cache)
+        step = [prompt[-1], 7, 9]
+        verified = [np.array(m.forward(step, c)) for m, c in zip(models, caches, strict=True)]
+        np.testing.assert_array_equal(verified[0], verified[1])
+    engines = [Engine.load(target=b.root) for b in (old, new)]
+    for prompt_text in PROMPTS:
+        old_plain, expected = (
+            e.generate(prompt_text, drafter="none", max_new_tokens=24).tokens for e in engines
+        )
+        assert old_plain == expected
+        result = engines[0].generate(prompt_text, drafter="ngram", k=4, max_new_tokens=24)
+        assert result.tokens == expected
 
 
 def test_cuda_target_keeps_its_cache_on_the_gpu(gguf_bundles: dict[str, Path]) -> None:

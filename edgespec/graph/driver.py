@@ -59,17 +59,21 @@ class GraphDriver:
         """An empty cache of the kind this driver's path writes."""
         return self._path.new_cache()
 
-    def forward(self, token_ids: Sequence[int], cache: KVCache) -> np.ndarray:
-        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``."""
+    def forward(
+        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+    ) -> np.ndarray:
+        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``, or with
+        ``last_only`` the last token's [1, vocab] (a graph with a ``logits_rows`` input then
+        runs its LM head on that row, not on every row of the pass)."""
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
-        return self._path.forward(token_ids, cache)
+        return self._path.forward(token_ids, cache, last_only=last_only)
 
     def greedy(self, prompt: Sequence[int], count: int) -> list[int]:
         """``count`` tokens of greedy continuation of ``prompt`` (one pass over the prompt,
         then one token per pass)."""
         cache = self.new_cache()
-        logits = self.forward(prompt, cache)
+        logits = self.forward(prompt, cache, last_only=True)
         produced = [int(np.argmax(logits[-1]))]
         while len(produced) < count:
             logits = self.forward(produced[-1:], cache)

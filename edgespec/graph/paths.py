@@ -15,6 +15,9 @@
   length .. length + n - 1 of each buffer and returns logits [n, vocab]. (A graph with folded
   attention, ``kv_positions_per_token`` > 1, also writes zero rows after those, up to
   length + n × kv_positions_per_token - 1; they lie past ``length`` and are overwritten too.)
+  A graph with a ``logits_rows`` input computes the logits of the rows it is given only: every
+  row of a pass, or, for a caller that reads the last token's logits only (a prefill), the
+  last row (:func:`head_rows`).
 
   * :class:`SharedBound`: past and present of a layer are bound to one ONNX Runtime value over
     the cache's buffer (or on the device), so nothing is copied; the logits go into a
@@ -45,9 +48,9 @@ from edgespec.graph.kv_cache import PingPongKVCache, ReferenceKVCache, SharedKVC
 from edgespec.graph.passes import pass_pieces
 from edgespec.manifest import GraphSpec
 
-#: Prompt tokens per prefill pass. A pass returns logits for every position (width × vocab
-#: floats: 25 MB at 128 × 49,152, but 177 MB for a 900-token prompt in one pass) and its
-#: activations grow with width too; on 2 CPU cores chunks of 128 prefill as fast as one pass.
+#: Prompt tokens per prefill pass. A pass's activations grow with its width, and so do its
+#: logits where it returns every row (width × vocab floats: 25 MB at 128 × 49,152, 177 MB for a
+#: 900-token prompt in one pass); on 2 CPU cores chunks of 128 prefill as fast as one pass.
 #: A folded graph's buffers leave room for passes of this many tokens past the context.
 PREFILL_CHUNK = 128
 
@@ -59,9 +62,13 @@ class ForwardPath(Protocol[Cache]):
 
     def new_cache(self) -> Cache: ...
 
-    def forward(self, token_ids: Sequence[int], cache: Cache) -> np.ndarray:
+    def forward(
+        self, token_ids: Sequence[int], cache: Cache, *, last_only: bool = False
+    ) -> np.ndarray:
         """Logits [len(token_ids), vocab] (float32) for the one or more tokens after
-        ``cache.length``; the cache advances past them."""
+        ``cache.length``, or with ``last_only`` the last token's [1, vocab] (a graph with a
+        ``logits_rows`` input then computes no more rows than that needs); the cache advances
+        past them."""
         ...
 
 
@@ -108,7 +115,9 @@ class ConcatBound(_Path):
             dtype=self.kv_dtype,
         )
 
-    def forward(self, token_ids: Sequence[int], cache: PingPongKVCache) -> np.ndarray:
+    def forward(
+        self, token_ids: Sequence[int], cache: PingPongKVCache, *, last_only: bool = False
+    ) -> np.ndarray:
         """The returned logits are a view valid until the next call."""
         count = len(token_ids)
         past = cache.length
@@ -145,7 +154,8 @@ class ConcatBound(_Path):
         )
         self.session.run_with_iobinding(binding)
         cache.advance(count)
-        return logits[0] if self._logits_dtype == np.float32 else logits[0].astype(np.float32)
+        rows = logits[0, -1:] if last_only else logits[0]
+        return rows if self._logits_dtype == np.float32 else rows.astype(np.float32)
 
 
 class ConcatReference(_Path):
@@ -157,7 +167,9 @@ class ConcatReference(_Path):
             dtype=self.kv_dtype,
         )
 
-    def forward(self, token_ids: Sequence[int], cache: ReferenceKVCache) -> np.ndarray:
+    def forward(
+        self, token_ids: Sequence[int], cache: ReferenceKVCache, *, last_only: bool = False
+    ) -> np.ndarray:
         count = len(token_ids)
         past = cache.length
         graph = self.graph
@@ -173,7 +185,7 @@ class ConcatReference(_Path):
         results = self.session.run(outputs, feeds)
         layers = self.layers
         cache.arrays = [list(results[1 : 1 + layers]), list(results[1 + layers :])]
-        return np.asarray(results[0][0], dtype=np.float32)
+        return np.asarray(results[0][0, -1:] if last_only else results[0][0], dtype=np.float32)
 
 
 def padded(token_ids: Sequence[int], width: int) -> list[int]:
@@ -192,6 +204,25 @@ def pass_lengths(graph: GraphSpec, past: int, real: int, width: int) -> dict[str
         graph.seqlens_k: np.array([past + counted - 1], dtype=np.int32),
         graph.total_sequence_length: np.array(past + width, dtype=np.int32),
     }
+
+
+def head_rows(
+    graph: GraphSpec, width: int, real: int, *, last_only: bool
+) -> tuple[dict[str, np.ndarray], int, slice]:
+    """For a pass of ``width`` tokens, the first ``real`` of them real: the ``logits_rows``
+    feed (none for a graph without that input, which computes every row), how many rows of
+    logits the graph returns, and which of them the caller gets: the real ones, or with
+    ``last_only`` the last real one. A last-only pass asks for the last ``min_pass_width``
+    rows, because a head narrower than the graph's narrowest pass can round apart from the
+    same row in a wider one (ONNX Runtime's one-row products): a row's logits keep their bits
+    whichever rows are asked for. (Only a pass narrower than ``min_pass_width`` is padded, so
+    those rows hold the last real one.)"""
+    if graph.logits_rows is None:
+        return {}, width, slice(real - 1, real) if last_only else slice(0, real)
+    count = min(width, max(graph.min_pass_width, 1)) if last_only else width
+    last = real - 1 - (width - count)
+    returned = slice(last, last + 1) if last_only else slice(0, real)
+    return {graph.logits_rows: np.arange(width - count, width, dtype=np.int64)}, count, returned
 
 
 class _SharedPath(_Path, ABC):
@@ -214,36 +245,54 @@ class _SharedPath(_Path, ABC):
             device=self.device,
         )
 
-    def forward(self, token_ids: Sequence[int], cache: SharedKVCache) -> np.ndarray:
+    def forward(
+        self, token_ids: Sequence[int], cache: SharedKVCache, *, last_only: bool = False
+    ) -> np.ndarray:
         graph = self.graph
         pieces = pass_pieces(
             cache.length, len(token_ids), graph.min_pass_width, graph.attention_boundaries
         )
         if len(pieces) > 1:  # the pass mixes attention regimes: run it in pieces
-            return np.concatenate(
-                [np.array(self.forward(token_ids[b:e], cache)) for b, e, _ in pieces]
-            )
+            return self._in_parts(token_ids, cache, [(b, e) for b, e, _ in pieces], last_only)
         width = pieces[0][2]
         written = cache.length + width * graph.kv_positions_per_token
         if written > cache.capacity and len(token_ids) > PREFILL_CHUNK:
             # A folded graph writes heads / kv_heads positions per token from the pass's
             # start; its buffers leave room for passes of PREFILL_CHUNK tokens.
-            return np.concatenate(
-                [
-                    np.array(self.forward(token_ids[begin : begin + PREFILL_CHUNK], cache))
-                    for begin in range(0, len(token_ids), PREFILL_CHUNK)
-                ]
-            )
+            chunks = [
+                (begin, begin + PREFILL_CHUNK) for begin in range(0, len(token_ids), PREFILL_CHUNK)
+            ]
+            return self._in_parts(token_ids, cache, chunks, last_only)
         if written > cache.capacity:
             raise ConfigError(
                 f"a pass of {width} tokens after {cache.length} writes {written} positions "
                 f"of a {cache.capacity}-position KV buffer in {self.label}",
                 fix="stop one token earlier, or re-export with a larger --max-length",
             )
-        return self.run(padded(token_ids, width), cache, real=len(token_ids))
+        return self.run(padded(token_ids, width), cache, real=len(token_ids), last_only=last_only)
+
+    def _in_parts(
+        self,
+        token_ids: Sequence[int],
+        cache: SharedKVCache,
+        parts: list[tuple[int, int]],
+        last_only: bool,
+    ) -> np.ndarray:
+        """The pass run as consecutive passes over ``parts`` (begin, end); with ``last_only``
+        each asks for its last row only and the last part's is returned."""
+        if last_only:
+            for begin, end in parts[:-1]:
+                self.forward(token_ids[begin:end], cache, last_only=True)
+            begin, end = parts[-1]
+            return self.forward(token_ids[begin:end], cache, last_only=True)
+        return np.concatenate(
+            [np.array(self.forward(token_ids[begin:end], cache)) for begin, end in parts]
+        )
 
     @abstractmethod
-    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+    def run(
+        self, tokens: list[int], cache: SharedKVCache, *, real: int, last_only: bool
+    ) -> np.ndarray:
         """One pass of ``tokens``, the first ``real`` of them real and the rest padding."""
 
 
@@ -254,20 +303,23 @@ class SharedBound(_SharedPath):
         super().__init__(session, graph, sizes, label=label, device=device)
         self._logits = np.zeros(0, dtype=np.float32)
 
-    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+    def run(
+        self, tokens: list[int], cache: SharedKVCache, *, real: int, last_only: bool
+    ) -> np.ndarray:
         """The returned logits are a view valid until the next call."""
         graph, width, vocab = self.graph, len(tokens), self.sizes.vocab_size
-        if self._logits.size < width * vocab:
-            self._logits = np.zeros(width * vocab, dtype=np.float32)
+        rows, count, returned = head_rows(graph, width, real, last_only=last_only)
+        if self._logits.size < count * vocab:
+            self._logits = np.zeros(count * vocab, dtype=np.float32)
         binding = self._binding(cache)
         binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
-        for name, value in pass_lengths(graph, cache.length, real, width).items():
+        for name, value in (pass_lengths(graph, cache.length, real, width) | rows).items():
             binding.bind_cpu_input(name, value)
-        view = self._logits[: width * vocab].reshape(1, width, vocab)
+        view = self._logits[: count * vocab].reshape(1, count, vocab)
         binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
         self.session.run_with_iobinding(binding)
         cache.advance(real)
-        return view[0, :real]
+        return view[0, returned]
 
     def _binding(self, cache: SharedKVCache) -> Any:
         """The cache's IO binding for this session, with every layer's past and present bound
@@ -299,12 +351,16 @@ def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
 
 
 class SharedReference(_SharedPath):
-    def run(self, tokens: list[int], cache: SharedKVCache, *, real: int) -> np.ndarray:
+    def run(
+        self, tokens: list[int], cache: SharedKVCache, *, real: int, last_only: bool
+    ) -> np.ndarray:
         if not cache.buffers:
             raise ValueError("the plain path needs a cache in host memory (device=None)")
         graph = self.graph
         feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
         feeds.update(pass_lengths(graph, cache.length, real, len(tokens)))
+        rows, _, returned = head_rows(graph, len(tokens), real, last_only=last_only)
+        feeds.update(rows)
         for kind, names in enumerate((graph.past_key, graph.past_value)):
             for layer, name in enumerate(names):
                 feeds[name] = cache.buffers[kind][layer]
@@ -315,4 +371,4 @@ class SharedReference(_SharedPath):
             for layer in range(layers):
                 np.copyto(cache.buffers[kind][layer], results[1 + kind * layers + layer])
         cache.advance(real)
-        return np.asarray(results[0][0, :real], dtype=np.float32)
+        return np.asarray(results[0][0, returned], dtype=np.float32)

@@ -25,7 +25,10 @@ I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] =
 padding); ``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
 ``.value`` float32 [1, kv_heads, capacity, head_dim], whose outputs ``present.{i}.key`` /
 ``.value`` are bound to the same buffers, so a step writes its S new positions in place and a
-rollback is a change of length; ``logits`` float32 [1, S, vocab].
+rollback is a change of length; ``logits_rows`` int64 [R], the pass-local rows whose logits
+the graph computes (the hidden states are gathered to those rows before the final norm and
+the LM head, so a prefill that reads no logits runs the head on one row); ``logits`` float32
+[1, R, vocab].
 """
 
 from __future__ import annotations
@@ -57,12 +60,14 @@ from edgespec.graph.kernels import GGUF_DOMAIN
 OPSET = 21
 #: Bumped when the graph's structure or what its manifest tells the runtime changes (caches of
 #: exported bundles key on it). 4: the manifest records the attention's rounding boundaries;
-#: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16.
-GRAPH_REVISION = 6
+#: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16;
+#: 7: the ``logits_rows`` input, the LM head runs on the rows the caller reads.
+GRAPH_REVISION = 7
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
     "total_sequence_length": "total_sequence_length",
+    "logits_rows": "logits_rows",
     "logits": "logits",
 }
 
@@ -339,6 +344,9 @@ def build_graph(
                 stage="graph", message="layers built", step=layer + 1, total=arch.num_layers
             )
         )
+    # Each row's norm and head are computed from that row alone, so a row's logits do not
+    # depend on which other rows are asked for.
+    x = builder.node("Gather", [x, IO["logits_rows"]], "head_rows", axis=1)  # [1, R, hidden]
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = _lm_head(builder, source, x, tied)
     kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
@@ -346,9 +354,10 @@ def build_graph(
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
         helper.make_tensor_value_info(IO["seqlens_k"], TensorProto.INT32, [1]),
         helper.make_tensor_value_info(IO["total_sequence_length"], TensorProto.INT32, []),
+        helper.make_tensor_value_info(IO["logits_rows"], TensorProto.INT64, ["rows"]),
     ]
     outputs = [
-        helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "sequence", arch.vocab_size])
+        helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "rows", arch.vocab_size])
     ]
     for layer in range(arch.num_layers):
         inputs += [
@@ -394,8 +403,8 @@ def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> 
 
 
 def _reduced_lm_head(builder: GraphBuilder, source: WeightSource, x: str, kept: np.ndarray) -> str:
-    """A draft's head over its ``kept`` tokens only ([1, S, N]: the output layer's cost falls
-    with N), scattered into full-vocabulary logits [1, S, vocab] that hold ``UNSCORED_LOGIT``
+    """A draft's head over its ``kept`` tokens only ([1, R, N]: the output layer's cost falls
+    with N), scattered into full-vocabulary logits [1, R, vocab] that hold ``UNSCORED_LOGIT``
     elsewhere, so the runtime reads a draft like any other."""
 
     rows = tensor_rows(source.tensor("output.weight"))[0]
@@ -406,13 +415,13 @@ def _reduced_lm_head(builder: GraphBuilder, source: WeightSource, x: str, kept: 
             f"({rows} rows) or is not ascending ids below {vocab}",
             fix="rewrite the draft with tools/reduce_draft_vocabulary.py",
         )
-    scored = builder.linear(x, source.tensor("output.weight"), "lm_head.kept")  # [1, S, N]
+    scored = builder.linear(x, source.tensor("output.weight"), "lm_head.kept")  # [1, R, N]
     shape = builder.node("Shape", [scored], "lm_head.kept_shape")
     starts, ends = (
         builder.constant("lm_head.s0", np.array([0])),
         builder.constant("lm_head.s2", np.array([2])),
     )
-    leading = builder.node("Slice", [shape, starts, ends], "lm_head.leading")  # [1, S]
+    leading = builder.node("Slice", [shape, starts, ends], "lm_head.leading")  # [1, R]
     full_shape = builder.node(
         "Concat", [leading, builder.constant("lm_head.vocab", np.array([vocab]))], "lm_head.full",
         axis=0,

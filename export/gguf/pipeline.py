@@ -377,11 +377,10 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         TensorSpec(name=IO["input_ids"], dtype="int64", shape=(1, "sequence")),
         TensorSpec(name=IO["seqlens_k"], dtype="int32", shape=(1,)),
         TensorSpec(name=IO["total_sequence_length"], dtype="int32", shape=()),
+        TensorSpec(name=IO["logits_rows"], dtype="int64", shape=("rows",)),
     ]
     inputs += [TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in past_names(i)]
-    outputs = [
-        TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "sequence", arch.vocab_size))
-    ]
+    outputs = [TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "rows", arch.vocab_size))]
     outputs += [
         TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in present_names(i)
     ]
@@ -406,6 +405,7 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         kv_positions_per_token=layout.positions_per_token,
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
+        logits_rows=IO["logits_rows"],
         min_pass_width=min_width,
     )
 

@@ -52,7 +52,8 @@ class ModelDrafter:
         steps = 0
         calls = min(k, self.model.max_length - self.cache.length - len(feed) + 1)
         for _ in range(max(calls, 0)):
-            logits = self._target_width(self.model.forward(feed, self.cache)[-1])
+            step = self.model.forward(feed, self.cache, last_only=True)
+            logits = self._target_width(step[-1])
             steps += 1
             self._pending = []
             seen = len(tokens)
