@@ -1,5 +1,5 @@
-"""What each term of a K-quant layer costs in ONNX Runtime's MatMulNBits, at a real model's
-shapes: the ingredients of one target step, timed alone.
+"""What each term of a K-quant layer costs in ONNX Runtime's MatMulNBits and in edgespec's
+GGUF kernels, at a real model's shapes: the ingredients of one target step, timed alone.
 
     python benchmarks/matmul_terms.py [--k 1536] [--n 17920] [--rows 1,2,5,8] [--threads 2]
 
@@ -15,7 +15,9 @@ best of three blocks of 50 calls, all variants alternating:
 - ``4-bit, uint8 zero points``: ONNX Runtime GenAI's asymmetric layout (a requantization:
   the minimum rounded to the code grid).
 - ``4-bit, float zero points``: the minimum exactly, as MatMulNBits' float zero points.
-- ``8-bit``: 8-bit codes (how Q6_K and Q8_0 weights run).
+- ``8-bit``: 8-bit codes (how MatMulNBits runs Q6_K and Q8_0 weights).
+- ``GGUF kernel, Q4_K`` / ``GGUF kernel, Q6_K``: edgespec's own operator on the file's blocks
+  (random blocks with small float16 factors), when the kernels are built.
 
 Then whether one row's output is bit-identical whatever the call's row count (what lets a
 one-token step and a verify pass give the same logits): one JSON line per variant and row
@@ -37,10 +39,49 @@ BLOCK = 32
 BLOCKS = 3
 
 
+#: The GGUF kernels' variants: ggml type id, bytes per block of 256, where its float16 factors
+#: start and how many there are.
+KERNEL_VARIANTS = {"GGUF kernel, Q4_K": (12, 144, 0, 2), "GGUF kernel, Q6_K": (14, 210, 208, 1)}
+
+
+def kernel_session(k: int, n: int, variant: str, threads: int, seed: int = 0) -> Any:
+    """One GgufMatMul over random blocks of the variant's type."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgespec.graph.kernels import GGUF_DOMAIN, register_gguf_kernels
+
+    ggml_type, size, at, halves = KERNEL_VARIANTS[variant]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(n * k // 256, size), dtype=np.uint8)
+    factors = rng.uniform(2e-4, 6e-4, (len(blocks), halves)).astype(np.float16)
+    blocks[:, at : at + 2 * halves] = factors.view(np.uint8)
+    node = helper.make_node(
+        "GgufMatMul", ["x", "w"], ["y"], domain=GGUF_DOMAIN, ggml_type=ggml_type,
+        in_features=k, out_features=n,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "kernel",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "rows", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "rows", n])],
+        [numpy_helper.from_array(blocks.reshape(n, -1), "w")],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(GGUF_DOMAIN, 1)]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    register_gguf_kernels(options, required=True)
+    model = helper.make_model(graph, opset_imports=opsets)
+    return ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+
+
 def session(k: int, n: int, variant: str, threads: int, seed: int = 0) -> Any:
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
+    if variant in KERNEL_VARIANTS:
+        return kernel_session(k, n, variant, threads, seed)
     rng = np.random.default_rng(seed)
     bits = 8 if variant == "8-bit" else 4
     blocks = k // BLOCK
@@ -115,7 +156,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
-    sessions = {v: session(args.k, args.n, v, args.threads) for v in VARIANTS}
+    from edgespec.graph.kernels import gguf_kernel_library
+
+    variants = VARIANTS + (tuple(KERNEL_VARIANTS) if gguf_kernel_library() else ())
+    sessions = {v: session(args.k, args.n, v, args.threads) for v in variants}
     x = np.random.default_rng(1).standard_normal((1, max(rows), args.k), dtype=np.float32)
     best: dict[tuple[str, int], float] = {}
     for _ in range(BLOCKS):

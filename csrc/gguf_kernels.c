@@ -1,6 +1,7 @@
 /* edgespec's GGUF matrix product as an ONNX Runtime custom operator.
  *
- *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, K / 256 * block_bytes]) -> Y float [..., N]
+ *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
+ *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
  *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K,
  *   14 = Q6_K: ggml's type ids), in_features K, out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
@@ -274,6 +275,10 @@ typedef struct {
     const uint8_t *w;
     Quantized x;
     float *y;
+    /* Added to the outputs, when given: a bias [N] (stride 0 between rows) or a residual
+     * [rows, N] (stride N). */
+    const float *addend;
+    int64_t addend_stride;
 } Product;
 
 typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
@@ -557,7 +562,7 @@ ES_AVX2 static inline __attribute__((always_inline)) void legacy_block_rows(
     }
 }
 
-ES_AVX2 static void outputs_legacy_avx2(const Product *p, int64_t n0, int64_t n1) {
+ES_AVX2 static void outputs_legacy_single_avx2(const Product *p, int64_t n0, int64_t n1) {
     const int64_t blocks = p->k / LEGACY;
     const size_t size = block_bytes(p->ggml_type);
     /* Two accumulators per row, for even and odd blocks: one chain of additions per 32
@@ -581,6 +586,73 @@ ES_AVX2 static void outputs_legacy_avx2(const Product *p, int64_t n0, int64_t n1
                 p->y[(m0 + r) * p->n + n] = sum_lanes(_mm256_add_ps(even[r], odd[r]));
         }
     }
+}
+
+/* Four outputs' float16 factors at byte `at` of their blocks, as [f0 f1 f2 f3 f0 f1 f2 f3]. */
+ES_AVX2 static inline __m256 four_halves(const uint8_t *const block[4], int at) {
+    __m128i bits = _mm_setr_epi16((short)read_u16(block[0] + at), (short)read_u16(block[1] + at),
+                                  (short)read_u16(block[2] + at), (short)read_u16(block[3] + at),
+                                  0, 0, 0, 0);
+    __m128 four = _mm_cvtph_ps(bits);
+    return _mm256_set_m128(four, four);
+}
+
+/* Four outputs (n .. n + 3) at once: each activation block is loaded once for the four, and
+ * their four integer dot products are folded into one register (lanes 0-3: the four outputs'
+ * sums over inputs 0-15 of the block... 4-7: over 16-31) scaled by one product of factors. */
+ES_AVX2 static void legacy_four_outputs_avx2(const Product *p, int64_t n) {
+    const int64_t blocks = p->k / LEGACY;
+    const size_t size = block_bytes(p->ggml_type);
+    const int minimum = legacy_has_minimum(p->ggml_type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+        const uint8_t *block[4];
+        for (int c = 0; c < 4; c++) block[c] = p->w + (n + c) * p->row_bytes;
+        for (int64_t b = 0; b < blocks; b++) {
+            __m256i codes[4], magnitudes[4];
+            for (int c = 0; c < 4; c++) {
+                _mm_prefetch((const char *)block[c] + ES_PREFETCH * size, _MM_HINT_T0);
+                codes[c] = legacy_codes_avx2(block[c], p->ggml_type);
+                magnitudes[c] = minimum ? codes[c] : _mm256_sign_epi8(codes[c], codes[c]);
+            }
+            const __m256 d = four_halves(block, 0);
+            const __m256 low = minimum ? four_halves(block, 2) : _mm256_setzero_ps();
+            for (int64_t r = 0; r < rows; r++) {
+                const int64_t row = m0 + r;
+                const __m256i y =
+                    _mm256_loadu_si256((const __m256i *)(p->x.q + row * p->k + b * LEGACY));
+                __m256i dot[4];
+                for (int c = 0; c < 4; c++) {
+                    __m256i signed_y = minimum ? y : _mm256_sign_epi8(y, codes[c]);
+                    dot[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes[c], signed_y), ones);
+                }
+                __m256i folded = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]),
+                                                   _mm256_hadd_epi32(dot[2], dot[3]));
+                const float scale = p->x.scale[row * blocks + b];
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(folded),
+                                         _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[r]);
+                if (minimum) { /* half of each minimum term per half of the lanes */
+                    float sum = 0.5f * scale * (float)p->x.sums[row * blocks + b];
+                    acc[r] = _mm256_fmadd_ps(low, _mm256_set1_ps(sum), acc[r]);
+                }
+            }
+            for (int c = 0; c < 4; c++) block[c] += size;
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            __m128 four = _mm_add_ps(_mm256_castps256_ps128(acc[r]),
+                                     _mm256_extractf128_ps(acc[r], 1));
+            _mm_storeu_ps(p->y + (m0 + r) * p->n + n, four);
+        }
+    }
+}
+
+ES_AVX2 static void outputs_legacy_avx2(const Product *p, int64_t n0, int64_t n1) {
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) legacy_four_outputs_avx2(p, n);
+    if (n < n1) outputs_legacy_single_avx2(p, n, n1);
 }
 
 ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
@@ -614,6 +686,10 @@ static void run_task(void *data, size_t task) {
     int64_t n0 = (int64_t)task * OUTPUTS_PER_TASK;
     int64_t n1 = n0 + OUTPUTS_PER_TASK < p->n ? n0 + OUTPUTS_PER_TASK : p->n;
     path(p, n0, n1);
+    if (p->addend)
+        for (int64_t m = 0; m < p->rows; m++)
+            for (int64_t n = n0; n < n1; n++)
+                p->y[m * p->n + n] += p->addend[m * p->addend_stride + n];
 }
 
 /* ---- a plain C entry point (tests, benchmarks, the fallback-free reference) ----------- */
@@ -631,7 +707,7 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
                                    int64_t k, int64_t n, int ggml_type) {
     if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
     edgespec_gguf_kernel_path();
-    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y};
+    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0};
     if (quantized_rows(x, rows, k, ggml_type, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
@@ -681,55 +757,107 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
     return NULL;
 }
 
-static OrtStatus *compute(void *data, OrtKernelContext *context) {
-    const Kernel *kernel = (const Kernel *)data;
+/* Both operators' inputs: the first one (X or ids) with its shape, and W; then the output
+ * of shape dims[0 .. rank - 1] + [width] (X's last dimension replaced when it is `replace`). */
+typedef struct {
+    const void *first, *w;
+    void *y;
+    int64_t dims[8];
+    size_t rank;
+} Operands;
+
+static OrtStatus *operands(const Kernel *kernel, OrtKernelContext *context, size_t max_rank,
+                           int replace, int64_t width, Operands *out) {
     const OrtApiTable *api = kernel->api;
-    const OrtValue *x_value, *w_value;
+    const OrtValue *first, *w;
+    OrtValue *y;
     OrtStatus *status;
     es_kernel_context_get_input_fn input =
         ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT, es_kernel_context_get_input_fn);
     es_get_tensor_mutable_data_fn data_of =
         ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA, es_get_tensor_mutable_data_fn);
-    if ((status = input(context, 0, &x_value)) || (status = input(context, 1, &w_value)))
-        return status;
-
+    if ((status = input(context, 0, &first)) || (status = input(context, 1, &w))) return status;
     OrtTensorTypeAndShapeInfo *info;
     if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
-                              es_get_tensor_type_and_shape_fn)(x_value, &info)))
+                              es_get_tensor_type_and_shape_fn)(first, &info)))
         return status;
-    size_t rank = 0;
-    int64_t dims[8];
-    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
-                                                                                         &rank);
-    if (!status && (rank < 1 || rank > 8)) status = fail("GgufMatMul: X must have rank 1 to 8");
-    if (!status)
-        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
-                                                                                   rank);
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(
+        info, &out->rank);
+    if (!status && (out->rank > max_rank || (replace && out->rank == 0)))
+        status = fail("edgespec.gguf: an input has a rank the operator does not take");
+    if (!status && out->rank)
+        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(
+            info, out->dims, out->rank);
     ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
                 es_release_tensor_type_and_shape_info_fn)(info);
     if (status) return status;
-    if (dims[rank - 1] != kernel->k) return fail("GgufMatMul: X's last dimension is not in_features");
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < rank; i++) rows *= dims[i];
-    dims[rank - 1] = kernel->n;
-
-    OrtValue *y_value;
-    void *x, *w, *y;
-    es_kernel_context_get_output_fn output =
-        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT, es_kernel_context_get_output_fn);
-    if ((status = output(context, 0, dims, rank, &y_value)) ||
-        (status = data_of((OrtValue *)x_value, &x)) || (status = data_of((OrtValue *)w_value, &w)) ||
-        (status = data_of(y_value, &y)))
+    size_t output_rank = replace ? out->rank : out->rank + 1;
+    if (replace && out->dims[out->rank - 1] != kernel->k)
+        return fail("GgufMatMul: X's last dimension is not in_features");
+    out->dims[output_rank - 1] = width;
+    void *first_data, *w_data;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT,
+                              es_kernel_context_get_output_fn)(context, 0, out->dims,
+                                                               output_rank, &y)) ||
+        (status = data_of((OrtValue *)first, &first_data)) ||
+        (status = data_of((OrtValue *)w, &w_data)) || (status = data_of(y, &out->y)))
         return status;
-    if (rows == 0) return NULL;
+    out->first = first_data, out->w = w_data;
+    return NULL;
+}
 
+/* GgufMatMul's optional third input: a bias [N] or a residual of Y's shape, added to Y (one
+ * kernel instead of a matrix product and an Add). */
+static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
+                         Product *p) {
+    const OrtApiTable *api = kernel->api;
+    size_t count = 0;
+    OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT_COUNT,
+                                    es_kernel_context_get_input_count_fn)(context, &count);
+    const OrtValue *value = NULL;
+    if (status || count < 3) return status;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT,
+                              es_kernel_context_get_input_fn)(context, 2, &value)) ||
+        !value)
+        return status;
+    OrtTensorTypeAndShapeInfo *info;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                              es_get_tensor_type_and_shape_fn)(value, &info)))
+        return status;
+    size_t count_elements = 0;
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_SHAPE_ELEMENT_COUNT,
+                         es_get_tensor_shape_element_count_fn)(info, &count_elements);
+    int64_t elements = (int64_t)count_elements;
+    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+                es_release_tensor_type_and_shape_info_fn)(info);
+    if (status) return status;
+    if (elements != kernel->n && elements != rows * kernel->n)
+        return fail("GgufMatMul: the addend is neither [out_features] nor Y's shape");
+    void *data;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA,
+                              es_get_tensor_mutable_data_fn)((OrtValue *)value, &data)))
+        return status;
+    p->addend = (const float *)data;
+    p->addend_stride = elements == kernel->n ? 0 : kernel->n;
+    return NULL;
+}
+
+static OrtStatus *compute(void *data, OrtKernelContext *context) {
+    const Kernel *kernel = (const Kernel *)data;
+    Operands io;
+    OrtStatus *status = operands(kernel, context, 8, 1, kernel->n, &io);
+    if (status) return status;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < io.rank; i++) rows *= io.dims[i];
+    if (rows == 0) return NULL;
     int type = (int)kernel->ggml_type;
-    Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), w,
-                 {NULL, NULL, NULL}, y};
-    if (quantized_rows((const float *)x, rows, p.k, type, &p.x))
+    Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), io.w,
+                 {NULL, NULL, NULL}, io.y, NULL, 0};
+    if ((status = addend(kernel, context, rows, &p))) return status;
+    if (quantized_rows((const float *)io.first, rows, p.k, type, &p.x))
         return fail("GgufMatMul: out of memory for the quantized activations");
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
-    status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
+    status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
                          es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES,
                                                             &p);
     free_quantized(&p.x);
@@ -763,47 +891,17 @@ static void dequantize_row(const uint8_t *row, int ggml_type, int64_t k, float *
 
 static OrtStatus *gather(void *data, OrtKernelContext *context) {
     const Kernel *kernel = (const Kernel *)data;
-    const OrtApiTable *api = kernel->api;
-    const OrtValue *ids_value, *w_value;
-    OrtStatus *status;
-    es_kernel_context_get_input_fn input =
-        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT, es_kernel_context_get_input_fn);
-    es_get_tensor_mutable_data_fn data_of =
-        ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA, es_get_tensor_mutable_data_fn);
-    if ((status = input(context, 0, &ids_value)) || (status = input(context, 1, &w_value)))
-        return status;
-    OrtTensorTypeAndShapeInfo *info;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
-                              es_get_tensor_type_and_shape_fn)(ids_value, &info)))
-        return status;
-    size_t rank = 0;
-    int64_t dims[8];
-    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
-                                                                                         &rank);
-    if (!status && rank > 7) status = fail("GgufGather: ids must have rank 0 to 7");
-    if (!status && rank)
-        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
-                                                                                   rank);
-    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
-                es_release_tensor_type_and_shape_info_fn)(info);
+    Operands io;
+    OrtStatus *status = operands(kernel, context, 7, 0, kernel->k, &io);
     if (status) return status;
     int64_t count = 1;
-    for (size_t i = 0; i < rank; i++) count *= dims[i];
-    dims[rank] = kernel->k;
-    OrtValue *y_value;
-    void *ids, *w, *y;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT,
-                              es_kernel_context_get_output_fn)(context, 0, dims, rank + 1,
-                                                               &y_value)) ||
-        (status = data_of((OrtValue *)ids_value, &ids)) ||
-        (status = data_of((OrtValue *)w_value, &w)) || (status = data_of(y_value, &y)))
-        return status;
+    for (size_t i = 0; i < io.rank; i++) count *= io.dims[i];
     size_t bytes = row_bytes((int)kernel->ggml_type, kernel->k);
     for (int64_t i = 0; i < count; i++) {
-        int64_t id = ((const int64_t *)ids)[i];
+        int64_t id = ((const int64_t *)io.first)[i];
         if (id < 0 || id >= kernel->n) return fail("GgufGather: a token id is outside the table");
-        dequantize_row((const uint8_t *)w + (size_t)id * bytes, (int)kernel->ggml_type,
-                       kernel->k, (float *)y + i * kernel->k);
+        dequantize_row((const uint8_t *)io.w + (size_t)id * bytes, (int)kernel->ggml_type,
+                       kernel->k, (float *)io.y + i * kernel->k);
     }
     return NULL;
 }
@@ -812,25 +910,27 @@ static void destroy_kernel(void *kernel) { free(kernel); }
 static const char *matmul_name(const void *op) { (void)op; return "GgufMatMul"; }
 static const char *gather_name(const void *op) { (void)op; return "GgufGather"; }
 static const char *op_provider(const void *op) { (void)op; return "CPUExecutionProvider"; }
-static int matmul_input_type(const void *op, size_t i) { (void)op; return i == 0 ? ES_ORT_FLOAT : ES_ORT_UINT8; }
+static int matmul_input_type(const void *op, size_t i) { (void)op; return i == 1 ? ES_ORT_UINT8 : ES_ORT_FLOAT; }
 static int gather_input_type(const void *op, size_t i) { (void)op; return i == 0 ? ES_ORT_INT64 : ES_ORT_UINT8; }
-static size_t input_count(const void *op) { (void)op; return 2; }
+static size_t matmul_input_count(const void *op) { (void)op; return 3; }
+static size_t gather_input_count(const void *op) { (void)op; return 2; }
 static int output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
 static size_t output_count(const void *op) { (void)op; return 1; }
 static int required(const void *op, size_t i) { (void)op, (void)i; return 0; }
+static int matmul_input_characteristic(const void *op, size_t i) { (void)op; return i == 2 ? 1 : 0; }
 static int default_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
 static int one(const void *op) { (void)op; return 1; }
 static int zero(const void *op) { (void)op; return 0; }
 
 static const OrtCustomOpV16 gguf_matmul_op = {
-    16,           NULL,         matmul_name,  op_provider, matmul_input_type, input_count,
-    output_type,  output_count, NULL,         destroy_kernel, required,       required,
+    16,           NULL,         matmul_name,  op_provider, matmul_input_type, matmul_input_count,
+    output_type,  output_count, NULL,         destroy_kernel, matmul_input_characteristic, required,
     default_memory, one,        zero,         one,         zero,              create_kernel,
     compute,
 };
 
 static const OrtCustomOpV16 gguf_gather_op = {
-    16,           NULL,         gather_name,  op_provider, gather_input_type, input_count,
+    16,           NULL,         gather_name,  op_provider, gather_input_type, gather_input_count,
     output_type,  output_count, NULL,         destroy_kernel, required,       required,
     default_memory, one,        zero,         one,         zero,              create_kernel,
     gather,

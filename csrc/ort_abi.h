@@ -44,8 +44,10 @@ enum {
     ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA = 51,
     ES_ORT_SLOT_GET_DIMENSIONS_COUNT = 61,
     ES_ORT_SLOT_GET_DIMENSIONS = 62,
+    ES_ORT_SLOT_GET_TENSOR_SHAPE_ELEMENT_COUNT = 64,
     ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE = 65,
     ES_ORT_SLOT_KERNEL_INFO_GET_ATTRIBUTE_INT64 = 86,
+    ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT_COUNT = 88,
     ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT = 90,
     ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT = 91,
     ES_ORT_SLOT_RELEASE_STATUS = 93,
@@ -66,6 +68,10 @@ typedef OrtStatus *(*es_get_dimensions_count_fn)(const OrtTensorTypeAndShapeInfo
                                                  size_t *out);
 typedef OrtStatus *(*es_get_dimensions_fn)(const OrtTensorTypeAndShapeInfo *info, int64_t *dims,
                                            size_t count);
+typedef OrtStatus *(*es_get_tensor_shape_element_count_fn)(
+    const OrtTensorTypeAndShapeInfo *info, size_t *out);
+typedef OrtStatus *(*es_kernel_context_get_input_count_fn)(const OrtKernelContext *context,
+                                                           size_t *out);
 typedef OrtStatus *(*es_get_tensor_type_and_shape_fn)(const OrtValue *value,
                                                       OrtTensorTypeAndShapeInfo **out);
 typedef OrtStatus *(*es_kernel_info_get_attribute_int64_fn)(const OrtKernelInfo *info,

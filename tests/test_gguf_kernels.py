@@ -37,19 +37,24 @@ KINDS = ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 
 
 def _session(
-    op: str, kind: str, blocks: np.ndarray, threads: int = 2
+    op: str, kind: str, blocks: np.ndarray, threads: int = 2, addend: str = ""
 ) -> onnxruntime.InferenceSession:
+    """One GgufMatMul (x [rows, INPUTS]) or GgufGather (ids [count]) over ``blocks``; with
+    ``addend`` "bias" or "residual", GgufMatMul's third input ``a`` ([OUTPUTS] or Y's shape)."""
     import gguf
     from onnx import TensorProto, helper, numpy_helper
 
-    first = (
-        ("x", TensorProto.FLOAT, ["rows", INPUTS])
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", INPUTS])
         if op == "GgufMatMul"
-        else ("ids", TensorProto.INT64, ["count"])
-    )
+        else helper.make_tensor_value_info("ids", TensorProto.INT64, ["count"])
+    ]
+    if addend:
+        shape = [OUTPUTS] if addend == "bias" else ["rows", OUTPUTS]
+        inputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, shape))
     node = helper.make_node(
         op,
-        [first[0], "w"],
+        [inputs[0].name, "w", *(["a"] if addend else [])],
         ["y"],
         domain=GGUF_DOMAIN,
         ggml_type=int(gguf.GGMLQuantizationType[kind]),
@@ -59,7 +64,7 @@ def _session(
     graph = helper.make_graph(
         [node],
         "kernel",
-        [helper.make_tensor_value_info(*first)],
+        inputs,
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(blocks, "w")],
     )
@@ -132,6 +137,24 @@ def test_a_row_gives_the_same_bits_in_any_pass_and_on_any_thread_count(kind: str
     assert np.array_equal(two.run(None, {"x": x[30:35]})[0], whole[30:35])
     for row in (0, 33, ROWS - 1):
         assert np.array_equal(two.run(None, {"x": x[row : row + 1]})[0], whole[row : row + 1])
+
+
+@built
+@pytest.mark.parametrize("addend", ["bias", "residual"])
+def test_a_bias_or_residual_is_added_as_an_add_would(addend: str) -> None:
+    """GgufMatMul's third input (the graph's bias and residual adds, fused): the product's bits
+    plus the addend, exactly as a separate Add gives them."""
+    rng = np.random.default_rng(5)
+    blocks = _blocks(rng, "Q4_K")
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    a = rng.standard_normal((OUTPUTS,) if addend == "bias" else (ROWS, OUTPUTS))
+    a = a.astype(np.float32)
+    product = _session("GgufMatMul", "Q4_K", blocks).run(None, {"x": x})[0]
+    fused = _session("GgufMatMul", "Q4_K", blocks, addend=addend)
+    assert np.array_equal(fused.run(None, {"x": x, "a": a})[0], product + a)
+    if addend == "residual":  # rows that are not X's: refused by the kernel, in its words
+        with pytest.raises(Exception, match="addend"):
+            fused.run(None, {"x": x, "a": np.zeros((2, OUTPUTS), np.float32)})
 
 
 @built

@@ -155,28 +155,27 @@ class GraphBuilder:
         self.quantized.append(raw.shape)
         return self.constant(f"{name}.gguf_blocks", raw.data)
 
-    def gguf_matmul(self, x: str, blocks: str, raw: RawBlocks, output: str) -> str:
-        """x [.., K] @ W.T → [.., N] on the file's blocks (edgespec's GGUF kernels)."""
-        self.kernel_ops.add(GGUF_MATMUL)
+    def gguf_matmul(
+        self, x: str, blocks: str, raw: RawBlocks, output: str, addend: str | None = None
+    ) -> str:
+        """x [.., K] @ W.T (+ ``addend``: a bias [N] or a residual [.., N]) → [.., N] on the
+        file's blocks (edgespec's GGUF kernels)."""
         if raw.input_order is not None:  # x'[.., j] is input columns[j]: back to file order
             order = self.constant(f"{output}.input_order", raw.input_order)
             x = self.node("Gather", [x, order], f"{output}.x_file_order", axis=-1)
-        return self.node(
-            GGUF_MATMUL,
-            [x, blocks],
-            output,
-            domain=GGUF_DOMAIN,
-            ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id,
-            in_features=raw.columns,
-            out_features=raw.rows,
+        return self._kernel_node(
+            GGUF_MATMUL, [x, blocks, *([addend] if addend else [])], raw, output
         )
 
     def gguf_gather(self, ids: str, blocks: str, raw: RawBlocks, output: str) -> str:
         """Rows ``ids`` of W, dequantized: [.., K] float32."""
-        self.kernel_ops.add(GGUF_GATHER)
+        return self._kernel_node(GGUF_GATHER, [ids, blocks], raw, output)
+
+    def _kernel_node(self, op: str, inputs: list[str], raw: RawBlocks, output: str) -> str:
+        self.kernel_ops.add(op)
         return self.node(
-            GGUF_GATHER,
-            [ids, blocks],
+            op,
+            inputs,
             output,
             domain=GGUF_DOMAIN,
             ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id,
@@ -283,12 +282,22 @@ class GraphBuilder:
         shifted = self.node("Mul", [scales_t, shift], f"{name}.shifted")
         return self.node("Add", [minimums, shifted], f"{name}.offsets_t")
 
-    def linear(self, x: str, tensor: Any, name: str) -> str:
+    def linear(
+        self, x: str, tensor: Any, name: str, *, addend: str | None = None, output: str = ""
+    ) -> str:
         """x [.., K] @ weight.T → [.., N]: the GGUF kernels or MatMulNBits on the file's
-        blocks, else MatMul."""
+        blocks, else MatMul. With ``addend`` (a bias or a residual), ``output`` is the sum:
+        one GGUF kernel adds it itself, other products are followed by an Add."""
         raw = self.raw_blocks(tensor)
         if raw is not None:
-            return self.gguf_matmul(x, self.raw_initializer(name, raw), raw, name)
+            blocks = self.raw_initializer(name, raw)
+            return self.gguf_matmul(x, blocks, raw, output or name, addend)
+        return self._plus(self._linear_product(x, tensor, name), addend, output)
+
+    def _plus(self, product: str, addend: str | None, output: str) -> str:
+        return product if addend is None else self.node("Add", [addend, product], output)
+
+    def _linear_product(self, x: str, tensor: Any, name: str) -> str:
         weights = self.blocks(tensor)
         if weights is None:
             matrix = self.float_matrix(tensor)  # [N, K]
@@ -296,13 +305,19 @@ class GraphBuilder:
             return self.node("MatMul", [x, self.constant(f"{name}.weight_t", matrix.T)], name)
         return self.matmul_nbits(x, self.block_initializers(name, weights), weights.shape, name)
 
-    def linear_stacked(self, x: str, tensors: list[Any], name: str) -> str:
+    def linear_stacked(
+        self, x: str, tensors: list[Any], name: str, *, addend: str | None = None, output: str = ""
+    ) -> str:
         """x @ [W1 | W2 | ...].T → [.., N1 + N2 + ...]: one MatMulNBits over the stacked blocks
         when the weights allow it (fewer kernel calls per layer), one float MatMul when all are
-        float, else one linear each. On the GGUF kernels, runs of one block type are stacked."""
+        float, else one linear each. On the GGUF kernels, runs of one block type are stacked.
+        ``addend`` and ``output`` as in :meth:`linear`."""
         raws = [self.raw_blocks(tensor) for tensor in tensors]
         if any(raw is not None for raw in raws):
-            return self._stacked_runs(x, tensors, raws, name)
+            return self._stacked_runs(x, tensors, raws, name, addend, output)
+        return self._plus(self._stacked_product(x, tensors, name), addend, output)
+
+    def _stacked_product(self, x: str, tensors: list[Any], name: str) -> str:
         parts = [self.blocks(tensor) for tensor in tensors]
         if all(p is None for p in parts):
             matrix = np.concatenate([self.float_matrix(t) for t in tensors])  # [N1 + N2 + ..., K]
@@ -318,7 +333,13 @@ class GraphBuilder:
         return self.matmul_nbits(x, names, stacked.shape, name)
 
     def _stacked_runs(
-        self, x: str, tensors: list[Any], raws: list[RawBlocks | None], name: str
+        self,
+        x: str,
+        tensors: list[Any],
+        raws: list[RawBlocks | None],
+        name: str,
+        addend: str | None,
+        output: str,
     ) -> str:
         """Consecutive weights of one kernel type become one GgufMatMul; the rest their own
         linear; the outputs concatenated in order."""
@@ -336,18 +357,19 @@ class GraphBuilder:
                 and following.input_order is None
             ):
                 stop += 1
-            part_name = name if start == 0 and stop == len(tensors) else f"{name}.{start}"
+            whole = start == 0 and stop == len(tensors)
+            part_name = name if whole else f"{name}.{start}"
             if first is None or first.input_order is not None:
                 outputs.append(self.linear(x, tensors[start], part_name))
             else:
                 run = stack_raw([r for r in raws[start:stop] if r is not None])
-                outputs.append(
-                    self.gguf_matmul(x, self.raw_initializer(part_name, run), run, part_name)
-                )
+                blocks = self.raw_initializer(part_name, run)
+                if whole:  # one kernel: it adds the addend itself
+                    return self.gguf_matmul(x, blocks, run, output or name, addend)
+                outputs.append(self.gguf_matmul(x, blocks, run, part_name))
             start = stop
-        if len(outputs) == 1:
-            return outputs[0]
-        return self.node("Concat", outputs, name, axis=-1)
+        product = outputs[0] if len(outputs) == 1 else self.node("Concat", outputs, name, axis=-1)
+        return self._plus(product, addend, output)
 
     def matmul_nbits(self, x: str, names: BlockNames, weights: BlockShape, output: str) -> str:
         self.matmul_nbits_bits.add(weights.bits)

@@ -61,8 +61,9 @@ OPSET = 21
 #: Bumped when the graph's structure or what its manifest tells the runtime changes (caches of
 #: exported bundles key on it). 4: the manifest records the attention's rounding boundaries;
 #: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16;
-#: 7: the ``logits_rows`` input, the LM head runs on the rows the caller reads.
-GRAPH_REVISION = 7
+#: 6: K-quants on edgespec's GGUF kernels; 7: the ``logits_rows`` input, the LM head runs on
+#: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves.
+GRAPH_REVISION = 8
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -142,13 +143,14 @@ def _attention(
     tensors = [source.tensor(f"{prefix}.attn_{part}.weight") for part in ("q", "k", "v")]
     if order is not None:
         tensors[0] = Reordered(tensor=tensors[0], rows=order)
-    qkv = builder.linear_stacked(normed, tensors, f"l{layer}.qkv")
+    bias = None
     if arch.qkv_bias:
         biases = [float_tensor(source.tensor(f"{prefix}.attn_{part}.bias")) for part in "qkv"]
         if order is not None:
             biases[0] = biases[0][order]
         bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
-        qkv = builder.node("Add", [qkv, bias], f"l{layer}.qkv.biased")
+    biased = f"l{layer}.qkv.biased" if bias else ""
+    qkv = builder.linear_stacked(normed, tensors, f"l{layer}.qkv", addend=bias, output=biased)
     if folding is not None:  # attention runs on the pass's real tokens only
         qkv = real_rows(builder, qkv, folding, f"l{layer}.qkv_real")
     # Packed Q, K, V, or (Qwen3, Gemma: each head of Q and K RMS-normed first) the three apart.
@@ -206,10 +208,12 @@ def _attention(
     out_weight: Any = source.tensor(f"{prefix}.attn_output.weight")
     if order is not None:
         out_weight = Reordered(tensor=out_weight, columns=order)
+    residual = f"l{layer}.attn_residual"
+    if not arch.gemma:  # the residual added by the product's own kernel where it can
+        return builder.linear(attended, out_weight, f"l{layer}.o", addend=x, output=residual)
     out = builder.linear(attended, out_weight, f"l{layer}.o")
-    if arch.gemma:
-        out = _layer_norm(builder, source, out, layer, "post_attention_norm")
-    return builder.node("Add", [x, out], f"l{layer}.attn_residual")
+    out = _layer_norm(builder, source, out, layer, "post_attention_norm")
+    return builder.node("Add", [x, out], residual)
 
 
 def _split_qkv(builder: GraphBuilder, arch: Any, qkv: str, layer: int) -> list[str]:
@@ -261,10 +265,13 @@ def _mlp(builder: GraphBuilder, source: WeightSource, x: str, layer: int) -> str
             "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
         )
     hidden = builder.node("Mul", [activated, up], f"l{layer}.gated")
-    down = builder.linear(hidden, source.tensor(f"{prefix}.ffn_down.weight"), f"l{layer}.down")
-    if arch.gemma:
-        down = _layer_norm(builder, source, down, layer, "post_ffw_norm")
-    return builder.node("Add", [x, down], f"l{layer}.mlp_residual")
+    down_weight = source.tensor(f"{prefix}.ffn_down.weight")
+    residual = f"l{layer}.mlp_residual"
+    if not arch.gemma:
+        return builder.linear(hidden, down_weight, f"l{layer}.down", addend=x, output=residual)
+    down = builder.linear(hidden, down_weight, f"l{layer}.down")
+    down = _layer_norm(builder, source, down, layer, "post_ffw_norm")
+    return builder.node("Add", [x, down], residual)
 
 
 def _layer_norm(builder: GraphBuilder, source: WeightSource, x: str, layer: int, name: str) -> str:
