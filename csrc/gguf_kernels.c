@@ -599,7 +599,9 @@ ES_AVX2 static inline __m256 four_halves(const uint8_t *const block[4], int at) 
 
 /* Four outputs (n .. n + 3) at once: each activation block is loaded once for the four, and
  * their four integer dot products are folded into one register (lanes 0-3: the four outputs'
- * sums over inputs 0-15 of the block... 4-7: over 16-31) scaled by one product of factors. */
+ * sums over inputs 0-15 of the block, lanes 4-7: over inputs 16-31), scaled by one product of
+ * factors. Every output of a weight goes through this path or the single one by its index
+ * alone (tasks are multiples of four outputs), so its arithmetic never depends on the pass. */
 ES_AVX2 static void legacy_four_outputs_avx2(const Product *p, int64_t n) {
     const int64_t blocks = p->k / LEGACY;
     const size_t size = block_bytes(p->ggml_type);

@@ -202,13 +202,19 @@ print(json.dumps(out))
 
 
 @built
-def test_the_portable_path_computes_the_same_products() -> None:
+def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
     """The C path every CPU runs (the AVX2 path's fallback, and ARM's today): forced in a fresh
-    process, since a process picks its path once."""
+    process, since a process picks its path once. It runs outside the checkout, on the same
+    library as this process."""
     tests = str(Path(__file__).parent)
-    env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "portable"}
+    env = {
+        **os.environ,
+        "EDGESPEC_GGUF_KERNEL_PATH": "portable",
+        kernels.ENVIRONMENT: str(gguf_kernel_library()),
+    }
     done = subprocess.run(
         [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ GGUFs (tests/gguf_model.py).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.engine import catalog
 from edgespec.errors import ModelSourceError
+from edgespec.graph.kernels import ENVIRONMENT, gguf_kernel_library
 from edgespec.manifest import Bundle, load_bundle
 
 pytestmark = pytest.mark.real_size
@@ -179,9 +181,13 @@ def test_a_fresh_import_peaks_within_its_estimate_and_repeats_the_bundle(
     cache = tmp_path / "cache"
     (cache / "downloads").mkdir(parents=True)
     (cache / "downloads" / MODEL.gguf_name).symlink_to(qwen_gguf)
+    # The same GGUF kernels as this process (a checkout's own edgespec holds no built library).
+    library = gguf_kernel_library()
+    kernels = {ENVIRONMENT: str(library) if library else "off"}
     imported = subprocess.run(
         [sys.executable, "-c", IMPORT, str(cache)],
         cwd=CHECKOUT,
+        env={**os.environ, **kernels},
         capture_output=True,
         text=True,
         check=False,
