@@ -3,7 +3,8 @@
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
  *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
  *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K,
- *   14 = Q6_K: ggml's type ids), in_features K, out_features N
+ *   14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
+ *   gguf_rows8.c), in_features K, out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
  *
@@ -22,153 +23,10 @@
  *
  * Paths: AVX2 (x86-64, chosen at run time when the CPU has it) and portable C. A process
  * uses one path for every call, so invariance holds within it. */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+#include "gguf_common.h"
 
-#include "ort_abi.h"
 
-#if defined(__x86_64__) || defined(_M_X64)
-#define ES_X86 1
-#include <immintrin.h>
-#endif
 
-#if defined(_WIN32)
-#define ES_EXPORT __declspec(dllexport)
-#else
-#define ES_EXPORT __attribute__((visibility("default")))
-#endif
-
-#define QK 256          /* inputs per K-quant super-block */
-#define SUB 16          /* inputs per offset sum */
-#define ROWS_PER_PASS 32 /* rows of X sharing one unpacked weight block */
-#define OUTPUTS_PER_TASK 16
-#ifndef ES_BATCHES
-#define ES_BATCHES 0 /* ONNX Runtime splits the tasks into one batch per thread */
-#endif
-#ifndef ES_PREFETCH
-#define ES_PREFETCH 16 /* blocks ahead: measured best of 4, 8, 16 for one row */
-#endif
-
-enum {
-    GGML_Q4_0 = 2,
-    GGML_Q4_1 = 3,
-    GGML_Q5_0 = 6,
-    GGML_Q5_1 = 7,
-    GGML_Q8_0 = 8,
-    GGML_Q4_K = 12,
-    GGML_Q6_K = 14,
-};
-#define LEGACY 32 /* inputs per block of the legacy types (Q4_0 ... Q8_0) */
-
-/* ---- float16 ---------------------------------------------------------------------- */
-
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exponent = (h >> 10) & 0x1F;
-    uint32_t mantissa = h & 0x3FF;
-    uint32_t bits;
-    if (exponent == 0) {
-        if (mantissa == 0) {
-            bits = sign;
-        } else { /* subnormal: normalize */
-            exponent = 127 - 15 + 1;
-            while (!(mantissa & 0x400)) {
-                mantissa <<= 1;
-                exponent--;
-            }
-            mantissa &= 0x3FF;
-            bits = sign | (exponent << 23) | (mantissa << 13);
-        }
-    } else if (exponent == 31) {
-        bits = sign | 0x7F800000 | (mantissa << 13);
-    } else {
-        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-    }
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
-
-static uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-/* ---- one weight block, unpacked ----------------------------------------------------- */
-
-/* A super-block as unsigned codes and per-16 integer factors:
- *   w[i] = d * scale[i / 16] * code[i] - dmin * offset[i / 16]
- * (Q4_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
- * the 6-bit value, offset = 32 * scale and dmin = d). scale_pair[k] holds scale[k] in both
- * 16-bit halves, the form the AVX2 dot broadcasts from. */
-typedef struct {
-    uint8_t code[QK];
-    int16_t offset[SUB];
-    int32_t scale_pair[SUB];
-    float d;
-    float dmin;
-} Unpacked;
-
-static size_t block_bytes(int ggml_type) {
-    switch (ggml_type) {
-    case GGML_Q4_0: return 18;  /* d (f16), qs[16] */
-    case GGML_Q4_1: return 20;  /* d, m (f16), qs[16] */
-    case GGML_Q5_0: return 22;  /* d (f16), qh[4], qs[16] */
-    case GGML_Q5_1: return 24;  /* d, m (f16), qh[4], qs[16] */
-    case GGML_Q8_0: return 34;  /* d (f16), qs[32] (int8) */
-    case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
-    case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
-    default: return 0;
-    }
-}
-
-static int64_t block_inputs(int ggml_type);
-
-static int is_k_quant(int ggml_type) { return ggml_type == GGML_Q4_K || ggml_type == GGML_Q6_K; }
-
-/* Inputs per block: activations are quantized per block of the same size. */
-static int64_t block_inputs(int ggml_type) { return is_k_quant(ggml_type) ? QK : LEGACY; }
-
-static size_t row_bytes(int ggml_type, int64_t k) {
-    return (size_t)(k / block_inputs(ggml_type)) * block_bytes(ggml_type);
-}
-
-/* Inputs per activation sum: the K-quants' factors change every 16 inputs. */
-static int64_t sum_span(int ggml_type) { return is_k_quant(ggml_type) ? SUB : LEGACY; }
-
-/* A legacy block as 32 integer codes: w[i] = d * code[i] + m (m = 0 for the symmetric types,
- * whose codes are signed). */
-static int legacy_has_minimum(int ggml_type) {
-    return ggml_type == GGML_Q4_1 || ggml_type == GGML_Q5_1;
-}
-
-static void unpack_legacy(const uint8_t *b, int ggml_type, int8_t code[LEGACY], float *d,
-                          float *m) {
-    *d = half_to_float(read_u16(b));
-    *m = legacy_has_minimum(ggml_type) ? half_to_float(read_u16(b + 2)) : 0.0f;
-    if (ggml_type == GGML_Q8_0) {
-        memcpy(code, b + 2, LEGACY);
-        return;
-    }
-    int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
-    const uint8_t *qs = b + (ggml_type == GGML_Q4_0 ? 2 : ggml_type == GGML_Q4_1 ? 4 : ggml_type == GGML_Q5_0 ? 6 : 8);
-    uint32_t high = 0;
-    if (five) memcpy(&high, b + (ggml_type == GGML_Q5_0 ? 2 : 4), 4);
-    int centre = legacy_has_minimum(ggml_type) ? 0 : (five ? 16 : 8);
-    for (int j = 0; j < 16; j++) { /* input j in the low nibble of byte j, j + 16 high */
-        int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
-        if (five) {
-            lo |= (int)((high >> j) & 1) << 4;
-            hi |= (int)((high >> (j + 16)) & 1) << 4;
-        }
-        code[j] = (int8_t)(lo - centre);
-        code[j + 16] = (int8_t)(hi - centre);
-    }
-}
-
-static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
-    u->scale_pair[k] = (int32_t)((uint32_t)(uint16_t)scale * 0x10001u);
-    u->offset[k] = (int16_t)offset;
-}
 
 static inline __attribute__((always_inline)) void unpack_q4_k(const uint8_t *b, Unpacked *u) {
     const uint8_t *sc = b + 4, *qs = b + 16;
@@ -211,16 +69,6 @@ static inline __attribute__((always_inline)) void unpack_q6_k(const uint8_t *b, 
     }
 }
 
-/* ---- activations -------------------------------------------------------------------- */
-
-/* X's rows as int8 per block of the weight's type (256 inputs for the K-quants, 32 for the
- * legacy types): value ~ scale[m][b] * q[m][i]; sums[m][i / span] is the sum of q over each
- * span of inputs (16 for the K-quants, 32 for the legacy types). */
-typedef struct {
-    int8_t *q;      /* [M][K] */
-    float *scale;   /* [M][K / block] */
-    int16_t *sums;  /* [M][K / span] */
-} Quantized;
 
 static void quantize_rows(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                           Quantized *out) {
@@ -268,27 +116,24 @@ static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type
 
 /* ---- the product ------------------------------------------------------------------ */
 
-typedef struct {
-    int ggml_type;
-    int64_t k, n, rows;
-    size_t row_bytes;
-    const uint8_t *w;
-    Quantized x;
-    float *y;
-    /* Added to the outputs, when given: a bias [N] (stride 0 between rows) or a residual
-     * [rows, N] (stride N). */
-    const float *addend;
-    int64_t addend_stride;
-} Product;
 
 typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
 
 static void unpack_q4_k_portable(const uint8_t *b, Unpacked *u) { unpack_q4_k(b, u); }
 static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
 
+/* Block b of output n as the file stores it: in W, or rebuilt into `scratch` from the rows-of-8
+ * layout. */
+static const uint8_t *legacy_block(const uint8_t *w, int ggml_type, int rows8, int64_t k,
+                                   int64_t n, int64_t b, uint8_t scratch[34]) {
+    if (!rows8) return w + (size_t)n * row_bytes(ggml_type, k) + (size_t)b * block_bytes(ggml_type);
+    es_rows8_file_block(w, ggml_type, k, n, b, scratch);
+    return scratch;
+}
+
 static void outputs_legacy_portable(const Product *p, int64_t n0, int64_t n1) {
     int64_t blocks = p->k / LEGACY;
-    size_t bytes = block_bytes(p->ggml_type);
+    uint8_t scratch[34];
     int8_t code[LEGACY];
     float d, minimum, acc[ROWS_PER_PASS];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
@@ -296,8 +141,8 @@ static void outputs_legacy_portable(const Product *p, int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; n++) {
             for (int64_t r = 0; r < rows; r++) acc[r] = 0.0f;
             for (int64_t b = 0; b < blocks; b++) {
-                unpack_legacy(p->w + n * p->row_bytes + b * bytes, p->ggml_type, code, &d,
-                              &minimum);
+                unpack_legacy(legacy_block(p->w, p->ggml_type, p->rows8, p->k, n, b, scratch),
+                              p->ggml_type, code, &d, &minimum);
                 for (int64_t r = 0; r < rows; r++) {
                     int64_t m = m0 + r;
                     const int8_t *q = p->x.q + m * p->k + b * LEGACY;
@@ -320,6 +165,7 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
     }
     int64_t blocks = p->k / QK;
     unpack_fn unpack = p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable : unpack_q6_k_portable;
+    const size_t size = block_bytes(p->ggml_type);
     Unpacked u;
     float acc[ROWS_PER_PASS];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
@@ -327,7 +173,10 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; n++) {
             for (int64_t r = 0; r < rows; r++) acc[r] = 0.0f;
             for (int64_t b = 0; b < blocks; b++) {
-                unpack(p->w + n * p->row_bytes + b * block_bytes(p->ggml_type), &u);
+                if (p->rows8)
+                    es_rows8_unpack_k(p->w, p->ggml_type, p->k, n, b, &u);
+                else
+                    unpack(p->w + n * p->row_bytes + b * size, &u);
                 for (int64_t r = 0; r < rows; r++) {
                     int64_t m = m0 + r;
                     const int8_t *q = p->x.q + m * p->k + b * QK;
@@ -349,7 +198,6 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
 }
 
 #ifdef ES_X86
-#define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 ES_AVX2 static inline float half_avx2(const uint8_t *p) {
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(read_u16(p))));
@@ -658,7 +506,9 @@ ES_AVX2 static void outputs_legacy_avx2(const Product *p, int64_t n0, int64_t n1
 }
 
 ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
-    if (p->ggml_type == GGML_Q4_K)
+    if (p->rows8)
+        es_rows8_outputs_avx2(p, n0, n1);
+    else if (p->ggml_type == GGML_Q4_K)
         outputs_q4_k_avx2(p, n0, n1);
     else if (p->ggml_type == GGML_Q6_K)
         outputs_q6_k_avx2(p, n0, n1);
@@ -707,9 +557,12 @@ ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
 /* y [rows, n] = x [rows, k] @ W.T; returns 0, or -1 for an unsupported type or width. */
 ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, int64_t rows,
                                    int64_t k, int64_t n, int ggml_type) {
+    const int rows8 = ggml_type >= ES_ROWS8;
+    if (rows8) ggml_type -= ES_ROWS8;
     if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
+    if (rows8 && !es_rows8_supported(ggml_type, n)) return -1;
     edgespec_gguf_kernel_path();
-    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0};
+    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8};
     if (quantized_rows(x, rows, k, ggml_type, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
@@ -722,6 +575,7 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
 typedef struct {
     const OrtApiTable *api;
     int64_t ggml_type, k, n;
+    int rows8; /* W in the rows-of-8 layout (the attribute was ggml_type + ES_ROWS8) */
 } Kernel;
 
 static const OrtApiTable *ort;
@@ -747,12 +601,18 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
             return status;
         }
     }
+    if (kernel->ggml_type >= ES_ROWS8) kernel->rows8 = 1, kernel->ggml_type -= ES_ROWS8;
     int type = (int)kernel->ggml_type;
     if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
         free(kernel);
         return fail("GgufMatMul/GgufGather: ggml_type must be Q4_0 (2), Q4_1 (3), Q5_0 (6), "
                     "Q5_1 (7), Q8_0 (8), Q4_K (12) or Q6_K (14), with in_features a multiple of "
                     "its block (32, or 256 for Q4_K and Q6_K)");
+    }
+    if (kernel->rows8 && !es_rows8_supported(type, kernel->n)) {
+        free(kernel);
+        return fail("GgufMatMul/GgufGather: the rows-of-8 layout (ggml_type + 1024) takes "
+                    "out_features a multiple of 8");
     }
     kernel->api = api;
     *out = kernel;
@@ -854,7 +714,7 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     if (rows == 0) return NULL;
     int type = (int)kernel->ggml_type;
     Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), io.w,
-                 {NULL, NULL, NULL}, io.y, NULL, 0};
+                 {NULL, NULL, NULL}, io.y, NULL, 0, kernel->rows8};
     if ((status = addend(kernel, context, rows, &p))) return status;
     if (quantized_rows((const float *)io.first, rows, p.k, type, &p.x))
         return fail("GgufMatMul: out of memory for the quantized activations");
@@ -868,19 +728,26 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
 
 /* One row of W as floats: w[i] = d * scale * code - dmin * offset per 16 inputs (K-quants),
  * d * code + m (legacy types). */
-static void dequantize_row(const uint8_t *row, int ggml_type, int64_t k, float *out) {
+static void dequantize_row(const Kernel *kernel, const uint8_t *w, int64_t n, float *out) {
+    const int ggml_type = (int)kernel->ggml_type;
+    const int64_t k = kernel->k;
+    const uint8_t *row = w + (size_t)n * row_bytes(ggml_type, k);
     if (!is_k_quant(ggml_type)) {
+        uint8_t scratch[34];
         int8_t code[LEGACY];
         float d, m;
         for (int64_t b = 0; b < k / LEGACY; b++) {
-            unpack_legacy(row + b * block_bytes(ggml_type), ggml_type, code, &d, &m);
+            unpack_legacy(legacy_block(w, ggml_type, kernel->rows8, k, n, b, scratch), ggml_type,
+                          code, &d, &m);
             for (int i = 0; i < LEGACY; i++) out[b * LEGACY + i] = d * (float)code[i] + m;
         }
         return;
     }
     Unpacked u;
     for (int64_t b = 0; b < k / QK; b++) {
-        if (ggml_type == GGML_Q4_K)
+        if (kernel->rows8)
+            es_rows8_unpack_k(w, ggml_type, k, n, b, &u);
+        else if (ggml_type == GGML_Q4_K)
             unpack_q4_k(row + b * 144, &u);
         else
             unpack_q6_k(row + b * 210, &u);
@@ -898,12 +765,10 @@ static OrtStatus *gather(void *data, OrtKernelContext *context) {
     if (status) return status;
     int64_t count = 1;
     for (size_t i = 0; i < io.rank; i++) count *= io.dims[i];
-    size_t bytes = row_bytes((int)kernel->ggml_type, kernel->k);
     for (int64_t i = 0; i < count; i++) {
         int64_t id = ((const int64_t *)io.first)[i];
         if (id < 0 || id >= kernel->n) return fail("GgufGather: a token id is outside the table");
-        dequantize_row((const uint8_t *)io.w + (size_t)id * bytes, (int)kernel->ggml_type,
-                       kernel->k, (float *)io.y + i * kernel->k);
+        dequantize_row(kernel, (const uint8_t *)io.w, id, (float *)io.y + i * kernel->k);
     }
     return NULL;
 }

@@ -52,9 +52,9 @@ class ExportConfig:
     #: heads as rows of one product: no padded single steps, faster at long context),
     #: "plain", or "auto": folded when the context limit exceeds 2,048 positions.
     attention: str = "auto"
-    #: GGUF imports: "auto" runs Q4_K and Q6_K weights on edgespec's GGUF kernels (the file's
-    #: blocks as they are) where this install built them, the legacy types on ONNX Runtime's
-    #: MatMulNBits; "gguf" every type the kernels read; "mlas" none.
+    #: GGUF imports: "auto" and "gguf" run every weight type the kernels read (Q4_0 ... Q8_0,
+    #: Q4_K, Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built
+    #: them; "mlas" runs none (ONNX Runtime's MatMulNBits).
     kernels: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)

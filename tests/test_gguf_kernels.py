@@ -27,13 +27,21 @@ from edgespec.graph.kernels import (
     gguf_kernel_path,
     register_gguf_kernels,
 )
+from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
 
 built = pytest.mark.skipif(
     gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
 )
 # Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
-KINDS = ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+TYPES = ["Q4_K", "Q6_K", *LEGACY]
+# A kind is a block type, "/rows8" when W is stored in the kernels' rows-of-8 layout.
+KINDS = [*TYPES, *(f"{kind}/rows8" for kind in TYPES)]
+
+
+def _type(kind: str) -> str:
+    return kind.split("/")[0]
 
 
 def _session(
@@ -44,6 +52,9 @@ def _session(
     import gguf
     from onnx import TensorProto, helper, numpy_helper
 
+    ggml_type = int(gguf.GGMLQuantizationType[_type(kind)])
+    if kind.endswith("/rows8"):
+        blocks, ggml_type = to_rows8(blocks, _type(kind)), ggml_type + ROWS8_OFFSET
     inputs = [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", INPUTS])
         if op == "GgufMatMul"
@@ -57,7 +68,7 @@ def _session(
         [inputs[0].name, "w", *(["a"] if addend else [])],
         ["y"],
         domain=GGUF_DOMAIN,
-        ggml_type=int(gguf.GGMLQuantizationType[kind]),
+        ggml_type=ggml_type,
         in_features=INPUTS,
         out_features=OUTPUTS,
     )
@@ -80,7 +91,9 @@ def _session(
 
 
 def _blocks(rng: np.random.Generator, kind: str) -> np.ndarray:
-    """Random blocks of ``kind`` for a weight [OUTPUTS, INPUTS], float16 factors set small."""
+    """Random blocks of ``kind`` for a weight [OUTPUTS, INPUTS], float16 factors set small
+    (in the file's layout, whatever the kind's)."""
+    kind = _type(kind)
     if kind in ("Q4_K", "Q6_K"):
         return random_k_blocks(rng, kind, OUTPUTS, INPUTS)
     import gguf
@@ -96,7 +109,8 @@ def _blocks(rng: np.random.Generator, kind: str) -> np.ndarray:
 def _dequantized(kind: str, blocks: np.ndarray) -> np.ndarray:
     import gguf
 
-    return gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind]).reshape(OUTPUTS, INPUTS)
+    quant = gguf.GGMLQuantizationType[_type(kind)]
+    return gguf.quants.dequantize(blocks, quant).reshape(OUTPUTS, INPUTS)
 
 
 def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
@@ -190,7 +204,9 @@ for kind in t.KINDS:
     session = t._session("GgufMatMul", kind, blocks)
     whole = session.run(None, {{"x": x}})[0]
     expected = x.astype(np.float64) @ t._dequantized(kind, blocks).T
+    same = t._session("GgufMatMul", t._type(kind), blocks).run(None, {{"x": x}})[0]
     out[kind] = {{
+        "same_as_file_layout": bool(np.array_equal(whole, same)),
         "error": float(np.abs(whole - expected).max() / np.abs(expected).max()),
         "invariant": all(
             np.array_equal(session.run(None, {{"x": x[r : r + 1]}})[0], whole[r : r + 1])
@@ -224,6 +240,8 @@ def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
     assert report["path"] == "portable"
     for kind in KINDS:
         assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
+        # the portable path reads a rows-of-8 block back into the file's: the same bits
+        assert report[kind]["same_as_file_layout"], report
 
 
 def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
@@ -245,3 +263,19 @@ def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
         monkeypatch.delenv(kernels.ENVIRONMENT)
         kernels.gguf_kernel_library.cache_clear()
         kernels.gguf_kernel_path.cache_clear()
+
+
+def test_the_rows8_layout_moves_bytes_and_takes_whole_groups_of_8_outputs() -> None:
+    """The layout moves the file's bits (a bundle stays the file's size: Q8_0's whole bytes,
+    the other types' nibbles, fifth bits, bit pairs and 6-bit factors), and a weight whose
+    outputs do not form groups of 8 is refused (the importer keeps it as stored)."""
+    rng = np.random.default_rng(6)
+    for kind in TYPES:
+        blocks = _blocks(rng, kind)
+        moved = to_rows8(blocks, kind)
+        assert moved.shape == blocks.shape and not np.array_equal(moved, blocks)
+        assert np.unpackbits(moved).sum() == np.unpackbits(blocks).sum()
+        if kind == "Q8_0":
+            assert np.array_equal(np.sort(moved, axis=None), np.sort(blocks, axis=None))
+    with pytest.raises(ValueError, match="rows-of-8"):
+        to_rows8(_blocks(rng, "Q4_0")[:12], "Q4_0")

@@ -149,9 +149,9 @@ def add_export_command(commands: Any) -> None:
         "--kernels",
         choices=("auto", "gguf", "mlas"),
         default="auto",
-        help="GGUF files: 'auto' runs Q4_K/Q6_K weights on edgespec's GGUF kernels (the "
-        "file's blocks, unpadded one-token steps) and the legacy types on ONNX Runtime's "
-        "MatMulNBits; 'gguf' every type the kernels read (Q4_0 ... Q8_0 too); 'mlas' none",
+        help="GGUF files: 'auto' (and 'gguf') run every type edgespec's GGUF kernels read "
+        "(Q4_0 ... Q8_0, Q4_K, Q6_K) on them: the file's blocks, unpadded one-token steps; "
+        "'mlas' runs them on ONNX Runtime's MatMulNBits",
     )
     export.add_argument(
         "--allow-batch-variance",

@@ -50,12 +50,13 @@ GGUF_KERNEL_TYPES = {
 ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
 
 
-# What --kernels auto runs on the kernels: the K-quants, where they beat ONNX Runtime's
-# MatMulNBits (no minimum term, 6-bit codes read as 6-bit, no padded steps; Qwen2.5-Coder-1.5B
-# Q4_K_M: a step of 69 against 97 ms). The legacy types stay on MatMulNBits, whose kernels
-# are faster on them (Qwen2.5-Coder-0.5B, mostly Q5_0: 66 against 39 ms of products per step);
-# --kernels gguf runs them on the kernels too (the file's own bits, unpadded steps).
-AUTO_KERNEL_TYPES = frozenset({"Q4_K", "Q6_K"})
+# What --kernels auto runs on the kernels: every type they read, measured faster than ONNX
+# Runtime's MatMulNBits on each (no minimum term, 5- and 6-bit codes read as stored, no padded
+# steps; the legacy types in the rows-of-8 layout of edgespec.graph.rows8). One-token steps
+# alternating in one process, 2 threads: Qwen2.5-Coder-0.5B Q4_K_M (mostly Q5_0 and Q8_0)
+# 29.4 against 40.9 ms, SmolLM2-135M Q4_1 11.1 against 15.6 ms. --kernels gguf is the same set
+# today; --kernels mlas runs none of them.
+AUTO_KERNEL_TYPES = frozenset(GGUF_KERNEL_TYPES)
 
 
 def kernel_types(choice: str) -> frozenset[str]:

@@ -181,7 +181,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(
         "kernels    GGUF kernels: "
         + (
-            f"{gguf} path (Q4_K and Q6_K weights of GGUF imports run on them)"
+            f"{gguf} path (GGUF imports run their quantized weights on them)"
             if gguf != "unavailable"
             else "not built in this install (GGUF imports run on ONNX Runtime's MatMulNBits)"
         )

@@ -1,5 +1,5 @@
 """Building blocks of the GGUF graph: nodes and initializers, llama.cpp's block-quantized
-weights as edgespec's GGUF kernels (the file's Q4_K and Q6_K blocks as they are) or as
+weights as edgespec's GGUF kernels (the file's blocks, interleaved in rows of 8) or as
 MatMulNBits (with Q4_1's offset term), and the fusion of residual adds into the next RMSNorm."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from edgespec.graph.kernels import (
     GGUF_KERNEL_TYPES,
     GGUF_MATMUL,
 )
+from edgespec.graph.rows8 import ROWS8_OFFSET, rows8_fits, to_rows8
 
 #: Initializers at least this large go to the data file (onnx.save's default threshold).
 EXTERNAL_THRESHOLD = 1024
@@ -78,6 +79,16 @@ class RawBlocks:
     rows: int
     columns: int
     input_order: np.ndarray | None = None
+
+    @property
+    def rows8(self) -> bool:
+        """Stored in the kernels' rows-of-8 layout (the same bits, moved: 8 outputs' blocks
+        interleaved so one register holds codes of all 8), where the outputs form groups of 8."""
+        return rows8_fits(self.kind, self.rows)
+
+    def stored(self) -> np.ndarray:
+        """The bytes the bundle stores: the file's blocks, in rows of 8 where they fit."""
+        return to_rows8(self.data, self.kind) if self.rows8 else self.data
 
     @property
     def shape(self) -> BlockShape:
@@ -153,7 +164,7 @@ class GraphBuilder:
 
     def raw_initializer(self, name: str, raw: RawBlocks) -> str:
         self.quantized.append(raw.shape)
-        return self.constant(f"{name}.gguf_blocks", raw.data)
+        return self.constant(f"{name}.gguf_blocks", raw.stored())
 
     def gguf_matmul(
         self, x: str, blocks: str, raw: RawBlocks, output: str, addend: str | None = None
@@ -178,7 +189,7 @@ class GraphBuilder:
             inputs,
             output,
             domain=GGUF_DOMAIN,
-            ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id,
+            ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id + (ROWS8_OFFSET if raw.rows8 else 0),
             in_features=raw.columns,
             out_features=raw.rows,
         )

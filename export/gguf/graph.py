@@ -62,8 +62,9 @@ OPSET = 21
 #: exported bundles key on it). 4: the manifest records the attention's rounding boundaries;
 #: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16;
 #: 6: K-quants on edgespec's GGUF kernels; 7: the ``logits_rows`` input, the LM head runs on
-#: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves.
-GRAPH_REVISION = 8
+#: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves;
+#: 9: the legacy types in the kernels' rows-of-8 layout.
+GRAPH_REVISION = 9
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",

@@ -1,0 +1,193 @@
+/* What edgespec's GGUF kernel sources share: ggml's block types and their sizes, a legacy
+ * block unpacked, the quantized activations and one product's operands. */
+#ifndef EDGESPEC_GGUF_COMMON_H
+#define EDGESPEC_GGUF_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ort_abi.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define ES_X86 1
+#include <immintrin.h>
+#endif
+
+#if defined(_WIN32)
+#define ES_EXPORT __declspec(dllexport)
+#else
+#define ES_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define QK 256          /* inputs per K-quant super-block */
+#define SUB 16          /* inputs per offset sum */
+#define ROWS_PER_PASS 32 /* rows of X sharing one unpacked weight block */
+#define OUTPUTS_PER_TASK 16
+#ifndef ES_BATCHES
+#define ES_BATCHES 0 /* ONNX Runtime splits the tasks into one batch per thread */
+#endif
+#ifndef ES_PREFETCH
+#define ES_PREFETCH 16 /* blocks ahead: measured best of 4, 8, 16 for one row */
+#endif
+
+enum {
+    GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q6_K = 14,
+};
+#define LEGACY 32 /* inputs per block of the legacy types (Q4_0 ... Q8_0) */
+
+/* ---- float16 ---------------------------------------------------------------------- */
+
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exponent = (h >> 10) & 0x1F;
+    uint32_t mantissa = h & 0x3FF;
+    uint32_t bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exponent = 127 - 15 + 1;
+            while (!(mantissa & 0x400)) {
+                mantissa <<= 1;
+                exponent--;
+            }
+            mantissa &= 0x3FF;
+            bits = sign | (exponent << 23) | (mantissa << 13);
+        }
+    } else if (exponent == 31) {
+        bits = sign | 0x7F800000 | (mantissa << 13);
+    } else {
+        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline size_t block_bytes(int ggml_type) {
+    switch (ggml_type) {
+    case GGML_Q4_0: return 18;  /* d (f16), qs[16] */
+    case GGML_Q4_1: return 20;  /* d, m (f16), qs[16] */
+    case GGML_Q5_0: return 22;  /* d (f16), qh[4], qs[16] */
+    case GGML_Q5_1: return 24;  /* d, m (f16), qh[4], qs[16] */
+    case GGML_Q8_0: return 34;  /* d (f16), qs[32] (int8) */
+    case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
+    case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
+    default: return 0;
+    }
+}
+
+static inline int64_t block_inputs(int ggml_type);
+
+static inline int is_k_quant(int ggml_type) { return ggml_type == GGML_Q4_K || ggml_type == GGML_Q6_K; }
+
+/* Inputs per block: activations are quantized per block of the same size. */
+static inline int64_t block_inputs(int ggml_type) { return is_k_quant(ggml_type) ? QK : LEGACY; }
+
+static inline size_t row_bytes(int ggml_type, int64_t k) {
+    return (size_t)(k / block_inputs(ggml_type)) * block_bytes(ggml_type);
+}
+
+/* Inputs per activation sum: the K-quants' factors change every 16 inputs. */
+static inline int64_t sum_span(int ggml_type) { return is_k_quant(ggml_type) ? SUB : LEGACY; }
+
+/* A legacy block as 32 integer codes: w[i] = d * code[i] + m (m = 0 for the symmetric types,
+ * whose codes are signed). */
+static inline int legacy_has_minimum(int ggml_type) {
+    return ggml_type == GGML_Q4_1 || ggml_type == GGML_Q5_1;
+}
+
+static inline void unpack_legacy(const uint8_t *b, int ggml_type, int8_t code[LEGACY], float *d,
+                          float *m) {
+    *d = half_to_float(read_u16(b));
+    *m = legacy_has_minimum(ggml_type) ? half_to_float(read_u16(b + 2)) : 0.0f;
+    if (ggml_type == GGML_Q8_0) {
+        memcpy(code, b + 2, LEGACY);
+        return;
+    }
+    int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
+    const uint8_t *qs = b + (ggml_type == GGML_Q4_0 ? 2 : ggml_type == GGML_Q4_1 ? 4 : ggml_type == GGML_Q5_0 ? 6 : 8);
+    uint32_t high = 0;
+    if (five) memcpy(&high, b + (ggml_type == GGML_Q5_0 ? 2 : 4), 4);
+    int centre = legacy_has_minimum(ggml_type) ? 0 : (five ? 16 : 8);
+    for (int j = 0; j < 16; j++) { /* input j in the low nibble of byte j, j + 16 high */
+        int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+        if (five) {
+            lo |= (int)((high >> j) & 1) << 4;
+            hi |= (int)((high >> (j + 16)) & 1) << 4;
+        }
+        code[j] = (int8_t)(lo - centre);
+        code[j + 16] = (int8_t)(hi - centre);
+    }
+}
+/* ---- activations -------------------------------------------------------------------- */
+
+/* X's rows as int8 per block of the weight's type (256 inputs for the K-quants, 32 for the
+ * legacy types): value ~ scale[m][b] * q[m][i]; sums[m][i / span] is the sum of q over each
+ * span of inputs (16 for the K-quants, 32 for the legacy types). */
+typedef struct {
+    int8_t *q;      /* [M][K] */
+    float *scale;   /* [M][K / block] */
+    int16_t *sums;  /* [M][K / span] */
+} Quantized;
+typedef struct {
+    int ggml_type;
+    int64_t k, n, rows;
+    size_t row_bytes;
+    const uint8_t *w;
+    Quantized x;
+    float *y;
+    /* Added to the outputs, when given: a bias [N] (stride 0 between rows) or a residual
+     * [rows, N] (stride N). */
+    const float *addend;
+    int64_t addend_stride;
+    /* W in the rows-of-8 layout (gguf_rows8.c) rather than the file's row by row. */
+    int rows8;
+} Product;
+
+/* ---- one weight block, unpacked ----------------------------------------------------- */
+
+/* A super-block as unsigned codes and per-16 integer factors:
+ *   w[i] = d * scale[i / 16] * code[i] - dmin * offset[i / 16]
+ * (Q4_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
+ * the 6-bit value, offset = 32 * scale and dmin = d). scale_pair[k] holds scale[k] in both
+ * 16-bit halves, the form the AVX2 dot broadcasts from. */
+typedef struct {
+    uint8_t code[QK];
+    int16_t offset[SUB];
+    int32_t scale_pair[SUB];
+    float d;
+    float dmin;
+} Unpacked;
+
+static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
+    u->scale_pair[k] = (int32_t)((uint32_t)(uint16_t)scale * 0x10001u);
+    u->offset[k] = (int16_t)offset;
+}
+
+/* The rows-of-8 layout (gguf_rows8.c): an operator's ggml_type attribute is the legacy type's
+ * id plus ES_ROWS8 when W holds it. */
+#define ES_ROWS8 1024
+int es_rows8_supported(int ggml_type, int64_t n);
+void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
+                         uint8_t *out);
+void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
+                       Unpacked *u);
+#ifdef ES_X86
+void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
+#endif
+
+#ifdef ES_X86
+#define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+#endif
