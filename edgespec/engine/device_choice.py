@@ -18,6 +18,7 @@ from typing import Any
 from edgespec.engine.default_model import cache_dir
 from edgespec.engine.options import DRAFTER_NAMES, MAX_K
 from edgespec.manifest import Bundle
+from edgespec.runtime.k_policy import CostProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,10 +30,34 @@ class DeviceChoice:
     expected_speedup: float
     #: Every drafter's measured alpha, best k and expected speedup, by name.
     measured: dict[str, dict[str, float]]
+    #: The costs measured with it, for the chosen drafter: ``target_step_s``,
+    #: ``draft_step_s`` (0 for prompt lookup) and ``verify_cost`` (T(w)/T(1), w = 1, 2, ...);
+    #: generation seeds its per-round k policy with them. None in a choice stored without.
+    costs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_NAMES or not 0 <= self.k <= MAX_K:
             raise ValueError(f"not a drafting choice: {self.drafter} at k {self.k}")
+
+    def cost_profile(self) -> CostProfile | None:
+        """The stored costs as the k policy reads them (None when not stored or not sane)."""
+        costs = self.costs or {}
+        try:
+            profile = CostProfile(
+                target_step_s=float(costs["target_step_s"]),
+                draft_step_s=float(costs["draft_step_s"]),
+                verify_cost=tuple(float(cost) for cost in costs["verify_cost"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        sane = profile.target_step_s > 0 and profile.draft_step_s >= 0
+        return profile if sane and len(profile.verify_cost) >= 2 else None
+
+    @property
+    def alpha(self) -> float | None:
+        """The chosen drafter's measured acceptance rate."""
+        found = self.measured.get(self.drafter, {}).get("alpha")
+        return float(found) if isinstance(found, (int, float)) and 0 < found < 1 else None
 
 
 def device_key(target: Bundle, draft: Bundle | None) -> str:

@@ -52,6 +52,8 @@ class PlanSource:
     #: The cost profile (measured once) and an OpenAI verifier's token texts (built once).
     cost_profile: Callable[[], CostProfile]
     token_pieces: Callable[[], TokenPieces]
+    #: The acceptance rate a per-round k policy starts from (the stored choice's, measured).
+    seed_alpha: float | None = None
 
     @property
     def verifying_model(self) -> OnnxModel | None:
@@ -128,6 +130,7 @@ def describe(
         if target is not None and remote is None
         else None
     )
+    seed_alpha = None
     if measured is not None:  # this pair was profiled on this device: its choice wins
         recommended = {"drafter": measured.drafter, "k": measured.k}
         k = measured.k
@@ -135,6 +138,14 @@ def describe(
             f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
             f"drafter, expected {measured.expected_speedup:.2f}x"
         )
+        stored = measured.cost_profile()
+        if measured.drafter != "none" and stored is not None:
+            # k then adapts round by round from the stored costs and the running acceptance,
+            # down to plain target steps where a prompt's drafts stop paying (a chat turn
+            # after code): a fixed k measured on code prompts would keep drafting.
+            k, seed_alpha = "auto", measured.alpha
+            cost_profile = lambda: stored  # noqa: E731 (the profile is already measured)
+            k_source += f", k per round from its measured costs (k {measured.k} on its prompts)"
     return PlanSource(
         pair=pair,
         remote=remote,
@@ -150,6 +161,7 @@ def describe(
         encode=encode,
         cost_profile=cost_profile,
         token_pieces=token_pieces,
+        seed_alpha=seed_alpha,
     )
 
 
@@ -190,6 +202,7 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
         drafter_name=drafter_name,
         default_k=source.default_k,
         profile=source.cost_profile,
+        alpha=source.seed_alpha,
         cap=None if metered is None else (lambda: metered.suggested_k),
     )
     watch = source.telemetry.watch(k_policy)

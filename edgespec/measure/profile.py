@@ -91,6 +91,11 @@ def profile_pair(
                 k=k,
                 expected_speedup=found["expected_speedup"],
                 measured=found["by_drafter"],
+                costs={
+                    "target_step_s": profile.target_step_s,
+                    "draft_step_s": 0.0 if drafter == "ngram" else profile.draft_step_s,
+                    "verify_cost": verify_cost,
+                },
             ),
             engine.target.bundle,
             engine.draft.bundle if engine.draft is not None else None,
