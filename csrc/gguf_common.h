@@ -184,6 +184,8 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
                        Unpacked *u);
 #ifdef ES_X86
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
+void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
+                           Quantized *out);
 #endif
 
 #ifdef ES_X86

@@ -99,8 +99,9 @@ static void free_quantized(Quantized *x) {
     free(x->q), free(x->scale), free(x->sums);
 }
 
-/* Allocates and fills the quantized activations; 0 on success. */
-static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type,
+/* Allocates and fills the quantized activations (with AVX2 where `vectorized`); 0 on
+ * success. */
+static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type, int vectorized,
                           Quantized *out) {
     int64_t block = block_inputs(ggml_type), span = sum_span(ggml_type);
     out->q = malloc((size_t)(rows * k));
@@ -110,6 +111,13 @@ static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type
         free_quantized(out);
         return -1;
     }
+#ifdef ES_X86
+    if (vectorized) {
+        es_quantize_rows_avx2(x, rows, k, block, span, out);
+        return 0;
+    }
+#endif
+    (void)vectorized;
     quantize_rows(x, rows, k, block, span, out);
     return 0;
 }
@@ -554,6 +562,23 @@ ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
     return "portable";
 }
 
+/* The activations as a product of `ggml_type` quantizes them (tests: the AVX2 quantizer
+ * against the scalar one): q [rows, k], scale [rows, k / block], sums [rows, k / span].
+ * Returns 0, or -1 for an unknown type or a `vectorized` request without AVX2. */
+ES_EXPORT int edgespec_gguf_quantize(const float *x, int64_t rows, int64_t k, int ggml_type,
+                                     int vectorized, int8_t *q, float *scale, int16_t *sums) {
+    if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
+    edgespec_gguf_kernel_path();
+    if (vectorized && path == outputs_portable) return -1;
+    Quantized out;
+    if (quantized_rows(x, rows, k, ggml_type, vectorized, &out)) return -1;
+    memcpy(q, out.q, (size_t)(rows * k));
+    memcpy(scale, out.scale, sizeof(float) * (size_t)(rows * (k / block_inputs(ggml_type))));
+    memcpy(sums, out.sums, sizeof(int16_t) * (size_t)(rows * (k / sum_span(ggml_type))));
+    free_quantized(&out);
+    return 0;
+}
+
 /* y [rows, n] = x [rows, k] @ W.T; returns 0, or -1 for an unsupported type or width. */
 ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, int64_t rows,
                                    int64_t k, int64_t n, int ggml_type) {
@@ -563,7 +588,7 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
     if (rows8 && !es_rows8_supported(ggml_type, n)) return -1;
     edgespec_gguf_kernel_path();
     Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8};
-    if (quantized_rows(x, rows, k, ggml_type, &p.x)) return -1;
+    if (quantized_rows(x, rows, k, ggml_type, path != outputs_portable, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
     free_quantized(&p.x);
@@ -716,7 +741,7 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), io.w,
                  {NULL, NULL, NULL}, io.y, NULL, 0, kernel->rows8};
     if ((status = addend(kernel, context, rows, &p))) return status;
-    if (quantized_rows((const float *)io.first, rows, p.k, type, &p.x))
+    if (quantized_rows((const float *)io.first, rows, p.k, type, path != outputs_portable, &p.x))
         return fail("GgufMatMul: out of memory for the quantized activations");
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,

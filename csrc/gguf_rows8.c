@@ -294,30 +294,40 @@ ES_AVX2 static inline __m256i sum_pair(int first, int second) {
 ES_AVX2 static void rows8_q4_k(const Product *p, int64_t n0, int64_t n1) {
     ES_ROWS8_K_LOOP_BEGIN(Q4_K_GROUP)
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    /* SC[64], MN[64] (index 8s + i) from their 96 bytes */
-    uint8_t scales[64] __attribute__((aligned(32))), minimums[64] __attribute__((aligned(32)));
+    /* SC[64], MN[64] (index 8s + i) from their 96 bytes, kept in registers: SC[0..31] in
+     * scales[0], SC[32..63] in scales[1]. Through a stack array, each 8-byte read of a
+     * 32-byte store cost more (12% of a one-row product in cache). */
+    __m256i scales[2], minimums[2];
     {
         const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
         const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
         const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
         const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
-        _mm256_store_si256((__m256i *)scales, _mm256_or_si256(_mm256_and_si256(sc, low4),
-                           _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45)));
-        _mm256_store_si256((__m256i *)(scales + 32),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
-                                           _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45)));
-        _mm256_store_si256((__m256i *)minimums, _mm256_or_si256(_mm256_and_si256(mn, low4),
-                           _mm256_and_si256(hi, bits45)));
-        _mm256_store_si256((__m256i *)(minimums + 32),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
-                                           _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45)));
+        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
+        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
+        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
+        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
+                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
     }
+#pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m256i c[8];
         nibble_registers(group + Q4_K_CODES + 128 * s, c);
-        const __m256i scale = lane_factors(scales + 8 * s, 0);
-        const __m256i minimum_pair = (s & 1) ? _mm256_setzero_si256()
-                                             : lane_pairs(minimums + 8 * s, minimums + 8 * s + 8, 0);
+        /* bytes 8s' .. 8s' + 15 (s' = s rounded down to even) of SC and MN: the 128-bit half
+         * (s & 2) of register s >> 2, sub-block s in its low (s even) or high 8 bytes */
+        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
+                                     : _mm256_castsi256_si128(scales[s >> 2]);
+        const __m256i scale32 = _mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16);
+        /* each output's scale in both 16-bit halves of its lane */
+        const __m256i scale = _mm256_or_si256(scale32, _mm256_slli_epi32(scale32, 16));
+        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
+        if (!(s & 1)) {
+            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
+                                         : _mm256_castsi256_si128(minimums[s >> 2]);
+            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
+        }
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;

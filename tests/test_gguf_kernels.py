@@ -279,3 +279,51 @@ def test_the_rows8_layout_moves_bytes_and_takes_whole_groups_of_8_outputs() -> N
             assert np.array_equal(np.sort(moved, axis=None), np.sort(blocks, axis=None))
     with pytest.raises(ValueError, match="rows-of-8"):
         to_rows8(_blocks(rng, "Q4_0")[:12], "Q4_0")
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q4_0"])
+def test_the_avx2_activation_quantizer_gives_the_scalar_ones_bits(kind: str) -> None:
+    """Every product starts by quantizing X per block; the AVX2 quantizer must give the
+    scalar loop's int8 values, scales and sums exactly, or the two paths' products drift."""
+    import ctypes
+
+    import gguf
+
+    if gguf_kernel_path() != "avx2":
+        pytest.skip("this CPU runs the portable path only")
+    library = ctypes.CDLL(str(gguf_kernel_library()))
+    quantize = library.edgespec_gguf_quantize
+    quantize.restype = ctypes.c_int
+    rng = np.random.default_rng(7)
+    rows, k = 5, 1024
+    block, span = (256, 16) if kind == "Q4_K" else (32, 32)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    x[0, :256] = 0.0  # an all-zero block: scale 0, codes 0
+    x[1] = np.round(x[1] * 8) / 2  # values on halves: ties round to even in both
+    x[2, :block] *= 1e-30  # tiny magnitudes
+    results = []
+    for vectorized in (0, 1):
+        q = np.zeros((rows, k), np.int8)
+        scale = np.zeros((rows, k // block), np.float32)
+        sums = np.zeros((rows, k // span), np.int16)
+        assert (
+            quantize(
+                x.ctypes.data_as(ctypes.c_void_p),
+                ctypes.c_int64(rows),
+                ctypes.c_int64(k),
+                int(gguf.GGMLQuantizationType[kind]),
+                vectorized,
+                q.ctypes.data_as(ctypes.c_void_p),
+                scale.ctypes.data_as(ctypes.c_void_p),
+                sums.ctypes.data_as(ctypes.c_void_p),
+            )
+            == 0
+        )
+        results.append((q, scale, sums))
+    (q0, scale0, sums0), (q1, scale1, sums1) = results
+    assert np.array_equal(q0, q1) and np.array_equal(scale0, scale1)
+    assert np.array_equal(sums0, sums1)
+    # and they are what they claim: sums of the codes, codes within [-127, 127]
+    assert np.array_equal(sums0, q0.reshape(rows, -1, span).sum(axis=2, dtype=np.int16))
+    assert np.abs(q0).max() <= 127 and not q0[0, :256].any()
