@@ -7,6 +7,16 @@
  * there and each further row of a verify pass or a prefill as much again. */
 #include "gguf_common.h"
 
+/* SwiGLU's epilogue for one task: `both` [rows, 16] holds 8 gates then their 8 ups per row;
+ * y[r * y_stride + i] = silu(gate i) * up i for i < 8. */
+void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_stride) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = 0; i < 8; i++) {
+            const float gate = both[16 * r + i];
+            y[r * y_stride + i] = gate / (1.0f + expf(-gate)) * both[16 * r + 8 + i];
+        }
+}
+
 #ifdef ES_X86
 
 /* The largest of 8 floats. */
@@ -23,6 +33,38 @@ ES_AVX2 static inline int sum8(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(s);
+}
+
+/* e^x for 8 floats (Cephes' expf: x = n ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial in
+ * r, then 2^n from the exponent bits); relative error about 2e-7. x is clamped to
+ * [-87.3, 88.3], where 2^n stays a normal float. */
+ES_AVX2 static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); /* ln 2 in two parts */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 poly = _mm256_set1_ps(1.9875691500e-4f);
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.3981999507e-3f));
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(8.3334519073e-3f));
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(4.1665795894e-2f));
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.6666665459e-1f));
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(5.0000001201e-1f));
+    poly = _mm256_fmadd_ps(poly, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i two_n = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(poly, _mm256_castsi256_ps(two_n));
+}
+
+/* es_swiglu_portable with 8 lanes at once. */
+ES_AVX2 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 gate = _mm256_loadu_ps(both + 16 * r);
+        const __m256 up = _mm256_loadu_ps(both + 16 * r + 8);
+        const __m256 silu = _mm256_div_ps(gate, _mm256_add_ps(one, exp8(_mm256_xor_ps(gate, sign))));
+        _mm256_storeu_ps(y + r * y_stride, _mm256_mul_ps(silu, up));
+    }
 }
 
 /* block: 32 or 256 inputs; span: 16 or 32 (both multiples of 16 dividing 32). */

@@ -152,7 +152,12 @@ typedef struct {
     int64_t addend_stride;
     /* W in the rows-of-8 layout (gguf_rows8.c) rather than the file's row by row. */
     int rows8;
+    /* ES_SWIGLU: W's outputs are gate and up in alternate groups of 8 (stored outputs
+     * 16j .. 16j + 7 gate 8j .. 8j + 7, the next 8 their ups) and Y [rows, N / 2] is
+     * silu(gate) * up; ES_PLAIN: Y is the product. */
+    int activation;
 } Product;
+enum { ES_PLAIN = 0, ES_SWIGLU = 1 };
 
 /* ---- one weight block, unpacked ----------------------------------------------------- */
 
@@ -186,7 +191,9 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);
+void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);
 #endif
+void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_stride);
 
 #ifdef ES_X86
 #define ES_AVX2 __attribute__((target("avx2,fma,f16c")))

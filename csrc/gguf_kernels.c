@@ -541,15 +541,46 @@ static outputs_fn chosen_path(void) {
 
 static outputs_fn path;
 
+static int swiglu_task(const Product *p, int64_t n0);
+
 static void run_task(void *data, size_t task) {
     const Product *p = (const Product *)data;
     int64_t n0 = (int64_t)task * OUTPUTS_PER_TASK;
     int64_t n1 = n0 + OUTPUTS_PER_TASK < p->n ? n0 + OUTPUTS_PER_TASK : p->n;
+    if (p->activation == ES_SWIGLU) {
+        swiglu_task(p, n0);
+        return;
+    }
     path(p, n0, n1);
     if (p->addend)
         for (int64_t m = 0; m < p->rows; m++)
             for (int64_t n = n0; n < n1; n++)
                 p->y[m * p->n + n] += p->addend[m * p->addend_stride + n];
+}
+
+/* A task of a SwiGLU product: its 16 stored outputs (8 gates, 8 ups; N is a multiple of 16)
+ * into a scratch [rows, 16], then silu(gate) * up into Y [rows, N / 2]. Past 64 rows the
+ * scratch is allocated; if that fails, the task's outputs are NaN and it returns -1. */
+static int swiglu_task(const Product *p, int64_t n0) {
+    float small[16 * 64];
+    float *both = p->rows <= 64 ? small : malloc(sizeof(float) * 16 * (size_t)p->rows);
+    float *y = p->y + n0 / 2;
+    if (!both) {
+        for (int64_t m = 0; m < p->rows; m++)
+            for (int i = 0; i < 8; i++) y[m * (p->n / 2) + i] = NAN;
+        return -1;
+    }
+    Product task = *p;
+    task.y = both - n0, task.n = 16; /* the paths write y[row * n + output] */
+    path(&task, n0, n0 + 16);
+#ifdef ES_X86
+    if (path == outputs_avx2)
+        es_swiglu_avx2(both, p->rows, y, p->n / 2);
+    else
+#endif
+        es_swiglu_portable(both, p->rows, y, p->n / 2);
+    if (both != small) free(both);
+    return 0;
 }
 
 /* ---- a plain C entry point (tests, benchmarks, the fallback-free reference) ----------- */
@@ -587,7 +618,7 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
     if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
     if (rows8 && !es_rows8_supported(ggml_type, n)) return -1;
     edgespec_gguf_kernel_path();
-    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8};
+    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8, ES_PLAIN};
     if (quantized_rows(x, rows, k, ggml_type, path != outputs_portable, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
@@ -601,6 +632,7 @@ typedef struct {
     const OrtApiTable *api;
     int64_t ggml_type, k, n;
     int rows8; /* W in the rows-of-8 layout (the attribute was ggml_type + ES_ROWS8) */
+    int activation; /* GgufMatMul's optional attribute `activation`: ES_PLAIN or ES_SWIGLU */
 } Kernel;
 
 static const OrtApiTable *ort;
@@ -626,6 +658,16 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
             return status;
         }
     }
+    int64_t activation = ES_PLAIN;
+    OrtStatus *absent = attribute(info, "activation", &activation);
+    if (absent) /* an optional attribute: its absence is ES_PLAIN */
+        ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(absent), activation = ES_PLAIN;
+    if (activation != ES_PLAIN && (activation != ES_SWIGLU || kernel->n % 16)) {
+        free(kernel);
+        return fail("GgufMatMul: activation must be 0 (none) or 1 (SwiGLU, with out_features "
+                    "a multiple of 16: gates and ups in alternate groups of 8)");
+    }
+    kernel->activation = (int)activation;
     if (kernel->ggml_type >= ES_ROWS8) kernel->rows8 = 1, kernel->ggml_type -= ES_ROWS8;
     int type = (int)kernel->ggml_type;
     if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
@@ -729,20 +771,69 @@ static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_
     return NULL;
 }
 
+/* GgufMatMul's optional fourth input: int64 [K], X's columns in the order W's inputs are
+ * stored (x'[.., j] = x[.., order[j]]: a graph that regroups attention heads, where the
+ * blocks of W cannot move). *out is the reordered copy, or NULL without the input. */
+static OrtStatus *input_order(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
+                              const float *x, float **out) {
+    const OrtApiTable *api = kernel->api;
+    size_t count = 0;
+    const OrtValue *value = NULL;
+    OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT_COUNT,
+                                    es_kernel_context_get_input_count_fn)(context, &count);
+    *out = NULL;
+    if (status || count < 4) return status;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT,
+                              es_kernel_context_get_input_fn)(context, 3, &value)) ||
+        !value)
+        return status;
+    OrtTensorTypeAndShapeInfo *info;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                              es_get_tensor_type_and_shape_fn)(value, &info)))
+        return status;
+    size_t elements = 0;
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_SHAPE_ELEMENT_COUNT,
+                         es_get_tensor_shape_element_count_fn)(info, &elements);
+    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+                es_release_tensor_type_and_shape_info_fn)(info);
+    if (status) return status;
+    if ((int64_t)elements != kernel->k) return fail("GgufMatMul: input_order is not [in_features]");
+    void *data;
+    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA,
+                              es_get_tensor_mutable_data_fn)((OrtValue *)value, &data)))
+        return status;
+    const int64_t *order = (const int64_t *)data, k = kernel->k;
+    for (int64_t j = 0; j < k; j++)
+        if (order[j] < 0 || order[j] >= k) return fail("GgufMatMul: input_order is outside X");
+    float *ordered = malloc(sizeof(float) * (size_t)(rows * k));
+    if (!ordered) return fail("GgufMatMul: out of memory for the reordered activations");
+    for (int64_t m = 0; m < rows; m++)
+        for (int64_t j = 0; j < k; j++) ordered[m * k + j] = x[m * k + order[j]];
+    *out = ordered;
+    return NULL;
+}
+
 static OrtStatus *compute(void *data, OrtKernelContext *context) {
     const Kernel *kernel = (const Kernel *)data;
     Operands io;
-    OrtStatus *status = operands(kernel, context, 8, 1, kernel->n, &io);
+    const int64_t width = kernel->activation == ES_SWIGLU ? kernel->n / 2 : kernel->n;
+    OrtStatus *status = operands(kernel, context, 8, 1, width, &io);
     if (status) return status;
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < io.rank; i++) rows *= io.dims[i];
     if (rows == 0) return NULL;
     int type = (int)kernel->ggml_type;
     Product p = {type, kernel->k, kernel->n, rows, row_bytes(type, kernel->k), io.w,
-                 {NULL, NULL, NULL}, io.y, NULL, 0, kernel->rows8};
+                 {NULL, NULL, NULL}, io.y, NULL, 0, kernel->rows8, kernel->activation};
     if ((status = addend(kernel, context, rows, &p))) return status;
-    if (quantized_rows((const float *)io.first, rows, p.k, type, path != outputs_portable, &p.x))
-        return fail("GgufMatMul: out of memory for the quantized activations");
+    if (p.addend && p.activation != ES_PLAIN)
+        return fail("GgufMatMul: an addend and an activation do not go together");
+    const float *x = (const float *)io.first;
+    float *ordered = NULL;
+    if ((status = input_order(kernel, context, rows, x, &ordered))) return status;
+    int failed = quantized_rows(ordered ? ordered : x, rows, p.k, type, path != outputs_portable, &p.x);
+    free(ordered);
+    if (failed) return fail("GgufMatMul: out of memory for the quantized activations");
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
                          es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES,
@@ -802,14 +893,17 @@ static void destroy_kernel(void *kernel) { free(kernel); }
 static const char *matmul_name(const void *op) { (void)op; return "GgufMatMul"; }
 static const char *gather_name(const void *op) { (void)op; return "GgufGather"; }
 static const char *op_provider(const void *op) { (void)op; return "CPUExecutionProvider"; }
-static int matmul_input_type(const void *op, size_t i) { (void)op; return i == 1 ? ES_ORT_UINT8 : ES_ORT_FLOAT; }
+static int matmul_input_type(const void *op, size_t i) {
+    (void)op;
+    return i == 1 ? ES_ORT_UINT8 : i == 3 ? ES_ORT_INT64 : ES_ORT_FLOAT;
+}
 static int gather_input_type(const void *op, size_t i) { (void)op; return i == 0 ? ES_ORT_INT64 : ES_ORT_UINT8; }
-static size_t matmul_input_count(const void *op) { (void)op; return 3; }
+static size_t matmul_input_count(const void *op) { (void)op; return 4; }
 static size_t gather_input_count(const void *op) { (void)op; return 2; }
 static int output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
 static size_t output_count(const void *op) { (void)op; return 1; }
 static int required(const void *op, size_t i) { (void)op, (void)i; return 0; }
-static int matmul_input_characteristic(const void *op, size_t i) { (void)op; return i == 2 ? 1 : 0; }
+static int matmul_input_characteristic(const void *op, size_t i) { (void)op; return i >= 2 ? 1 : 0; }
 static int default_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
 static int one(const void *op) { (void)op; return 1; }
 static int zero(const void *op) { (void)op; return 0; }

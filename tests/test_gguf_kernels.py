@@ -45,10 +45,19 @@ def _type(kind: str) -> str:
 
 
 def _session(
-    op: str, kind: str, blocks: np.ndarray, threads: int = 2, addend: str = ""
+    op: str,
+    kind: str,
+    blocks: np.ndarray,
+    threads: int = 2,
+    addend: str = "",
+    *,
+    order: np.ndarray | None = None,
+    activation: int = 0,
 ) -> onnxruntime.InferenceSession:
     """One GgufMatMul (x [rows, INPUTS]) or GgufGather (ids [count]) over ``blocks``; with
-    ``addend`` "bias" or "residual", GgufMatMul's third input ``a`` ([OUTPUTS] or Y's shape)."""
+    ``addend`` "bias" or "residual", GgufMatMul's third input ``a`` ([OUTPUTS] or Y's shape);
+    with ``order``, its fourth (X's columns in W's input order); ``activation`` its attribute
+    (1: SwiGLU over gates and ups in alternate groups of 8)."""
     import gguf
     from onnx import TensorProto, helper, numpy_helper
 
@@ -63,21 +72,27 @@ def _session(
     if addend:
         shape = [OUTPUTS] if addend == "bias" else ["rows", OUTPUTS]
         inputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, shape))
+    names = [inputs[0].name, "w", *(["a"] if addend else [])]
+    initializers = [numpy_helper.from_array(blocks, "w")]
+    if order is not None:
+        names = [*names[:2], names[2] if addend else "", "order"]
+        initializers.append(numpy_helper.from_array(order.astype(np.int64), "order"))
     node = helper.make_node(
         op,
-        [inputs[0].name, "w", *(["a"] if addend else [])],
+        names,
         ["y"],
         domain=GGUF_DOMAIN,
         ggml_type=ggml_type,
         in_features=INPUTS,
-        out_features=OUTPUTS,
+        out_features=len(blocks),
+        **({"activation": activation} if activation else {}),
     )
     graph = helper.make_graph(
         [node],
         "kernel",
         inputs,
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(blocks, "w")],
+        initializers,
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(GGUF_DOMAIN, 1)]
@@ -213,6 +228,18 @@ for kind in t.KINDS:
             for r in (0, 33)
         ),
     }}
+from edgespec.export.gguf.raw_blocks import RawBlocks, interleave_by_8
+for kind in ("Q4_K/rows8", "Q5_1"):
+    gate, up = t._blocks(rng, kind), t._blocks(rng, kind)
+    raws = [
+        RawBlocks(data=w, kind=t._type(kind), rows=t.OUTPUTS, columns=t.INPUTS) for w in (gate, up)
+    ]
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32) * 4
+    both = interleave_by_8(*raws).data
+    got = t._session("GgufMatMul", kind, both, activation=1).run(None, {{"x": x}})[0]
+    g, u = (x.astype(np.float64) @ t._dequantized(kind, w).T for w in (gate, up))
+    expected = g / (1 + np.exp(-g)) * u
+    out["swiglu " + kind] = float(np.abs(got - expected).max() / np.abs(expected).max())
 print(json.dumps(out))
 """
 
@@ -242,6 +269,7 @@ def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
         assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
         # the portable path reads a rows-of-8 block back into the file's: the same bits
         assert report[kind]["same_as_file_layout"], report
+    assert report["swiglu Q4_K/rows8"] <= 0.03 and report["swiglu Q5_1"] <= 0.03, report
 
 
 def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
@@ -327,3 +355,56 @@ def test_the_avx2_activation_quantizer_gives_the_scalar_ones_bits(kind: str) -> 
     # and they are what they claim: sums of the codes, codes within [-127, 127]
     assert np.array_equal(sums0, q0.reshape(rows, -1, span).sum(axis=2, dtype=np.int16))
     assert np.abs(q0).max() <= 127 and not q0[0, :256].any()
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q4_K/rows8", "Q6_K/rows8", "Q4_0/rows8", "Q5_0"])
+def test_swiglu_is_silu_of_the_gates_times_the_ups_with_the_same_bits_in_any_pass(
+    kind: str,
+) -> None:
+    """GgufMatMul with activation 1 (the gated MLP in one node): W holds gate and up rows in
+    alternate groups of 8, Y is silu(x @ gate.T) * (x @ up.T), each row's bits the same in any
+    pass; an attribute it does not know, or a width not in groups of 16, is refused."""
+    from edgespec.export.gguf.raw_blocks import RawBlocks, interleave_by_8
+
+    rng = np.random.default_rng(11)
+    gate, up = _blocks(rng, kind), _blocks(rng, kind)
+    both = interleave_by_8(
+        RawBlocks(data=gate, kind=_type(kind), rows=OUTPUTS, columns=INPUTS),
+        RawBlocks(data=up, kind=_type(kind), rows=OUTPUTS, columns=INPUTS),
+    ).data
+    assert np.array_equal(both[8:16], up[:8]) and np.array_equal(both[16:24], gate[8:16])
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32) * 4
+    session = _session("GgufMatMul", kind, both, activation=1)
+    got = session.run(None, {"x": x})[0]
+    products = [x.astype(np.float64) @ _dequantized(kind, w).T for w in (gate, up)]
+    expected = products[0] / (1 + np.exp(-products[0])) * products[1]
+    assert got.shape == (ROWS, OUTPUTS)
+    assert np.abs(got - expected).max() <= 0.03 * np.abs(expected).max()
+    for rows in (slice(0, 1), slice(30, 35), slice(ROWS - 1, ROWS)):
+        assert np.array_equal(session.run(None, {"x": x[rows]})[0], got[rows])
+    with pytest.raises(Exception, match="activation must be"):
+        _session("GgufMatMul", kind, both, activation=2)
+    with pytest.raises(Exception, match="activation must be"):
+        _session("GgufMatMul", kind, both[:40], activation=1)
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K/rows8", "Q8_0"])
+def test_an_input_order_reads_x_in_the_weights_order(kind: str) -> None:
+    """GgufMatMul's fourth input: W's inputs stored in another order than X's columns (a graph
+    that regroups attention heads), so the kernel reads x[:, order] — the same bits as a
+    Gather before it, with or without an addend; an order outside X is refused."""
+    rng = np.random.default_rng(12)
+    blocks = _blocks(rng, kind)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    order = rng.permutation(INPUTS)
+    gathered = _session("GgufMatMul", kind, blocks).run(None, {"x": x[:, order]})[0]
+    got = _session("GgufMatMul", kind, blocks, order=order).run(None, {"x": x})[0]
+    assert np.array_equal(got, gathered)
+    bias = rng.standard_normal(OUTPUTS).astype(np.float32)
+    biased = _session("GgufMatMul", kind, blocks, addend="bias", order=order)
+    assert np.array_equal(biased.run(None, {"x": x, "a": bias})[0], gathered + bias)
+    wrong = _session("GgufMatMul", kind, blocks, order=np.full(INPUTS, INPUTS))
+    with pytest.raises(Exception, match="input_order is outside X"):
+        wrong.run(None, {"x": x})

@@ -1,5 +1,5 @@
 """Building blocks of the GGUF graph: nodes and initializers, llama.cpp's block-quantized
-weights as edgespec's GGUF kernels (the file's blocks, interleaved in rows of 8) or as
+weights as edgespec's GGUF kernels (the file's blocks: :mod:`raw_blocks`) or as
 MatMulNBits (with Q4_1's offset term), and the fusion of residual adds into the next RMSNorm."""
 
 from __future__ import annotations
@@ -9,6 +9,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from edgespec.export.gguf.raw_blocks import (
+    SWIGLU,
+    RawBlocks,
+    Reordered,
+    interleave_by_8,
+    stack_raw,
+)
 from edgespec.export.gguf.reader import float_tensor, tensor_rows
 from edgespec.export.gguf.weights import (
     BlockShape,
@@ -24,7 +31,7 @@ from edgespec.graph.kernels import (
     GGUF_KERNEL_TYPES,
     GGUF_MATMUL,
 )
-from edgespec.graph.rows8 import ROWS8_OFFSET, rows8_fits, to_rows8
+from edgespec.graph.rows8 import ROWS8_OFFSET
 
 #: Initializers at least this large go to the data file (onnx.save's default threshold).
 EXTERNAL_THRESHOLD = 1024
@@ -54,65 +61,6 @@ class ExternalData:
         for key, entry in entries.items():
             tensor.external_data.add(key=key, value=str(entry))
         return tensor
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reordered:
-    """A 2-D weight with its outputs (``rows``) and/or inputs (``columns``, whole blocks of 32
-    when it is block-quantized) taken in another order: a graph that regroups attention heads
-    permutes the projections' rows and columns instead of moving activations."""
-
-    tensor: Any
-    rows: np.ndarray | None = None
-    columns: np.ndarray | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RawBlocks:
-    """A weight as the file's own blocks for the GGUF kernels: ``data`` uint8 [N, row bytes],
-    row n holding output n's K inputs. ``input_order``: the weight's inputs were asked for in
-    another order (a :class:`Reordered`'s columns), so the activations are gathered back into
-    the file's order instead (blocks cannot be split)."""
-
-    data: np.ndarray
-    kind: str
-    rows: int
-    columns: int
-    input_order: np.ndarray | None = None
-
-    @property
-    def rows8(self) -> bool:
-        """Stored in the kernels' rows-of-8 layout (the same bits, moved: 8 outputs' blocks
-        interleaved so one register holds codes of all 8), where the outputs form groups of 8."""
-        return rows8_fits(self.kind, self.rows)
-
-    def stored(self) -> np.ndarray:
-        """The bytes the bundle stores: the file's blocks, in rows of 8 where they fit."""
-        return to_rows8(self.data, self.kind) if self.rows8 else self.data
-
-    @property
-    def shape(self) -> BlockShape:
-        kernel = GGUF_KERNEL_TYPES[self.kind]
-        return BlockShape(
-            bits=kernel.bits,
-            rows=self.rows,
-            columns=self.columns,
-            block=kernel.block,
-            source_type=self.kind,
-            grid_kept=True,
-        )
-
-
-def stack_raw(parts: list[RawBlocks]) -> RawBlocks:
-    """Weights of one type sharing an input, stacked along the outputs (rows are independent)."""
-    if any(p.input_order is not None for p in parts):
-        raise ValueError("weights with reordered inputs are not stacked")
-    return RawBlocks(
-        data=np.concatenate([p.data for p in parts]),
-        kind=parts[0].kind,
-        rows=sum(p.rows for p in parts),
-        columns=parts[0].columns,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,18 +119,41 @@ class GraphBuilder:
     ) -> str:
         """x [.., K] @ W.T (+ ``addend``: a bias [N] or a residual [.., N]) → [.., N] on the
         file's blocks (edgespec's GGUF kernels)."""
-        if raw.input_order is not None:  # x'[.., j] is input columns[j]: back to file order
+        inputs = [x, blocks, *([addend] if addend else [])]
+        if raw.input_order is not None:  # x'[.., j] is input columns[j]: the kernel reads
+            # X back in file order (its optional fourth input) rather than a Gather node
             order = self.constant(f"{output}.input_order", raw.input_order)
-            x = self.node("Gather", [x, order], f"{output}.x_file_order", axis=-1)
-        return self._kernel_node(
-            GGUF_MATMUL, [x, blocks, *([addend] if addend else [])], raw, output
-        )
+            inputs = [x, blocks, addend or "", order]
+        return self._kernel_node(GGUF_MATMUL, inputs, raw, output)
+
+    def swiglu(self, x: str, gate: Any, up: Any, name: str) -> str | None:
+        """silu(x @ gate.T) * (x @ up.T) → [.., F] as one GgufMatMul whose kernel applies the
+        activation to its own outputs (no Split, Sigmoid and Muls after it), where both
+        weights run on the kernels in one type and F is a multiple of 8; None otherwise."""
+        raws = [self.raw_blocks(gate), self.raw_blocks(up)]
+        first, second = raws
+        if (
+            first is None
+            or second is None
+            or first.kind != second.kind
+            or first.input_order is not None
+            or second.input_order is not None
+            or first.rows != second.rows
+            or first.rows % 8
+        ):
+            return None
+        both = interleave_by_8(first, second)
+        del raws, first, second
+        blocks = self.raw_initializer(name, both)
+        return self._kernel_node(GGUF_MATMUL, [x, blocks], both, name, activation=SWIGLU)
 
     def gguf_gather(self, ids: str, blocks: str, raw: RawBlocks, output: str) -> str:
         """Rows ``ids`` of W, dequantized: [.., K] float32."""
         return self._kernel_node(GGUF_GATHER, [ids, blocks], raw, output)
 
-    def _kernel_node(self, op: str, inputs: list[str], raw: RawBlocks, output: str) -> str:
+    def _kernel_node(
+        self, op: str, inputs: list[str], raw: RawBlocks, output: str, **attributes: Any
+    ) -> str:
         self.kernel_ops.add(op)
         return self.node(
             op,
@@ -192,6 +163,7 @@ class GraphBuilder:
             ggml_type=GGUF_KERNEL_TYPES[raw.kind].ggml_id + (ROWS8_OFFSET if raw.rows8 else 0),
             in_features=raw.columns,
             out_features=raw.rows,
+            **attributes,
         )
 
     def blocks(self, tensor: Any) -> BlockWeights | None:
@@ -415,40 +387,3 @@ class GraphBuilder:
     def rms_norm(self, x: str, tensor: Any, name: str, epsilon: float) -> str:
         scale = self.constant(f"{name}.weight", float_tensor(tensor))
         return self.node("SimplifiedLayerNormalization", [x, scale], name, axis=-1, epsilon=epsilon)
-
-
-def fuse_residual_norms(nodes: list[Any]) -> list[Any]:
-    """Each residual Add followed by the next RMSNorm of its sum becomes one
-    SkipSimplifiedLayerNormalization, which returns the normed sum and the sum itself (its
-    fourth output, the residual stream): one kernel instead of two, 60 fewer per step for a
-    30-layer model. ONNX Runtime's optimizer does not make this fusion itself."""
-    from onnx import helper
-
-    residual_adds = {
-        node.output[0]: node
-        for node in nodes
-        if node.op_type == "Add" and node.output[0].endswith("_residual")
-    }
-    fused, replaced = [], set()
-    for node in nodes:
-        add = (
-            residual_adds.get(node.input[0])
-            if node.op_type == "SimplifiedLayerNormalization"
-            else None
-        )
-        if add is None or add.output[0] in replaced:
-            fused.append(node)
-            continue
-        replaced.add(add.output[0])
-        epsilon = next(a.f for a in node.attribute if a.name == "epsilon")
-        fused.append(
-            helper.make_node(
-                "SkipSimplifiedLayerNormalization",
-                [add.input[1], add.input[0], node.input[1]],  # the branch, the residual, gamma
-                [node.output[0], "", "", add.output[0]],
-                name=node.name,
-                domain="com.microsoft",
-                epsilon=epsilon,
-            )
-        )
-    return [node for node in fused if node.op_type != "Add" or node.output[0] not in replaced]

@@ -37,15 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.errors import UnsupportedModelError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.gguf.builder import (
-    ExternalData,
-    GraphBuilder,
-    RawBlocks,
-    Reordered,
-    fuse_residual_norms,
-)
+from edgespec.export.gguf.builder import ExternalData, GraphBuilder
 from edgespec.export.gguf.folded import (
     KVLayout,
     folded_attention,
@@ -54,7 +47,10 @@ from edgespec.export.gguf.folded import (
     kv_layout,
     real_rows,
 )
-from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, float_tensor, tensor_rows
+from edgespec.export.gguf.lm_head import lm_head
+from edgespec.export.gguf.norm_fusion import fuse_residual_norms
+from edgespec.export.gguf.raw_blocks import Reordered
+from edgespec.export.gguf.reader import WeightSource, float_tensor
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
@@ -63,8 +59,9 @@ OPSET = 21
 #: 5: K-quant scales stored as the file's own factors, Q6_K kept exactly in blocks of 16;
 #: 6: K-quants on edgespec's GGUF kernels; 7: the ``logits_rows`` input, the LM head runs on
 #: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves;
-#: 9: the legacy types in the kernels' rows-of-8 layout.
-GRAPH_REVISION = 9
+#: 9: the legacy types in the kernels' rows-of-8 layout; 10: SwiGLU and the attention
+#: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes).
+GRAPH_REVISION = 10
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -250,6 +247,20 @@ def _mlp(builder: GraphBuilder, source: WeightSource, x: str, layer: int) -> str
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "ffn_norm")
     tensors = [source.tensor(f"{prefix}.ffn_{part}.weight") for part in ("gate", "up")]
+    fused = None if arch.gemma else builder.swiglu(normed, *tensors, f"l{layer}.gated")
+    hidden = fused or _gated(builder, arch, normed, tensors, layer)  # [1, S, ffn]
+    down_weight = source.tensor(f"{prefix}.ffn_down.weight")
+    residual = f"l{layer}.mlp_residual"
+    if not arch.gemma:
+        return builder.linear(hidden, down_weight, f"l{layer}.down", addend=x, output=residual)
+    down = builder.linear(hidden, down_weight, f"l{layer}.down")
+    down = _layer_norm(builder, source, down, layer, "post_ffw_norm")
+    return builder.node("Add", [x, down], residual)
+
+
+def _gated(builder: GraphBuilder, arch: Any, normed: str, tensors: list[Any], layer: int) -> str:
+    """The gated MLP's hidden state as separate nodes: one product of gate and up stacked, a
+    Split, the activation, a Mul."""
     both = builder.linear_stacked(normed, tensors, f"l{layer}.gate_up")  # [1, S, 2 * ffn]
     width = arch.intermediate_size
     halves = builder.constant(f"l{layer}.halves", np.array([width, width]))
@@ -265,14 +276,7 @@ def _mlp(builder: GraphBuilder, source: WeightSource, x: str, layer: int) -> str
         activated = builder.node(
             "Mul", [gate, builder.node("Sigmoid", [gate], f"l{layer}.sig")], f"l{layer}.silu"
         )
-    hidden = builder.node("Mul", [activated, up], f"l{layer}.gated")
-    down_weight = source.tensor(f"{prefix}.ffn_down.weight")
-    residual = f"l{layer}.mlp_residual"
-    if not arch.gemma:
-        return builder.linear(hidden, down_weight, f"l{layer}.down", addend=x, output=residual)
-    down = builder.linear(hidden, down_weight, f"l{layer}.down")
-    down = _layer_norm(builder, source, down, layer, "post_ffw_norm")
-    return builder.node("Add", [x, down], residual)
+    return builder.node("Mul", [activated, up], f"l{layer}.gated")
 
 
 def _layer_norm(builder: GraphBuilder, source: WeightSource, x: str, layer: int, name: str) -> str:
@@ -356,7 +360,7 @@ def build_graph(
     # depend on which other rows are asked for.
     x = builder.node("Gather", [x, IO["logits_rows"]], "head_rows", axis=1)  # [1, R, hidden]
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
-    logits = _lm_head(builder, source, x, tied)
+    logits = lm_head(builder, source, x, tied, logits=IO["logits"])
     kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
@@ -387,58 +391,3 @@ def build_graph(
     )
     model.ir_version = 10
     return model, builder, layout
-
-
-def _lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any) -> str:
-    logits = IO["logits"]
-    kept = source.architecture.output_vocabulary
-    if kept:
-        return _reduced_lm_head(builder, source, x, np.asarray(kept, np.int64))
-    if not source.architecture.tied_embeddings:
-        return builder.linear(x, source.tensor("output.weight"), logits)
-    if isinstance(tied, np.ndarray):  # the float embedding table [vocab, hidden] itself
-        hidden = source.architecture.hidden_size
-        rows = builder.node(
-            "Reshape", [x, builder.constant("lm_head.rows", np.array([-1, hidden]))], "lm_head.x"
-        )
-        products = builder.node("Gemm", [rows, "embed.table"], "lm_head.gemm", transB=1)
-        shape = builder.constant("lm_head.shape", np.array([1, -1, source.architecture.vocab_size]))
-        return builder.node("Reshape", [products, shape], logits)
-    names, weights = tied
-    if isinstance(weights, RawBlocks):
-        return builder.gguf_matmul(x, names, weights, logits)
-    return builder.matmul_nbits(x, names, weights, logits)
-
-
-def _reduced_lm_head(builder: GraphBuilder, source: WeightSource, x: str, kept: np.ndarray) -> str:
-    """A draft's head over its ``kept`` tokens only ([1, R, N]: the output layer's cost falls
-    with N), scattered into full-vocabulary logits [1, R, vocab] that hold ``UNSCORED_LOGIT``
-    elsewhere, so the runtime reads a draft like any other."""
-
-    rows = tensor_rows(source.tensor("output.weight"))[0]
-    vocab = source.architecture.vocab_size
-    if rows != len(kept) or kept.min() < 0 or kept.max() >= vocab or (np.diff(kept) <= 0).any():
-        raise UnsupportedModelError(
-            f"the reduced output vocabulary ({len(kept)} ids) does not match output.weight "
-            f"({rows} rows) or is not ascending ids below {vocab}",
-            fix="rewrite the draft with tools/reduce_draft_vocabulary.py",
-        )
-    scored = builder.linear(x, source.tensor("output.weight"), "lm_head.kept")  # [1, R, N]
-    shape = builder.node("Shape", [scored], "lm_head.kept_shape")
-    starts, ends = (
-        builder.constant("lm_head.s0", np.array([0])),
-        builder.constant("lm_head.s2", np.array([2])),
-    )
-    leading = builder.node("Slice", [shape, starts, ends], "lm_head.leading")  # [1, R]
-    full_shape = builder.node(
-        "Concat", [leading, builder.constant("lm_head.vocab", np.array([vocab]))], "lm_head.full",
-        axis=0,
-    )  # fmt: skip
-    fill = builder.node(
-        "Expand", [builder.constant("lm_head.unscored", np.array([UNSCORED_LOGIT], np.float32)),
-                   full_shape], "lm_head.fill",
-    )  # fmt: skip
-    ids = builder.node(
-        "Expand", [builder.constant("lm_head.ids", kept.reshape(1, 1, -1)), shape], "lm_head.where"
-    )
-    return builder.node("ScatterElements", [fill, ids, scored], IO["logits"], axis=2)
