@@ -65,6 +65,9 @@ class StatsCollector:
             offered = [r for r in records if r.drafted > position]
             by_position.append(sum(r.n_accepted > position for r in offered) / len(offered))
         k_counts = Counter(r.k for r in records)
+        # "drafted,accepted,model" per round (model 1 when a draft model ran): what the
+        # profile replays to price each k without assuming tokens are accepted independently.
+        outcomes = Counter(f"{r.drafted},{r.n_accepted},{int(r.draft_steps > 0)}" for r in records)
         overhead_s = max(decode_s - draft_s - verify_s, 0.0)
         return {
             "new_tokens": new_tokens,
@@ -89,5 +92,6 @@ class StatsCollector:
             "tokens_per_s": new_tokens / decode_s if decode_s > 0 else None,
             "k_values": sorted(k_counts),
             "k_counts": {str(k): n for k, n in sorted(k_counts.items())},
+            "round_outcomes": dict(sorted(outcomes.items())),
             "finish_reason": self.finish_reason,
         }

@@ -62,6 +62,8 @@ class GenerationStats:
     k_values: list[int]
     k_counts: dict[str, int]
     finish_reason: str
+    #: Rounds by outcome, "drafted,accepted,model" → count (model: 1 when the draft model ran).
+    round_outcomes: dict[str, int] = field(default_factory=dict)
     #: What really ran each model (ONNX Runtime falls back silently).
     providers: dict[str, list[str]] = field(default_factory=dict)
     #: CPU time, and energy when a source measured it (``energy_source`` says which, or why not).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,6 @@ from edgespec.api import Engine
 from edgespec.engine.device_choice import DeviceChoice, save_choice
 from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompt_set
-from edgespec.runtime.k_policy import expected_speedup
 
 PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
@@ -108,28 +108,52 @@ def profile_pair(
 
 
 def _acceptance(results: list[Any], *, c: float, verify_cost: list[float]) -> dict[str, Any]:
-    """alpha overall and by draft position, and the best k's expected speedup."""
+    """alpha overall and by draft position, and each k's expected speedup, from the rounds
+    these generations ran at k = MAX_K, replayed as if drafts stopped at k."""
     tested = sum(r.stats.tested for r in results)
     alpha = sum(r.stats.accepted for r in results) / tested if tested else 0.0
-    offered = [0] * MAX_K
-    kept = [0.0] * MAX_K
+    rounds: Counter[tuple[int, int, bool]] = Counter()
     for result in results:
-        for record_position, rate in enumerate(result.stats.acceptance_by_position):
-            offered[record_position] += 1
-            kept[record_position] += rate
-    # reached[i]: share of rounds whose draft position i was accepted (0 = first token);
-    # alpha at position i is that share given position i - 1 was accepted.
-    reached = [kept[i] / offered[i] for i in range(MAX_K) if offered[i]]
-    by_position = [
-        reached[i] / reached[i - 1] if i and reached[i - 1] else reached[i]
-        for i in range(len(reached))
+        for key, count in result.stats.round_outcomes.items():
+            drafted, accepted, model = (int(part) for part in key.split(","))
+            rounds[drafted, accepted, bool(model)] += count
+    speedups = [
+        replayed_speedup(rounds, c=c, verify_cost=verify_cost, k=k) for k in range(MAX_K + 1)
     ]
-    speedups = [expected_speedup(alpha, c, verify_cost, k) for k in range(MAX_K + 1)]
     best = max(range(MAX_K + 1), key=lambda k: speedups[k])
     return {
         "alpha": alpha,
-        "alpha_by_position": by_position,
-        "accepted_through_position": reached,
+        "alpha_by_position": alpha_by_position(rounds),
         "recommended_k": best,
         "expected_speedup": speedups[best],
+        "expected_speedup_by_k": speedups,
     }
+
+
+def alpha_by_position(rounds: Counter[tuple[int, int, bool]]) -> list[float]:
+    """Position i's acceptance given the draft reached it and position i - 1 was accepted:
+    over rounds that drafted more than i tokens, accepted past i / accepted past i - 1."""
+    longest = max((drafted for drafted, _, _ in rounds), default=0)
+    by_position = []
+    for i in range(longest):
+        reached = sum(n for (d, a, _), n in rounds.items() if d > i and a >= i)
+        kept = sum(n for (d, a, _), n in rounds.items() if d > i and a > i)
+        by_position.append(kept / reached if reached else 0.0)
+    return by_position
+
+
+def replayed_speedup(
+    rounds: Counter[tuple[int, int, bool]], *, c: float, verify_cost: list[float], k: int
+) -> float:
+    """Tokens per target step, had each round's draft stopped at k tokens: a round that
+    drafted d and had a accepted yields min(a, k) + 1 tokens for min(d, k) draft steps (when
+    a draft model proposed it; prompt lookup's cost nothing) and a verify pass over
+    min(d, k) + 1 positions. Rounds that drafted nothing (no lookup match) count as one
+    target step for one token, which an estimate from alpha alone leaves out. (At a smaller
+    k the text would fall into rounds differently: a replay, not a rerun.)"""
+    tokens = cost = 0.0
+    for (drafted, accepted, model), n in rounds.items():
+        width = min(drafted, k)
+        tokens += n * (min(accepted, width) + 1)
+        cost += n * ((width * c if model else 0.0) + verify_cost[width])
+    return tokens / cost if cost else 1.0
