@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from edgespec.measure.profile import alpha_by_position, replayed_speedup
-from edgespec.runtime.k_policy import expected_speedup
+from edgespec.measure.profile import alpha_by_position, draft_step_cost, replayed_speedup
+from edgespec.runtime.k_policy import CostProfile, expected_speedup
 
 VERIFY_COST = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8]
 
@@ -40,3 +40,17 @@ def test_acceptance_by_position_is_a_share_of_the_rounds_that_reached_it() -> No
     by_position = alpha_by_position(rounds)
     assert by_position == pytest.approx([6 / 11, 1.0, 1.0, 1.0])
     assert all(0.0 <= a <= 1.0 for a in by_position)
+
+
+def test_c_is_what_generation_paid_per_draft_step() -> None:
+    """A bare draft pass leaves out what a drafter does around it (feeding the target's token
+    back, reading its logits): c comes from the drafter's time per step in the profile's own
+    runs, and from the bare pass only where no draft step ran (prompt lookup)."""
+    from types import SimpleNamespace
+
+    profile = CostProfile(target_step_s=0.060, draft_step_s=0.024, verify_cost=(1.0, 1.1))
+    runs = [SimpleNamespace(stats=SimpleNamespace(draft_steps=s, draft_ms=ms)) for s, ms in (
+        (10, 300.0), (30, 900.0))]  # fmt: skip
+    assert draft_step_cost(runs, profile) == pytest.approx(0.030 / 0.060)
+    lookup = [SimpleNamespace(stats=SimpleNamespace(draft_steps=0, draft_ms=5.0))]
+    assert draft_step_cost(lookup, profile) == pytest.approx(profile.c)

@@ -130,13 +130,15 @@ def _report_draftless(args: argparse.Namespace) -> int:
 def _profile_lines(profile: dict[str, Any]) -> list[str]:
     by_position = ", ".join(f"{a:.2f}" for a in profile["alpha_by_position"])
     lines = [
-        f"measured on {profile['measured_on']}: c {profile['c']:.3f}, verify cost "
+        f"measured on {profile['measured_on']}: c {profile['c']:.3f} (a bare draft pass), "
+        "verify cost "
         + ", ".join(f"{cost:.2f}" for cost in profile["verify_cost"][1:6])
         + " (2-6 tokens)"
     ]
     for name, figures in profile["by_drafter"].items():
         lines.append(
-            f"  {name:<9} alpha {figures['alpha']:.2f}, best k {figures['recommended_k']}, "
+            f"  {name:<9} alpha {figures['alpha']:.2f}, c {figures['c']:.2f} (as generation "
+            f"paid it), best k {figures['recommended_k']}, "
             f"expected {figures['expected_speedup']:.2f}x"
         )
     chosen = profile["drafter"]

@@ -18,6 +18,7 @@ from edgespec.api import Engine
 from edgespec.engine.device_choice import DeviceChoice, save_choice
 from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompt_set
+from edgespec.runtime.k_policy import CostProfile
 
 PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
@@ -62,8 +63,8 @@ def profile_pair(
             seconds = time.perf_counter() - started
             notify(f"profile: {drafter} drafter, prompt {index}/{len(encoded)} ({seconds:.0f} s)")
         # Prompt lookup drafts from a table: its draft step costs nothing next to a target's.
-        c = 0.0 if drafter == "ngram" else profile.c
-        measured[drafter] = _acceptance(results, c=c, verify_cost=verify_cost)
+        c = 0.0 if drafter == "ngram" else draft_step_cost(results, profile)
+        measured[drafter] = {**_acceptance(results, c=c, verify_cost=verify_cost), "c": c}
     best = max(measured, key=lambda name: measured[name]["expected_speedup"])
     choice = measured[best]
     # Below 1.0 no drafter pays on this device: decoding target-only is the choice.
@@ -78,7 +79,7 @@ def profile_pair(
         "c": profile.c,
         "verify_cost": verify_cost,
         "by_drafter": {
-            name: {key: m[key] for key in ("alpha", "recommended_k", "expected_speedup")}
+            name: {key: m[key] for key in ("alpha", "c", "recommended_k", "expected_speedup")}
             for name, m in measured.items()
         },
         "measured_on": f"{len(prompts)} built-in {'chat' if prompt_set.chat else 'code'} "
@@ -93,7 +94,9 @@ def profile_pair(
                 measured=found["by_drafter"],
                 costs={
                     "target_step_s": profile.target_step_s,
-                    "draft_step_s": 0.0 if drafter == "ngram" else profile.draft_step_s,
+                    "draft_step_s": measured[drafter]["c"] * profile.target_step_s
+                    if drafter in measured
+                    else 0.0,
                     "verify_cost": verify_cost,
                 },
             ),
@@ -128,6 +131,16 @@ def _acceptance(results: list[Any], *, c: float, verify_cost: list[float]) -> di
         "expected_speedup": speedups[best],
         "expected_speedup_by_k": speedups,
     }
+
+
+def draft_step_cost(results: list[Any], profile: CostProfile) -> float:
+    """c as generation paid it: the drafter's time per draft model step in these runs (its
+    forward pass plus what a bare pass leaves out: feeding the target's token back, picking
+    from the logits), over a target step; the bare pass's c where no step ran."""
+    steps = sum(r.stats.draft_steps for r in results)
+    if not steps or profile.target_step_s <= 0:
+        return profile.c
+    return sum(r.stats.draft_ms for r in results) / 1e3 / steps / profile.target_step_s
 
 
 def alpha_by_position(rounds: Counter[tuple[int, int, bool]]) -> list[float]:
