@@ -247,7 +247,8 @@ def _mlp(builder: GraphBuilder, source: WeightSource, x: str, layer: int) -> str
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "ffn_norm")
     tensors = [source.tensor(f"{prefix}.ffn_{part}.weight") for part in ("gate", "up")]
-    fused = None if arch.gemma else builder.swiglu(normed, *tensors, f"l{layer}.gated")
+    gate, up = tensors
+    fused = None if arch.gemma else builder.swiglu(normed, gate, up, f"l{layer}.gated")
     hidden = fused or _gated(builder, arch, normed, tensors, layer)  # [1, S, ffn]
     down_weight = source.tensor(f"{prefix}.ffn_down.weight")
     residual = f"l{layer}.mlp_residual"
