@@ -735,18 +735,19 @@ static OrtStatus *operands(const Kernel *kernel, OrtKernelContext *context, size
     return NULL;
 }
 
-/* GgufMatMul's optional third input: a bias [N] or a residual of Y's shape, added to Y (one
- * kernel instead of a matrix product and an Add). */
-static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
-                         Product *p) {
+/* GgufMatMul's optional input `index`: *data and its element count, or *data NULL when the
+ * node leaves it out. */
+static OrtStatus *optional_input(const Kernel *kernel, OrtKernelContext *context, size_t index,
+                                 void **data, int64_t *elements) {
     const OrtApiTable *api = kernel->api;
     size_t count = 0;
+    const OrtValue *value = NULL;
     OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT_COUNT,
                                     es_kernel_context_get_input_count_fn)(context, &count);
-    const OrtValue *value = NULL;
-    if (status || count < 3) return status;
+    *data = NULL;
+    if (status || count <= index) return status;
     if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT,
-                              es_kernel_context_get_input_fn)(context, 2, &value)) ||
+                              es_kernel_context_get_input_fn)(context, index, &value)) ||
         !value)
         return status;
     OrtTensorTypeAndShapeInfo *info;
@@ -756,16 +757,24 @@ static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_
     size_t count_elements = 0;
     status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_SHAPE_ELEMENT_COUNT,
                          es_get_tensor_shape_element_count_fn)(info, &count_elements);
-    int64_t elements = (int64_t)count_elements;
     ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
                 es_release_tensor_type_and_shape_info_fn)(info);
     if (status) return status;
+    *elements = (int64_t)count_elements;
+    return ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA,
+                       es_get_tensor_mutable_data_fn)((OrtValue *)value, data);
+}
+
+/* GgufMatMul's optional third input: a bias [N] or a residual of Y's shape, added to Y (one
+ * kernel instead of a matrix product and an Add). */
+static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
+                         Product *p) {
+    void *data;
+    int64_t elements = 0;
+    OrtStatus *status = optional_input(kernel, context, 2, &data, &elements);
+    if (status || !data) return status;
     if (elements != kernel->n && elements != rows * kernel->n)
         return fail("GgufMatMul: the addend is neither [out_features] nor Y's shape");
-    void *data;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA,
-                              es_get_tensor_mutable_data_fn)((OrtValue *)value, &data)))
-        return status;
     p->addend = (const float *)data;
     p->addend_stride = elements == kernel->n ? 0 : kernel->n;
     return NULL;
@@ -776,32 +785,12 @@ static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_
  * blocks of W cannot move). *out is the reordered copy, or NULL without the input. */
 static OrtStatus *input_order(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
                               const float *x, float **out) {
-    const OrtApiTable *api = kernel->api;
-    size_t count = 0;
-    const OrtValue *value = NULL;
-    OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT_COUNT,
-                                    es_kernel_context_get_input_count_fn)(context, &count);
-    *out = NULL;
-    if (status || count < 4) return status;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT,
-                              es_kernel_context_get_input_fn)(context, 3, &value)) ||
-        !value)
-        return status;
-    OrtTensorTypeAndShapeInfo *info;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
-                              es_get_tensor_type_and_shape_fn)(value, &info)))
-        return status;
-    size_t elements = 0;
-    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_SHAPE_ELEMENT_COUNT,
-                         es_get_tensor_shape_element_count_fn)(info, &elements);
-    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
-                es_release_tensor_type_and_shape_info_fn)(info);
-    if (status) return status;
-    if ((int64_t)elements != kernel->k) return fail("GgufMatMul: input_order is not [in_features]");
     void *data;
-    if ((status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA,
-                              es_get_tensor_mutable_data_fn)((OrtValue *)value, &data)))
-        return status;
+    int64_t elements = 0;
+    OrtStatus *status = optional_input(kernel, context, 3, &data, &elements);
+    *out = NULL;
+    if (status || !data) return status;
+    if (elements != kernel->k) return fail("GgufMatMul: input_order is not [in_features]");
     const int64_t *order = (const int64_t *)data, k = kernel->k;
     for (int64_t j = 0; j < k; j++)
         if (order[j] < 0 || order[j] >= k) return fail("GgufMatMul: input_order is outside X");
