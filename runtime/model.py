@@ -59,6 +59,10 @@ class ModelOptions:
     #: equals target-only output); a draft does not (the target checks whatever it proposes),
     #: so a draft runs its one-token steps unpadded.
     exact_passes: bool = True
+    #: Whether the spinning threads stop when a pass ends instead of spinning on for the next
+    #: kernel: a session beside another one on the same cores (a target beside a threaded
+    #: draft) otherwise keeps those cores busy through the other session's pass.
+    stop_spinning_after_run: bool = False
 
 
 def choose_providers(requested: Sequence[str] | None) -> list[str]:
@@ -134,6 +138,8 @@ class OnnxModel:
         session_options.add_session_config_entry(
             "session.intra_op.allow_spinning", "1" if options.spinning else "0"
         )
+        if options.stop_spinning_after_run:
+            session_options.add_session_config_entry("session.force_spinning_stop", "1")
         if not options.memory_arena or (bundle.manifest.extra.get("gguf") or {}).get(
             "output_vocabulary"
         ):

@@ -15,6 +15,7 @@ import pytest
 from edgespec.errors import ConfigError
 from edgespec.manifest import load_bundle
 from edgespec.measure.bench import PROMPT_SETS_DIR, load_prompt_set, load_prompts
+from edgespec.runtime.model import OnnxModel
 
 from conftest import TOY_PAIR
 
@@ -119,10 +120,18 @@ def test_verifying_session_spins_and_a_local_draft_takes_one_thread() -> None:
     assert (alone.intra_op_threads, alone.spinning) == (2, True)
     # A large draft beside a local target takes the target's threads, without spinning.
     large = THREADED_DRAFT_BYTES + 1
-    _, beside = session_options(
+    target, beside = session_options(
         LoadRequest(threads=2), local_target=True, context=64, draft_weight_bytes=large
     )
     assert (beside.intra_op_threads, beside.spinning, beside.exact_passes) == (2, False, False)
+    # ... and the target's threads stop spinning when its pass ends, leaving the cores to it.
+    assert (target.spinning, target.stop_spinning_after_run) == (True, True)
+    assert not session_options(LoadRequest(threads=2), local_target=True, context=64)[
+        0
+    ].stop_spinning_after_run
+    stopping = OnnxModel(engine.pair.target.bundle, options=target)
+    config = stopping.session.get_session_options().get_session_config_entry
+    assert config("session.force_spinning_stop") == "1"
     # Spinning or not, a pass computes the same thing.
     prompt = load_prompts("code")[0]
     fast = engine.generate(prompt, max_new_tokens=24)
