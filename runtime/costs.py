@@ -13,20 +13,24 @@ def _best_times(
     model: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
 ) -> list[float]:
     """The fastest of ``repeats`` passes over each of ``widths`` new tokens after ``context``
-    (one cache, prefilled once and cropped back after every pass)."""
+    (one cache, prefilled once and cropped back after every pass).
+
+    The widths take turns within each repeat, so that a slow stretch of a busy machine slows
+    every width alike rather than the few measured during it. Noise only adds time, and a
+    pass over more positions does more work, so a width's time is at most any wider one's:
+    each keeps the least of its own and the wider widths' times (``widths`` ascending)."""
     cache = model.new_cache()
     model.forward(context, cache)
-    found = []
-    for width in widths:
-        best = float("inf")
-        tokens = [context[-1]] * width
-        for _ in range(repeats):
+    best = [float("inf")] * len(widths)
+    for _ in range(repeats):
+        for index, width in enumerate(widths):
             started = time.perf_counter()
-            model.forward(tokens, cache)
-            best = min(best, time.perf_counter() - started)
+            model.forward([context[-1]] * width, cache)
+            best[index] = min(best[index], time.perf_counter() - started)
             cache.crop(len(context))
-        found.append(best)
-    return found
+    for index in range(len(best) - 2, -1, -1):
+        best[index] = min(best[index], best[index + 1])
+    return best
 
 
 def measure_costs(

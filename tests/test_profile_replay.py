@@ -54,3 +54,38 @@ def test_c_is_what_generation_paid_per_draft_step() -> None:
     assert draft_step_cost(runs, profile) == pytest.approx(0.030 / 0.060)
     lookup = [SimpleNamespace(stats=SimpleNamespace(draft_steps=0, draft_ms=5.0))]
     assert draft_step_cost(lookup, profile) == pytest.approx(profile.c)
+
+
+class ScriptedPasses:
+    """A model whose pass over w positions takes ``times[w][repeat]`` on a fake clock."""
+
+    def __init__(self, times: dict[int, list[float]]) -> None:
+        self.times = times
+        self.clock = 0.0
+        self.calls: Counter[int] = Counter()
+
+    def new_cache(self) -> object:
+        return self
+
+    def crop(self, length: int) -> None:
+        """The fake keeps no cache."""
+
+    def forward(self, tokens: list[int], cache: object) -> None:
+        width = len(tokens)
+        if width in self.times:  # the prefill takes no time
+            self.clock += self.times[width][self.calls[width]]
+            self.calls[width] += 1
+
+
+def test_the_verify_curve_takes_each_widths_best_and_never_falls_with_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slow stretch during one repeat of width 2 is outrun by its other repeats; width 3,
+    slow in every repeat here, is timed at no more than the wider width 4."""
+    from edgespec.runtime import costs
+
+    model = ScriptedPasses({1: [1.0, 1.0], 2: [3.0, 1.1], 3: [2.0, 2.0], 4: [1.5, 1.6]})
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: model.clock)
+    times = costs._best_times(model, list(range(100, 200)), [1, 2, 3, 4], repeats=2)  # type: ignore[arg-type]
+    assert times == pytest.approx([1.0, 1.1, 1.5, 1.5])
+    assert model.calls == Counter({1: 2, 2: 2, 3: 2, 4: 2})
