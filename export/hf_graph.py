@@ -33,13 +33,8 @@ from edgespec.export.bundle import (
 )
 from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import KVLayout
-from edgespec.export.gguf.pipeline import (
-    DATA_FILE,
-    GRAPH_FILE,
-    graph_spec,
-    model_spec,
-    write_graph,
-)
+from edgespec.export.gguf.manifest_records import DATA_FILE, GRAPH_FILE, graph_spec, model_spec
+from edgespec.export.gguf.pipeline import write_graph
 from edgespec.export.hf_source import (
     BLOCK_TYPES,
     CheckpointSource,

@@ -530,7 +530,8 @@ def test_block_types_keep_llama_cpp_values(
 
     import gguf
 
-    from edgespec.export.gguf.weights import block_weights, dequantized
+    from edgespec.export.gguf.matmul_nbits import dequantized
+    from edgespec.export.gguf.weights import block_weights
 
     rows, columns = 6, 512
     generator = np.random.default_rng(0)

@@ -10,7 +10,7 @@ import pytest
 from edgespec.api import Engine
 from edgespec.engine.remote import remote_profile
 from edgespec.measure.delay_proxy import DelayProxy
-from edgespec.protocol import ServerInfo
+from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import AutoK
 from edgespec.runtime.verifiers.remote import ServerTarget
 from edgespec.server.app import create_app

@@ -11,7 +11,7 @@ import pytest
 
 from edgespec.engine.remote import remote_profile
 from edgespec.events import StepRecord
-from edgespec.protocol import ServerInfo
+from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import AutoK, CostProfile, expected_tokens
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "policy_v1.json").read_text())

@@ -12,7 +12,7 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
-from edgespec.protocol import ChatFormat, ServerInfo
+from edgespec.protocol.server_info import ChatFormat, ServerInfo
 
 from conftest import TOY_PAIR
 from servers import FAKE_PROFILE, ThreadServer

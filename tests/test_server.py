@@ -178,7 +178,7 @@ class FakeClock:
 
 
 def test_idle_sessions_expire_and_the_least_recently_used_is_evicted(engine: Engine) -> None:
-    from edgespec.protocol import OpenRequest
+    from edgespec.protocol.sessions import OpenRequest
     from edgespec.server.sessions import SessionStore
 
     clock = FakeClock()

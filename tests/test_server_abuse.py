@@ -322,7 +322,7 @@ def test_every_status_is_counted_500s_included(engine: Engine) -> None:
 
 def test_the_cache_budget_evicts_the_least_recently_used(engine: Engine) -> None:
     from edgespec.errors import ConfigError
-    from edgespec.protocol import OpenRequest
+    from edgespec.protocol.sessions import OpenRequest
     from edgespec.server.sessions import SessionStore, StoreLimits, full_session_bytes
 
     with pytest.raises(ConfigError, match="--max-cache-mb"):

@@ -12,17 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgespec import protocol as wire
 from edgespec.config import SamplingConfig
 from edgespec.errors import ProtocolError
-from edgespec.protocol import (
+from edgespec.protocol.q_draft import decode_q_draft, encode_q_draft
+from edgespec.protocol.server_info import ServerInfo
+from edgespec.protocol.sessions import (
     OpenRequest,
     OpenResponse,
-    ServerInfo,
     VerifyRequest,
     VerifyResponse,
-    decode_q_draft,
-    encode_q_draft,
     uniforms_used,
 )
 from edgespec.runtime.acceptance import accept_sampled
@@ -30,14 +28,18 @@ from edgespec.runtime.sampling import probabilities
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "protocol_v1.json").read_text())
 LIMITS = {"vocab_size": VECTORS["vocab_size"], "max_length": VECTORS["max_length"]}
+MESSAGES = {
+    kind.__name__: kind
+    for kind in (OpenRequest, OpenResponse, VerifyRequest, VerifyResponse, ServerInfo)
+}
 
 
 def parse(kind: str, data: Any, **extra: Any) -> Any:
     if kind in ("OpenRequest", "VerifyRequest"):
-        return getattr(wire, kind).from_json(data, **LIMITS)
+        return MESSAGES[kind].from_json(data, **LIMITS)
     if kind == "VerifyResponse":
         return VerifyResponse.from_json(data, k=extra.get("k", 8))
-    return getattr(wire, kind).from_json(data)
+    return MESSAGES[kind].from_json(data)
 
 
 @pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])

@@ -15,7 +15,7 @@ from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
-from edgespec.protocol import ChatFormat
+from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import Admission, admit, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes

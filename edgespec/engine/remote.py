@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from edgespec.protocol import ServerInfo
+from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier

@@ -1,7 +1,7 @@
 """The HTTP face of ``edgespec serve``: protocol v1, health, metrics, OpenAI-compatible routes.
 
 Request bodies are declared as pydantic models (``bodies``: the OpenAPI schema describes them
-for fuzzing) and then validated by the protocol module (``edgespec.protocol``), whose errors
+for fuzzing) and then validated by the protocol package (``edgespec.protocol``), whose errors
 become 4xx answers with a message. In front of every route, ``guard.RequestGuard`` checks the
 API key (every path but ``/health`` needs ``Authorization: Bearer KEY`` when one is set, the
 OpenAPI pages included) and reads the body under its limits; ``guard.StatusCounter`` counts
@@ -25,14 +25,9 @@ from starlette.exceptions import HTTPException
 
 from edgespec.api import Engine
 from edgespec.errors import ConfigError, EdgespecError, PositionConflictError, UnknownSessionError
-from edgespec.protocol import (
-    MAX_K,
-    PROTOCOL_VERSION,
-    SESSION_SECRET_HEADER,
-    OpenRequest,
-    ServerInfo,
-    VerifyRequest,
-)
+from edgespec.protocol import MAX_K, PROTOCOL_VERSION, SESSION_SECRET_HEADER
+from edgespec.protocol.server_info import ServerInfo
+from edgespec.protocol.sessions import OpenRequest, VerifyRequest
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.server.bodies import OpenBody, VerifyBody
 from edgespec.server.guard import (

@@ -31,13 +31,8 @@ from edgespec.config import SamplingConfig
 from edgespec.engine.options import K_RULE, MAX_K
 from edgespec.errors import ConfigError, PositionConflictError, ProtocolError, UnknownSessionError
 from edgespec.graph.kv_cache import KVCache
-from edgespec.protocol import (
-    SESSION_SECRET_HEADER,
-    OpenRequest,
-    OpenResponse,
-    VerifyRequest,
-    VerifyResponse,
-)
+from edgespec.protocol import SESSION_SECRET_HEADER
+from edgespec.protocol.sessions import OpenRequest, OpenResponse, VerifyRequest, VerifyResponse
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import Uniforms

@@ -9,6 +9,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from edgespec.export.gguf.matmul_nbits import (
+    BlockShape,
+    BlockWeights,
+    Factors,
+    concatenate,
+    reordered,
+)
 from edgespec.export.gguf.raw_blocks import (
     SWIGLU,
     RawBlocks,
@@ -17,14 +24,7 @@ from edgespec.export.gguf.raw_blocks import (
     stack_raw,
 )
 from edgespec.export.gguf.reader import float_tensor, tensor_rows
-from edgespec.export.gguf.weights import (
-    BlockShape,
-    BlockWeights,
-    Factors,
-    block_weights,
-    concatenate,
-    reordered,
-)
+from edgespec.export.gguf.weights import block_weights
 from edgespec.graph.kernels import (
     GGUF_DOMAIN,
     GGUF_GATHER,

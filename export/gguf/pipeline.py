@@ -4,49 +4,30 @@ place. Needs numpy, onnx, onnxruntime, tokenizers and gguf: no torch, no transfo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from edgespec.config import ExportConfig
 from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.bundle import (
-    file_records,
-    staging_directory,
-    tokenizer_sha256,
-    write_bundle_manifest,
-)
+from edgespec.export.bundle import staging_directory
 from edgespec.export.gguf import check
-from edgespec.export.gguf.folded import KVLayout, attention_boundaries
-from edgespec.export.gguf.graph import IO, build_graph, past_names, present_names
+from edgespec.export.gguf.folded import KVLayout
+from edgespec.export.gguf.graph import build_graph
 from edgespec.export.gguf.locate import gguf_path
+from edgespec.export.gguf.manifest_records import (
+    DATA_FILE,
+    GRAPH_FILE,
+    graph_spec,
+    write_gguf_manifest,
+)
 from edgespec.export.gguf.memory import check_import_memory, release_freed_memory
-from edgespec.export.gguf.reader import (
-    GGUFArchitecture,
-    GGUFFile,
-    WeightSource,
-    field_value,
-    open_gguf,
-)
+from edgespec.export.gguf.reader import GGUFFile, WeightSource, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
-from edgespec.manifest import (
-    Bundle,
-    GraphSpec,
-    MemoryEstimate,
-    ModelSpec,
-    QuantizationSpec,
-    SourceSpec,
-    TensorSpec,
-    TokenizerSpec,
-    VerificationRecord,
-    load_bundle,
-)
+from edgespec.manifest import Bundle, VerificationRecord, load_bundle
 
-GRAPH_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
 #: The KV buffer is allocated whole, so the default context is kept modest.
 DEFAULT_CAPACITY = 2048
 
@@ -97,7 +78,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             source, staging, tokenizer, config, layout, builder, observe
         )
         extra.update(_file_records(source))
-        _write_manifest(
+        write_gguf_manifest(
             source,
             staging,
             config,
@@ -232,187 +213,3 @@ def _verify(
             fix="try --accuracy-level 1, or pass --allow-batch-variance to keep it anyway",
         )
     return record, {"llama_cpp_agreement": agreement}, checks.min_pass_width
-
-
-def _write_manifest(
-    source: GGUFFile,
-    staging: Path,
-    config: ExportConfig,
-    tokenizer: Any,
-    tokenizer_files: list[str],
-    builder: Any,
-    verification: VerificationRecord,
-    *,
-    capacity: int,
-    layout: KVLayout,
-    accuracy: int,
-    min_width: int,
-    extra: dict[str, Any],
-) -> None:
-    arch = source.architecture
-    kinds = Counter(t.tensor_type.name for t in source.tensors.values())
-    requantized = sorted({w.source_type for w in builder.quantized if not w.grid_kept})
-    roles = {
-        GRAPH_FILE: "graph",
-        DATA_FILE: "graph_data",
-        **{f: "tokenizer" for f in tokenizer_files},
-    }
-    weight_bytes = (staging / DATA_FILE).stat().st_size
-    write_bundle_manifest(
-        staging,
-        config,
-        source=SourceSpec(
-            model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
-        ),
-        model=_model_spec(source, capacity),
-        graph=graph_spec(source, layout, min_width),
-        tokenizer=_tokenizer_spec(tokenizer, tokenizer_files, staging, arch.vocab_size),
-        quantization=_quantization_spec(kinds, builder, accuracy),
-        verification=verification,
-        memory=MemoryEstimate(
-            weight_bytes=weight_bytes,
-            kv_bytes_per_token=2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * 4,
-            logits_bytes_per_position=arch.vocab_size * 4,
-            file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
-        ),
-        files=file_records(staging, roles),
-        packages=("onnx", "onnxruntime", "gguf", "tokenizers", "numpy"),
-        extra={
-            "gguf": {
-                "file": source.path.name,
-                "tensor_types": dict(kinds),
-                "grid_kept": not requantized and not builder.dequantize,
-                "dequantized": builder.dequantize,
-                "requantized_types": requantized,
-                # A draft's head scores these many tokens (None: the whole vocabulary).
-                "output_vocabulary": len(arch.output_vocabulary) or None,
-            },
-            **extra,
-        },
-    )
-
-
-def _model_spec(source: GGUFFile, capacity: int) -> ModelSpec:
-    arch = source.architecture
-    parameters = sum(int(t.n_elements) for t in source.tensors.values())
-    return model_spec(
-        arch,
-        model_type=arch.arch,
-        architecture=f"gguf:{arch.arch}",
-        parameters=parameters,
-        positions=arch.context_length,
-        capacity=capacity,
-    )
-
-
-def model_spec(
-    arch: GGUFArchitecture,
-    *,
-    model_type: str,
-    architecture: str,
-    parameters: int,
-    positions: int,
-    capacity: int,
-) -> ModelSpec:
-    """The manifest's model record of an in-place graph built from ``arch`` (either importer)."""
-    return ModelSpec(
-        model_type=model_type,
-        architecture=architecture,
-        parameters=parameters,
-        num_layers=arch.num_layers,
-        num_attention_heads=arch.num_heads,
-        num_kv_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        hidden_size=arch.hidden_size,
-        vocab_size=arch.vocab_size,
-        max_position_embeddings=positions,
-        max_length=capacity,
-    )
-
-
-def _tokenizer_spec(
-    tokenizer: Any, files: list[str], staging: Path, vocab_size: int
-) -> TokenizerSpec:
-    return TokenizerSpec(
-        file="tokenizer.json",
-        files=tuple(files),
-        sha256=tokenizer_sha256(staging / "tokenizer.json"),
-        vocab_type="BPE",
-        vocab_size=vocab_size,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_ids=tokenizer.eos_token_ids,
-        pad_token_id=tokenizer.pad_token_id,
-        add_bos_token=tokenizer.add_bos_token,
-        special_tokens=tokenizer.special_tokens,
-        has_chat_template=bool(tokenizer.chat_template),
-    )
-
-
-def _quantization_spec(kinds: Counter[str], builder: Any, accuracy: int) -> QuantizationSpec:
-    quantized = bool(builder.quantized)
-    scheme = "gguf_blocks" if builder.kernel_ops else "matmul_nbits"
-    op_types = ("MatMulNBits", "Gather", *sorted(builder.kernel_ops)) if quantized else ()
-    return QuantizationSpec(
-        scheme=scheme if quantized else "none",
-        weight_dtype=(
-            "/".join(sorted(k.lower() for k in kinds if k != "F32")) if quantized else "fp32"
-        )
-        or "fp32",
-        bits=min((w.bits for w in builder.quantized), default=32),
-        block_size=min((w.block for w in builder.quantized), default=32) if quantized else None,
-        accuracy_level=accuracy,
-        symmetric=False,
-        op_types=op_types,
-        tool="edgespec GGUF importer",
-    )
-
-
-def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
-    """The in-place graph's I/O record (any source with an ``architecture``: a GGUF file, or a
-    Hugging Face checkpoint through :mod:`edgespec.export.hf_graph`)."""
-    arch = source.architecture
-    kv = (1, arch.num_kv_heads, layout.buffer_length, arch.head_dim)
-    layers = range(arch.num_layers)
-    inputs = [
-        TensorSpec(name=IO["input_ids"], dtype="int64", shape=(1, "sequence")),
-        TensorSpec(name=IO["seqlens_k"], dtype="int32", shape=(1,)),
-        TensorSpec(name=IO["total_sequence_length"], dtype="int32", shape=()),
-        TensorSpec(name=IO["logits_rows"], dtype="int64", shape=("rows",)),
-    ]
-    inputs += [TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in past_names(i)]
-    outputs = [TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "rows", arch.vocab_size))]
-    outputs += [
-        TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in present_names(i)
-    ]
-    return GraphSpec(
-        attention_boundaries=attention_boundaries(arch, layout),
-        file=GRAPH_FILE,
-        opset=21,
-        inputs=tuple(inputs),
-        outputs=tuple(outputs),
-        input_ids=IO["input_ids"],
-        attention_mask=None,
-        position_ids=None,
-        logits=IO["logits"],
-        past_key=tuple(past_names(i)[0] for i in layers),
-        past_value=tuple(past_names(i)[1] for i in layers),
-        present_key=tuple(present_names(i)[0] for i in layers),
-        present_value=tuple(present_names(i)[1] for i in layers),
-        kv_dtype="float32",
-        logits_dtype="float32",
-        kv_sharing="shared",
-        kv_capacity=layout.buffer_length,
-        kv_positions_per_token=layout.positions_per_token,
-        seqlens_k=IO["seqlens_k"],
-        total_sequence_length=IO["total_sequence_length"],
-        logits_rows=IO["logits_rows"],
-        min_pass_width=min_width,
-    )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

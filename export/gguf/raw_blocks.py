@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.export.gguf.weights import BlockShape
+from edgespec.export.gguf.matmul_nbits import BlockShape
 from edgespec.graph.kernels import GGUF_KERNEL_TYPES
 from edgespec.graph.rows8 import rows8_fits, to_rows8
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError, RemoteUnavailableError
-from edgespec.protocol import ChatFormat, ServerInfo
+from edgespec.protocol.server_info import ChatFormat, ServerInfo
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
 from edgespec.runtime.verifiers.http import Connection, Traffic, TrafficMeter, raise_for_status

@@ -20,12 +20,11 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ProtocolError, RemoteError, RemoteUnavailableError
-from edgespec.protocol import (
-    SESSION_SECRET_HEADER,
-    ChatFormat,
+from edgespec.protocol import SESSION_SECRET_HEADER
+from edgespec.protocol.server_info import ChatFormat, ServerInfo
+from edgespec.protocol.sessions import (
     OpenRequest,
     OpenResponse,
-    ServerInfo,
     VerifyRequest,
     VerifyResponse,
     uniforms_used,
