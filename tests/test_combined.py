@@ -8,17 +8,23 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.manifest import load_bundle
-from edgespec.runtime.drafters.combined import CombinedDrafter
+from edgespec.runtime.drafters.combined import PROBE_EVERY, CombinedDrafter
 from edgespec.runtime.drafters.model import ModelDrafter
+from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
 
 from conftest import TOY_PAIR
+
+#: A draft step at 0.2 of a target step, a verify pass of 2 positions as one of 1.
+COSTS = CostProfile(
+    target_step_s=0.1, draft_step_s=0.02, verify_cost=(1.0, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
+)
 
 
 def _drafter() -> CombinedDrafter:
     bundle = load_bundle(TOY_PAIR / "draft")
     model = ModelDrafter(OnnxModel(bundle), vocab_size=bundle.manifest.model.vocab_size)
-    return CombinedDrafter(model)
+    return CombinedDrafter(model, costs=lambda: COSTS)
 
 
 def test_lookup_and_model_rounds_keep_both_sides_in_step() -> None:
@@ -41,16 +47,41 @@ def test_lookup_and_model_rounds_keep_both_sides_in_step() -> None:
     assert drafter.lookups > 0 and drafter.model_rounds > 0
 
 
-def test_model_rounds_draft_less_while_the_model_is_rejected() -> None:
+def test_model_rounds_are_priced_down_to_plain_steps_while_the_model_is_rejected() -> None:
+    """Rejected drafts lower the model's acceptance until no draft length pays for its draft
+    steps: the rounds then draft nothing (plain target steps), except a one-token probe after
+    PROBE_EVERY of them; the draft model still follows every committed token."""
+    drafter = _drafter()
+    drafter.begin([3, 4, 5], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    context = [3, 4, 5]
+    lengths = []
+    for index in range(8 + PROBE_EVERY):
+        draft = drafter.propose(6)
+        lengths.append(len(draft.tokens))
+        next_token = 7 + 3 * index  # nothing accepted; no repeats to look up
+        drafter.commit(0, next_token)
+        context.append(next_token)
+        pending = drafter.model._pending
+        assert drafter.model.cache.length + len(pending) == len(context)
+    assert lengths[0] > 0 and drafter.model_acceptance < 0.3
+    first_zero = lengths.index(0)
+    assert lengths[first_zero : first_zero + PROBE_EVERY - 1] == [0] * (PROBE_EVERY - 1)
+    assert lengths[first_zero + PROBE_EVERY - 1] == 1
+    assert drafter.model_rounds == len(lengths) - lengths.count(0)
+
+
+def test_model_rounds_draft_longer_while_the_model_is_accepted() -> None:
+    """Every drafted token accepted: the model's rounds go to their longest, model_k, and
+    never past the round's k."""
     drafter = _drafter()
     drafter.begin([3, 4, 5], sampling=SamplingConfig(), rng=np.random.default_rng(0))
     lengths = []
-    for _ in range(6):
-        draft = drafter.propose(6)
+    for index in range(8):
+        draft = drafter.propose(2 if index == 7 else 6)
         lengths.append(len(draft.tokens))
-        drafter.commit(0, 7 + len(lengths) * 3)  # nothing accepted; no repeats to look up
-    assert lengths[0] == 3 and lengths[-1] == 1
-    assert drafter.model_acceptance < 0.3
+        drafter.commit(len(draft.tokens), 50 + index)
+    assert drafter.model_acceptance > 0.9
+    assert lengths[-2] == drafter.model_k and lengths[-1] == 2
 
 
 def test_lookup_rounds_are_point_masses_for_rejection_sampling() -> None:

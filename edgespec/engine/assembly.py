@@ -35,6 +35,9 @@ class DraftSource:
     draft: OnnxModel | None
     vocab_size: int
     stop_probability: float
+    #: The pair's measured costs (measured on first use), which price the combined
+    #: drafter's model rounds.
+    costs: Callable[[], CostProfile]
 
 
 def _model_drafter(source: DraftSource) -> Drafter:
@@ -51,7 +54,7 @@ def _model_drafter(source: DraftSource) -> Drafter:
 def _combined_drafter(source: DraftSource) -> Drafter:
     model = _model_drafter(source)
     assert isinstance(model, ModelDrafter)
-    return CombinedDrafter(model)
+    return CombinedDrafter(model, costs=source.costs)
 
 
 #: The ngram drafter proposes at most this many tokens unless its last proposal was accepted

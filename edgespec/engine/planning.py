@@ -193,6 +193,7 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
             draft=pair.draft,
             vocab_size=source.vocab_size,
             stop_probability=options.draft_min_probability,
+            costs=source.cost_profile,
         ),
     )
     metered = None if remote is None else assembly.remote_verifier(remote, source.token_pieces)
