@@ -89,3 +89,21 @@ def test_the_verify_curve_takes_each_widths_best_and_never_falls_with_width(
     times = costs._best_times(model, list(range(100, 200)), [1, 2, 3, 4], repeats=2)  # type: ignore[arg-type]
     assert times == pytest.approx([1.0, 1.1, 1.5, 1.5])
     assert model.calls == Counter({1: 2, 2: 2, 3: 2, 4: 2})
+
+
+def test_drafters_expected_alike_are_raced_with_target_only_decoding_near_one() -> None:
+    """The combined drafter expected at 1.08x and prompt lookup at 1.07x race each other,
+    with target-only decoding (1.08x is within the race margin of 1.0x); a model drafter
+    expected at 0.95x does not run."""
+    from edgespec.measure.profile import RACE_WITHIN, contenders
+
+    def drafter(expected: float, k: int) -> dict[str, float]:
+        return {"expected_speedup": expected, "recommended_k": k}
+
+    measured = {"model": drafter(0.95, 1), "combined": drafter(1.08, 2), "ngram": drafter(1.07, 5)}
+    assert contenders(measured) == {"combined": 2, "ngram": 5, "none": 0}
+    # A clear winner, far above 1.0x, runs alone: there is nothing to race.
+    measured = {"combined": drafter(1.6, 3), "ngram": drafter(1.6 / RACE_WITHIN - 0.01, 4)}
+    assert contenders(measured) == {"combined": 3}
+    # No drafter pays: target-only decoding alone.
+    assert contenders({"ngram": drafter(0.9, 1)}) == {"none": 0}

@@ -141,6 +141,11 @@ def _profile_lines(profile: dict[str, Any]) -> list[str]:
             f"paid it), best k {figures['recommended_k']}, "
             f"expected {figures['expected_speedup']:.2f}x"
         )
+    if profile.get("race_tok_s"):
+        lines.append(
+            "raced, taking turns on the same prompts: "
+            + ", ".join(f"{name} {rate:.1f} tok/s" for name, rate in profile["race_tok_s"].items())
+        )
     chosen = profile["drafter"]
     lines.append(
         f"choice: {chosen} at k {profile['recommended_k']}, expected speedup "
