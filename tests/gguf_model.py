@@ -196,15 +196,22 @@ def write_spm_vocab_gguf(out_path: Path, *, seed: int = 0, add_space_prefix: boo
 
 
 def write_gemma3_gguf(
-    out_path: Path, *, seed: int = 0, layers: int = 7, sliding_window: int = 4
+    out_path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 7,
+    sliding_window: int = 4,
+    head_dim: int = 16,
+    weight_type: str | None = None,
 ) -> Path:
     """A random-weight Gemma 3 in F32 as llama.cpp's converter lays it out (norm weights
     already hold Gemma's 1 + w): layers 0-4 and 6 attend to the last ``sliding_window``
     positions, layer 5 to all; Q/K norms, post-attention and post-MLP norms, a tied
-    embedding, and the SentencePiece test vocabulary."""
+    embedding, and the SentencePiece test vocabulary. ``weight_type`` (Q8_0, ...) quantizes
+    the layers' matrices with the ``gguf`` package's reference code."""
     import gguf
 
-    hidden, heads, kv_heads, head_dim, ffn = 64, 4, 1, 16, 128
+    hidden, heads, kv_heads, ffn = 64, 4, 1, 128
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(out_path), "gemma3")
     writer.add_name("edgespec-test-gemma3")
@@ -229,21 +236,30 @@ def write_gemma3_gguf(
     def norm(size: int) -> np.ndarray:
         return (1.0 + 0.2 * rng.standard_normal(size)).astype(np.float32)
 
+    def add_matrix(name: str, rows: int, columns: int) -> None:
+        weight = matrix(rows, columns)
+        if weight_type is None:
+            writer.add_tensor(name, weight)
+            return
+        qtype = gguf.GGMLQuantizationType[weight_type]
+        quantized = gguf.quants.quantize(weight, qtype)
+        writer.add_tensor(name, quantized, raw_shape=quantized.shape, raw_dtype=qtype)
+
     writer.add_tensor("token_embd.weight", matrix(vocab, hidden) * 4)
     for layer in range(layers):
         p = f"blk.{layer}."
         writer.add_tensor(p + "attn_norm.weight", norm(hidden))
-        writer.add_tensor(p + "attn_q.weight", matrix(heads * head_dim, hidden))
-        writer.add_tensor(p + "attn_k.weight", matrix(kv_heads * head_dim, hidden))
-        writer.add_tensor(p + "attn_v.weight", matrix(kv_heads * head_dim, hidden))
+        add_matrix(p + "attn_q.weight", heads * head_dim, hidden)
+        add_matrix(p + "attn_k.weight", kv_heads * head_dim, hidden)
+        add_matrix(p + "attn_v.weight", kv_heads * head_dim, hidden)
         writer.add_tensor(p + "attn_q_norm.weight", norm(head_dim))
         writer.add_tensor(p + "attn_k_norm.weight", norm(head_dim))
-        writer.add_tensor(p + "attn_output.weight", matrix(hidden, heads * head_dim))
+        add_matrix(p + "attn_output.weight", hidden, heads * head_dim)
         writer.add_tensor(p + "post_attention_norm.weight", norm(hidden))
         writer.add_tensor(p + "ffn_norm.weight", norm(hidden))
-        writer.add_tensor(p + "ffn_gate.weight", matrix(ffn, hidden))
-        writer.add_tensor(p + "ffn_up.weight", matrix(ffn, hidden))
-        writer.add_tensor(p + "ffn_down.weight", matrix(hidden, ffn))
+        add_matrix(p + "ffn_gate.weight", ffn, hidden)
+        add_matrix(p + "ffn_up.weight", ffn, hidden)
+        add_matrix(p + "ffn_down.weight", hidden, ffn)
         writer.add_tensor(p + "post_ffw_norm.weight", norm(hidden))
     writer.add_tensor("output_norm.weight", norm(hidden))
     return _finish(writer, out_path)

@@ -692,6 +692,37 @@ def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
             assert decoded == text
 
 
+def test_quantized_gemma3_folds_its_sliding_window_attention(tmp_path: Path) -> None:
+    """On the GGUF kernels Gemma 3's query heads fold into rows of its one KV head, its
+    sliding-window layers included (the window as an attention bias): over 40 positions, ten
+    times the 4-position window, every logit row follows llama.cpp's, the pass widths agree
+    bit for bit, and no attention boundaries are needed."""
+    from gguf_model import write_gemma3_gguf
+
+    from edgespec.runtime.model import OnnxModel
+
+    path = write_gemma3_gguf(tmp_path / "gemma3.gguf", head_dim=32, weight_type="Q8_0")
+    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    graph = bundle.manifest.graph
+    assert graph.kv_positions_per_token == 4 and graph.attention_boundaries == ()
+    invariance = bundle.manifest.verification.batch_invariance
+    assert invariance is not None and invariance.max_abs_logit_diff == 0.0
+    model = OnnxModel(bundle)
+    tokens = [1, *range(300, 339)]
+    cache = model.new_cache()
+    # forward returns a view of its output buffer, valid until the next pass: copy each.
+    ours = np.concatenate(
+        [np.array(model.forward(tokens[i : i + 8], cache)) for i in range(0, 40, 8)]
+    )
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False)
+    llm.eval(tokens)
+    theirs = np.array(llm.scores[: len(tokens)])
+    assert np.abs(ours - theirs).max() < 3e-2 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
 def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
     """A random-weight Gemma 3 (sliding-window layers with a 4-position window, one global
     layer, Q/K norms, post norms, GELU, scaled embedding) in F32: the export passes its

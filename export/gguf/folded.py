@@ -41,7 +41,7 @@ def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "au
     sliding-window layers)."""
     group = arch.num_heads // arch.num_kv_heads
     wanted = attention == "folded" or (attention == "auto" and capacity > FOLDED_FROM)
-    if not wanted or not quantized or group == 1 or arch.sliding_window or arch.head_dim % 32:
+    if not wanted or not quantized or group == 1 or arch.head_dim % 32:
         return KVLayout(buffer_length=capacity)
     return KVLayout(
         buffer_length=capacity + (group - 1) * FOLDED_PASS_WIDTH, positions_per_token=group
@@ -101,7 +101,9 @@ def folding_inputs(
     (past + group × R); the pads that append (group - 1) × R zero rows to K and V and
     the S - R zero rows that give the attention output back the pass's width; and the bias
     [1, 1, group × R, past + group × R] that lets folded row r (token r // group) see
-    positions up to past + r // group only."""
+    positions up to past + r // group only, with (Gemma's sliding-window layers) a second
+    one, "local_bias", that also hides the positions ``sliding_window`` or more before it
+    (llama.cpp's window: ONNX Runtime's ``local_window_size`` keeps one position more)."""
     group = arch.num_heads // arch.num_kv_heads
     one = builder.constant("fold.one", np.array(1, np.int64))
     axis0, axis1 = (
@@ -168,9 +170,26 @@ def folding_inputs(
         ],
         "fold.bias2",
     )
-    bias = builder.node(
-        "Unsqueeze", [bias, builder.constant("fold.ax01", np.array([0, 1]))], "fold.bias"
-    )
+    axes01 = builder.constant("fold.ax01", np.array([0, 1]))
+    bias = builder.node("Unsqueeze", [bias, axes01], "fold.bias")
+    local: dict[str, str] = {}
+    if arch.sliding_window:
+        window = builder.constant("fold.window", np.array(arch.sliding_window, np.int64))
+        recent = builder.node(
+            "Less",
+            [last_seen, builder.node("Add", [positions, window], "fold.window_end")],
+            "fold.recent",
+        )  # [group × S, past + group × S]: less than the window before the row's token
+        local_bias = builder.node(
+            "Where",
+            [
+                builder.node("And", [visible, recent], "fold.local_visible"),
+                "fold.open",
+                "fold.masked",
+            ],
+            "fold.local_bias2",
+        )
+        local["local_bias"] = builder.node("Unsqueeze", [local_bias, axes01], "fold.local_bias")
     return {
         "first": zero,
         "axis1": axis1,
@@ -181,6 +200,7 @@ def folding_inputs(
         "total_sequence_length": total_scalar,
         "pads": pads,
         "bias": bias,
+        **local,
     }
 
 
@@ -192,23 +212,29 @@ def folded_attention(
     caches: dict[str, str],
     names: dict[str, str],
     kv: tuple[str, str, str, str],
+    *,
+    sliding: bool = False,
 ) -> None:
     """Rotary on Q and K, then GroupQueryAttention over the folded problem: Q [1, R, heads × D]
     of the R real tokens (heads already in folded order) as [1, group × R, kv_heads × D]; K
     and V with zero rows appended to the same length; the output unfolded to
     [1, R, heads × D] (still in folded head order, which the output projection's columns
     follow) and padded with zero rows to the pass's S tokens, as ``l{layer}.attn``. ``names``
-    are :func:`folding_inputs`' outputs; ``kv`` the layer's past and present key and value."""
+    are :func:`folding_inputs`' outputs; ``kv`` the layer's past and present key and value.
+    A ``sliding`` layer rotates with the local rotary tables and sees its window only."""
     from onnx import helper
 
     query, key, value = qkv
     position = names["position"]
+    cos, sin = (
+        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    )
     rotated = []
     for part, tensor, heads in (("q", query, arch.num_heads), ("k", key, arch.num_kv_heads)):
         rotated.append(
             builder.node(
                 "RotaryEmbedding",
-                [tensor, position, caches["cos"], caches["sin"]],
+                [tensor, position, cos, sin],
                 f"l{layer}.{part}_rot",
                 domain="com.microsoft",
                 num_heads=heads,
@@ -242,7 +268,7 @@ def folded_attention(
                 "",
                 "",
                 "",
-                names["bias"],
+                names["local_bias"] if sliding else names["bias"],
             ],
             [f"{attended}.folded", present_key, present_value],
             name=f"{attended}.folded",

@@ -60,8 +60,9 @@ OPSET = 21
 #: 6: K-quants on edgespec's GGUF kernels; 7: the ``logits_rows`` input, the LM head runs on
 #: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves;
 #: 9: the legacy types in the kernels' rows-of-8 layout; 10: SwiGLU and the attention
-#: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes).
-GRAPH_REVISION = 10
+#: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes);
+#: 11: sliding-window layers folded too (Gemma 3), their window an attention bias.
+GRAPH_REVISION = 11
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -172,6 +173,7 @@ def _attention(
             caches,
             folding,
             (past_key, past_value, present_key, present_value),
+            sliding=arch.is_sliding(layer),
         )
     else:
         sliding = arch.is_sliding(layer)
