@@ -151,8 +151,8 @@ def _race(
 ) -> dict[str, float]:
     """Decode tok/s of each drafter at its k over the same prompts, the drafters taking
     turns on every prompt (so that a slow stretch of the machine slows them alike)."""
-    tokens: Counter[str] = Counter()
-    seconds: Counter[str] = Counter()
+    tokens = dict.fromkeys(raced, 0)
+    seconds = dict.fromkeys(raced, 0.0)
     for index, ids in enumerate(encoded, 1):
         for name, k in raced.items():
             result = engine.generate(ids, drafter=name, k=k, max_new_tokens=new_tokens)
