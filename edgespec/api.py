@@ -184,13 +184,20 @@ class Engine:
 
     @property
     def warnings(self) -> list[str]:
-        """Provider fallbacks, and a target whose export did not show batch invariance."""
+        """Provider fallbacks, a graph whose attention CUDA cannot run, and a target whose export
+        did not show batch invariance."""
         models = [("target", self.target), ("draft", self.draft)]
         lines = [
             f"{name} asked for {model.requested_providers[0]} but runs on "
             f"{', '.join(model.providers)}"
             for name, model in models
             if model is not None and model.fell_back
+        ]
+        lines += [
+            f"{name} runs {part} on the CPU under CUDA, copying between host and GPU every pass"
+            for name, model in models
+            if model is not None
+            for part in model.cpu_parts_under_cuda
         ]
         if self.remote_down is not None:
             how = (

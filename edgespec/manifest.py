@@ -98,6 +98,10 @@ class GraphSpec:
     #: (probed on the exporting machine, see :mod:`edgespec.export.gguf.regimes`): the
     #: runtime cuts passes so that each position is computed in its single step's regime.
     attention_boundaries: tuple[int, ...] = ()
+    #: A copy of the graph whose attention and KV buffers are float16 (its weights are the
+    #: graph's own data file), which CUDA sessions run: ONNX Runtime's CUDA attention takes
+    #: no float32 (see :mod:`edgespec.export.half_attention`). None: no such copy.
+    half_attention_file: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

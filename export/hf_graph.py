@@ -35,6 +35,7 @@ from edgespec.export.gguf import check
 from edgespec.export.gguf.graph import KVLayout
 from edgespec.export.gguf.manifest_records import DATA_FILE, GRAPH_FILE, graph_spec, model_spec
 from edgespec.export.gguf.pipeline import write_graph
+from edgespec.export.half_attention import add_half_attention
 from edgespec.export.hf_source import (
     BLOCK_TYPES,
     CheckpointSource,
@@ -122,16 +123,14 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
         verification, min_width, torch_top1 = _verify(
             checkpoint, staging / GRAPH_FILE, torch_model, tokenizer, config, layout, observe
         )
-        spec = graph_spec(checkpoint, layout, min_width)
+        roles = {
+            GRAPH_FILE: "graph",
+            DATA_FILE: "graph_data",
+            **{name: "tokenizer" for name in tokenizer_spec.files},
+        }
+        spec = add_half_attention(staging, graph_spec(checkpoint, layout, min_width), roles)
         weight_bytes = (staging / DATA_FILE).stat().st_size
-        files = file_records(
-            staging,
-            {
-                GRAPH_FILE: "graph",
-                DATA_FILE: "graph_data",
-                **{name: "tokenizer" for name in tokenizer_spec.files},
-            },
-        )
+        files = file_records(staging, roles)
         arch = checkpoint.architecture
         write_bundle_manifest(
             staging,

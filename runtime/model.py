@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from edgespec.graph.driver import GraphDriver
 from edgespec.graph.kernels import register_gguf_kernels, uses_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
-from edgespec.manifest import Bundle
+from edgespec.manifest import Bundle, GraphSpec
 
 #: Providers tried in order when the caller names none (TensorRT builds engines for minutes on
 #: first use, so it is used only when asked for).
@@ -82,21 +83,25 @@ def choose_providers(requested: Sequence[str] | None) -> list[str]:
     return list(requested)
 
 
-def open_session(bundle: Bundle, options: Any, providers: Sequence[str]) -> Any:
-    """An ``onnxruntime.InferenceSession`` of the bundle's graph. A graph ONNX Runtime cannot
-    load (damaged after its checksum was written, or from a newer opset) is a bundle problem:
-    one line naming the file, not ONNX Runtime's traceback."""
+def open_session(
+    bundle: Bundle, options: Any, providers: Sequence[str], graph_path: Path | None = None
+) -> Any:
+    """An ``onnxruntime.InferenceSession`` of the bundle's graph (or of ``graph_path``, a copy
+    of it). A graph ONNX Runtime cannot load (damaged after its checksum was written, or from
+    a newer opset) is a bundle problem: one line naming the file, not ONNX Runtime's
+    traceback."""
     import onnxruntime
 
     register_gguf_kernels(
         options, required=uses_gguf_kernels(bundle.manifest.quantization.op_types)
     )
+    graph_path = graph_path or bundle.graph_path
     try:
-        return onnxruntime.InferenceSession(str(bundle.graph_path), options, providers=providers)
+        return onnxruntime.InferenceSession(str(graph_path), options, providers=providers)
     except Exception as error:  # ORT raises its own classes (InvalidProtobuf, Fail, ...)
         first_line = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
         raise BundleError(
-            f"ONNX Runtime cannot load {bundle.graph_path}: {type(error).__name__} {first_line}",
+            f"ONNX Runtime cannot load {graph_path}: {type(error).__name__} {first_line}",
             fix="re-export the bundle (edgespec export), or upgrade onnxruntime if it is older "
             "than the exporter's",
         ) from error
@@ -109,6 +114,27 @@ def check_graph_loads(bundle: Bundle) -> None:
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4
     open_session(bundle, options, ["CPUExecutionProvider"])
+
+
+def cpu_parts_under_cuda(
+    graph: GraphSpec, op_types: Sequence[str], providers: Sequence[str]
+) -> list[str]:
+    """What of a graph the CUDA provider leaves to the CPU (none off CUDA), each with its fix."""
+    if providers[0] != "CUDAExecutionProvider":
+        return []
+    parts = []
+    float_attention = graph.kv_sharing == "shared" and graph.kv_dtype == "float32"
+    if float_attention and not graph.half_attention_file:
+        parts.append(
+            "its attention (the bundle has no float16-attention graph; re-export it with this "
+            "version's edgespec export)"
+        )
+    if uses_gguf_kernels(list(op_types)):
+        parts.append(
+            "its matrix products (edgespec's GGUF kernels are CPU code; re-import the GGUF "
+            "with --kernels mlas)"
+        )
+    return parts
 
 
 class OnnxModel:
@@ -148,7 +174,18 @@ class OnnxModel:
             # the step as fast); freed, they go back to the system.
             session_options.enable_cpu_mem_arena = False
         self.requested_providers = choose_providers(providers)
-        self.session = open_session(bundle, session_options, self.requested_providers)
+        graph_path = bundle.graph_path
+        self.half_attention = self.runs_attention_in_half(self.graph, self.requested_providers)
+        if self.half_attention:
+            assert self.graph.half_attention_file is not None
+            graph_path = bundle.root / self.graph.half_attention_file
+            self.graph = replace(self.graph, kv_dtype="float16")
+            self.kv_dtype = np.dtype(np.float16)
+        #: Under CUDA, the parts of this bundle's graph that still run on the CPU, in words.
+        self.cpu_parts_under_cuda = cpu_parts_under_cuda(
+            self.graph, manifest.quantization.op_types, self.requested_providers
+        )
+        self.session = open_session(bundle, session_options, self.requested_providers, graph_path)
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers
@@ -175,6 +212,12 @@ class OnnxModel:
             label=str(bundle.root),
         )
 
+    @staticmethod
+    def runs_attention_in_half(graph: GraphSpec, providers: Sequence[str]) -> bool:
+        """Whether the session runs the graph's float16-attention copy: on CUDA, whose
+        attention operator takes no float32."""
+        return providers[0] == "CUDAExecutionProvider" and graph.half_attention_file is not None
+
     @property
     def shared_kv(self) -> bool:
         """Whether the graph writes its KV cache in place (one buffer per layer)."""
@@ -182,10 +225,12 @@ class OnnxModel:
 
     @property
     def kv_device(self) -> str | None:
-        """Where a bound in-place cache lives: on the GPU when CUDA runs the session (no copy
-        of the cache per step, only of the logits), else in host memory (None)."""
+        """Where a bound in-place cache lives: on the GPU when CUDA runs the session's
+        attention (no copy of the cache per step, only of the logits), else in host memory
+        (None), where a float32 attention that CUDA leaves to the CPU reads it in place."""
         on_cuda = bool(self.providers) and self.providers[0] == "CUDAExecutionProvider"
-        return "cuda" if self.shared_kv and self.io_binding and on_cuda else None
+        on_gpu = on_cuda and self.half_attention
+        return "cuda" if self.shared_kv and self.io_binding and on_gpu else None
 
     def new_cache(self) -> KVCache:
         """A cache for :meth:`forward` (the kind the graph and the session's path need)."""

@@ -149,9 +149,10 @@ def add_export_command(commands: Any) -> None:
         "--kernels",
         choices=("auto", "gguf", "mlas"),
         default="auto",
-        help="GGUF files: 'auto' (and 'gguf') run every type edgespec's GGUF kernels read "
-        "(Q4_0 ... Q8_0, Q4_K, Q6_K) on them: the file's blocks, unpadded one-token steps; "
-        "'mlas' runs them on ONNX Runtime's MatMulNBits",
+        help="GGUF files: 'gguf' runs every type edgespec's GGUF kernels read "
+        "(Q4_0 ... Q8_0, Q4_K, Q6_K) on them, on the CPU: the file's blocks, unpadded "
+        "one-token steps; 'mlas' runs them on ONNX Runtime's MatMulNBits (on a GPU too); "
+        "'auto' is 'gguf', or 'mlas' where ONNX Runtime offers CUDA",
     )
     export.add_argument(
         "--allow-batch-variance",

@@ -102,10 +102,12 @@ def importer_revision() -> str:
     stale bundle."""
     from edgespec.export.gguf.graph import GRAPH_REVISION
     from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
-    from edgespec.graph.kernels import gguf_kernel_library
+    from edgespec.graph.kernels import cuda_available, gguf_kernel_library
 
-    # A build without the GGUF kernels imports into other graphs: keep them apart.
-    kernels = "" if gguf_kernel_library() is not None else "m"
+    # A build without the GGUF kernels, or with CUDA (where --kernels auto picks ONNX
+    # Runtime's MatMulNBits), imports into other graphs: keep them apart.
+    on_kernels = gguf_kernel_library() is not None and not cuda_available()
+    kernels = "" if on_kernels else "m"
     return f"r{GRAPH_REVISION}t{TOKENIZER_REVISION}{kernels}"
 
 

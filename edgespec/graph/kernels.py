@@ -96,6 +96,14 @@ def gguf_kernel_path() -> str:
         return "unavailable"
 
 
+def cuda_available() -> bool:
+    """Whether ONNX Runtime offers CUDA here (the kernels are CPU code: a GGUF imported for a
+    GPU runs on ONNX Runtime's MatMulNBits instead)."""
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
 def uses_gguf_kernels(op_types: tuple[str, ...] | list[str]) -> bool:
     return GGUF_MATMUL in op_types or GGUF_GATHER in op_types
 
@@ -111,8 +119,9 @@ def register_gguf_kernels(options: Any, *, required: bool) -> bool:
                 "this bundle's graph runs edgespec's GGUF kernels, which are not built in this "
                 "install",
                 fix="reinstall edgespec where a C compiler is available (pip install "
-                "--force-reinstall edgespec), or re-import the GGUF file here (edgespec export "
-                "--gguf FILE) to get a graph of ONNX Runtime's own operators",
+                "--force-reinstall edgespec), or re-import the GGUF file here (edgespec "
+                "export FILE.gguf --out DIR --kernels mlas) to get a graph of ONNX Runtime's "
+                "own operators",
             )
         return False
     options.register_custom_ops_library(str(library))

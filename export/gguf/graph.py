@@ -61,8 +61,9 @@ OPSET = 21
 #: the rows the caller reads; 8: biases and residuals added by the GGUF kernels themselves;
 #: 9: the legacy types in the kernels' rows-of-8 layout; 10: SwiGLU and the attention
 #: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes);
-#: 11: sliding-window layers folded too (Gemma 3), their window an attention bias.
-GRAPH_REVISION = 11
+#: 11: sliding-window layers folded too (Gemma 3), their window an attention bias; 12: a
+#: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``).
+GRAPH_REVISION = 12
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",

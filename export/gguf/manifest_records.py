@@ -17,6 +17,7 @@ from edgespec.export.bundle import file_records, tokenizer_sha256, write_bundle_
 from edgespec.export.gguf.folded import KVLayout, attention_boundaries
 from edgespec.export.gguf.graph import IO, past_names, present_names
 from edgespec.export.gguf.reader import GGUFArchitecture, GGUFFile
+from edgespec.export.half_attention import add_half_attention
 from edgespec.manifest import (
     GraphSpec,
     MemoryEstimate,
@@ -55,6 +56,7 @@ def write_gguf_manifest(
         DATA_FILE: "graph_data",
         **{f: "tokenizer" for f in tokenizer_files},
     }
+    graph = add_half_attention(staging, graph_spec(source, layout, min_width), roles)
     weight_bytes = (staging / DATA_FILE).stat().st_size
     write_bundle_manifest(
         staging,
@@ -63,7 +65,7 @@ def write_gguf_manifest(
             model=source.path.name, kind="gguf", revision=None, config_sha256=_sha256(source.path)
         ),
         model=_model_spec(source, capacity),
-        graph=graph_spec(source, layout, min_width),
+        graph=graph,
         tokenizer=_tokenizer_spec(tokenizer, tokenizer_files, staging, arch.vocab_size),
         quantization=_quantization_spec(kinds, builder, accuracy),
         verification=verification,

@@ -98,7 +98,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
 def _kernel_types(choice: str, dequantize: bool) -> frozenset[str]:
     """The GGUF block types the graph runs on edgespec's GGUF kernels (none where the library
     did not build, unless ``--kernels gguf`` insists)."""
-    from edgespec.graph.kernels import gguf_kernel_library, kernel_types
+    from edgespec.graph.kernels import cuda_available, gguf_kernel_library, kernel_types
 
     if dequantize:
         return frozenset()
@@ -108,6 +108,10 @@ def _kernel_types(choice: str, dequantize: bool) -> frozenset[str]:
             "--kernels gguf: edgespec's GGUF kernels are not built in this install",
             fix="reinstall edgespec where a C compiler is available, or leave --kernels out",
         )
+    if choice == "auto" and cuda_available():
+        # The kernels run on the CPU only: where CUDA runs the bundle, ONNX Runtime's own
+        # MatMulNBits runs on the GPU instead.
+        return frozenset()
     return kernel_types(choice) if built else frozenset()
 
 
