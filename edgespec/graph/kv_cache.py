@@ -194,12 +194,17 @@ class SharedKVCache:
         else:
             import onnxruntime
 
-            # Zeros, as host buffers are, not ortvalue_from_shape_and_type's uninitialised
-            # memory: a position never written then reads as 0 to any kernel.
+            # Zeros, as host buffers are, not the allocator's uninitialised memory: a position
+            # never written then reads as 0 to any kernel. (update_inplace copies; on "cpu",
+            # ortvalue_from_numpy would share the one zeros array between every layer.)
             zeros = np.zeros(shape, dtype)
 
             def allocate() -> object:
-                return onnxruntime.OrtValue.ortvalue_from_numpy(zeros, device, device_id)
+                value = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
+                    list(shape), np.dtype(dtype).type, device, device_id
+                )
+                value.update_inplace(zeros)
+                return value
 
             self.ort_values = [[allocate() for _ in range(layers)] for _ in range(2)]
         self.binding: tuple[object, object] | None = None
