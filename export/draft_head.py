@@ -84,10 +84,16 @@ def corpus_coverage(kept: np.ndarray, tokens: Sequence[int]) -> float:
 
 
 def reduced_head_gguf(
-    path: Path, out: Path, size: int, texts: Iterable[str] | None = None
+    path: Path,
+    out: Path,
+    size: int,
+    texts: Iterable[str] | None = None,
+    *,
+    requantize: dict[str, str] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Writes ``out``: the draft GGUF ``path`` with a head over its ``size`` most used tokens
-    in ``texts`` (default :func:`corpus_texts`); returns it and a record of the choice."""
+    in ``texts`` (default :func:`corpus_texts`), its layers' ``requantize`` block types (e.g.
+    {"Q5_0": "Q4_0"}) at fewer bits; returns it and a record of the choice."""
     from edgespec.export.distill.gguf_draft import reduce_output_vocabulary
     from edgespec.export.gguf.reader import open_gguf
     from edgespec.export.gguf.tokenizer import build_tokenizer
@@ -105,5 +111,7 @@ def reduced_head_gguf(
             f"covering {counts[kept].sum() / max(int(counts.sum()), 1):.2%} of them"
         ),
     }
+    if requantize:
+        record["requantized"] = dict(requantize)
     del source
-    return reduce_output_vocabulary(path, out, kept), record
+    return reduce_output_vocabulary(path, out, kept, requantize=requantize), record

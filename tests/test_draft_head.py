@@ -97,3 +97,38 @@ def test_the_catalog_names_the_draft_head() -> None:
     assert pair.draft_head_tokens > 0
     assert pair.draft_label == f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token head)"
     assert catalog.find("qwen2.5-coder-0.5b").draft_label == "prompt lookup"
+
+
+def test_a_catalog_draft_takes_4_bit_layers_and_plain_attention_and_stays_exact(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The catalog's draft form: the reduced head's copy also re-quantizes the layers' Q5_0
+    blocks as Q4_0 (the embedding, looked up a row at a time, keeps its own), and imports with
+    plain attention; speculation with it over the Q5_0 target equals target-only decoding."""
+    from gguf import GGUFReader
+    from gguf_model import write_llama_gguf
+
+    from edgespec.engine import catalog
+
+    full = write_llama_gguf(tiny_model("llama"), tmp_path / "full.gguf", weight_type="Q5_0")
+    reduced, record = draft_head.reduced_head_gguf(
+        full, tmp_path / "reduced.gguf", 48, CORPUS, requantize=catalog.DRAFT_REQUANTIZE
+    )
+    assert record["requantized"] == {"Q5_0": "Q4_0"}
+    before = {t.name: t.tensor_type.name for t in GGUFReader(str(full)).tensors}
+    after = {t.name: t.tensor_type.name for t in GGUFReader(str(reduced)).tensors}
+    assert after["token_embd.weight"] == before["token_embd.weight"]
+    layers = [name for name, kind in before.items() if kind == "Q5_0" and name.startswith("blk.")]
+    assert layers and {after[name] for name in layers} == {"Q4_0"}
+    bundles = {}
+    for name, path, attention in (("target", full, "auto"), ("draft", reduced, "plain")):
+        out = tmp_path / name
+        argv = ["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]
+        assert main([*argv, "--attention", attention]) == 0
+        bundles[name] = out
+    assert load_bundle(bundles["draft"]).manifest.graph.kv_positions_per_token == 1
+    engine = Engine.load(target=bundles["target"], draft=bundles["draft"])
+    for prompt in ("def add(a, b):\n    return", "class Point:\n    def"):
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=24)
+        result = engine.generate(prompt, drafter="model", k=4, max_new_tokens=24)
+        assert result.tokens == plain.tokens and result.stats.accepted > 0

@@ -92,6 +92,17 @@ def _parts(prefix: str, count: int) -> tuple[str, ...]:
     return tuple(f"{prefix}{i}" for i in range(1, count + 1))
 
 
+#: How a catalog draft is imported beside its reduced head. Its layers' Q5_0 blocks become
+#: Q4_0 (read faster, and fewer bytes: 5.5 against 4.5 bits a weight) and its attention is
+#: plain, not folded: a draft steps one token at a time over short contexts, where the folded
+#: form's extra nodes (rotary, pads, reshapes: 457 nodes against 214 for the 0.5B) cost more
+#: than the plain form's re-reading of each KV head. Measured in docs/benchmarks.md ("Drafts
+#: that cost less"). Exactness does not depend on the draft's weights.
+DRAFT_REQUANTIZE = {"Q5_0": "Q4_0"}
+DRAFT_ATTENTION = "plain"
+#: The draft form's mark in its cache entry's name.
+DRAFT_FORM = "q4"
+
 CATALOG: dict[str, CatalogModel] = {
     model.name: model
     for model in (
@@ -208,7 +219,9 @@ def draft_bundle(
     draft, size = CATALOG[model.draft], model.draft_head_tokens
     if not size:
         return model_bundle(draft, cache=cache, verify_checksums=verify_checksums, notify=notify)
-    root = model_dir(draft, cache).with_name(f"{draft.name}-head{size}-{importer_revision()}")
+    root = model_dir(draft, cache).with_name(
+        f"{draft.name}-head{size}{DRAFT_FORM}-{importer_revision()}"
+    )
     return cached_or_built(
         root,
         lambda: _import_with_head(draft, size, root, cache or cache_dir(), notify),
@@ -233,16 +246,23 @@ def _import(model: CatalogModel, root: Path, cache: Path, notify: Notify) -> Bun
 def _import_with_head(
     draft: CatalogModel, size: int, root: Path, cache: Path, notify: Notify
 ) -> Bundle:
-    """Imports ``draft`` with a head over its ``size`` most used tokens (a reduced copy of its
-    GGUF, deleted once imported)."""
+    """Imports ``draft`` as a draft: a head over its ``size`` most used tokens, its layers'
+    5-bit blocks as 4-bit ones and plain attention (a reduced copy of its GGUF, deleted once
+    imported)."""
     from edgespec.export.draft_head import reduced_head_gguf
 
     path = joined_gguf(draft, cache / "downloads", notify)
-    notify(f"edgespec: giving {draft.title} a head over its {size:,} most used tokens ...")
+    notify(
+        f"edgespec: giving {draft.title} a head over its {size:,} most used tokens and 4-bit "
+        "layers, as a draft ..."
+    )
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".head-") as folder:
-        reduced, record = reduced_head_gguf(path, Path(folder) / path.name, size)
+        reduced, record = reduced_head_gguf(
+            path, Path(folder) / path.name, size, requantize=DRAFT_REQUANTIZE
+        )
         notify(f"edgespec: {record['output_vocabulary_made_by']}")
-        return convert_once(str(reduced), root, f"{draft.title} with a {size:,}-token head", notify)
+        title = f"{draft.title} as a draft ({size:,}-token head, 4-bit layers)"
+        return convert_once(str(reduced), root, title, notify, attention=DRAFT_ATTENTION)
 
 
 def joined_gguf(model: CatalogModel, downloads: Path, notify: Notify = notify_stderr) -> Path:

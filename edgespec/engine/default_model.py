@@ -261,7 +261,13 @@ def _build(model: PackagedModel, root: Path, cache: Path, notify: Notify) -> Bun
 
 
 def convert_once(
-    source: str, root: Path, title: str, notify: Notify, *, system_prompt: str | None = None
+    source: str,
+    root: Path,
+    title: str,
+    notify: Notify,
+    *,
+    system_prompt: str | None = None,
+    attention: str = "auto",
 ) -> Bundle:
     """Imports the GGUF ``source`` into the cache entry ``root``, with progress notices and a
     closing line (size, seconds, where)."""
@@ -270,7 +276,9 @@ def convert_once(
 
     notify(f"edgespec: converting {title} to an ONNX bundle (once) ...")
     started = time.perf_counter()
-    config = ExportConfig(model=source, out=root, force=True, system_prompt=system_prompt)
+    config = ExportConfig(
+        model=source, out=root, force=True, system_prompt=system_prompt, attention=attention
+    )
     bundle = export_gguf(config, observe=conversion_progress(notify))
     size_mb = sum(record.size for record in bundle.manifest.files) / 1e6
     notify(

@@ -140,12 +140,18 @@ def rewrite_record(path: Path, record: dict[str, Any]) -> Path:
 
 
 def reduce_output_vocabulary(
-    path: Path, out: Path, kept: np.ndarray, record: dict[str, Any] | None = None
+    path: Path,
+    out: Path,
+    kept: np.ndarray,
+    record: dict[str, Any] | None = None,
+    *,
+    requantize: dict[str, str] | None = None,
 ) -> Path:
     """A copy of the draft GGUF at ``path`` whose head scores the ``kept`` token ids only:
     ``output.weight`` is its own head's rows of those tokens (the tied embedding's when it has
     no separate head), byte for byte, so the draft's logits for them are unchanged and its
-    step skips the other rows."""
+    step skips the other rows. ``requantize`` maps block types to narrower ones for the
+    layers' weights (see :func:`requantized`)."""
     from gguf import GGUFReader
 
     kept = np.unique(np.asarray(kept, np.int64))
@@ -157,7 +163,20 @@ def reduce_output_vocabulary(
     if head is not None and len(np.asarray(head.data)) == len(np.asarray(table.data)):
         table = head
     rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
-    return _copy_gguf(path, out, record=record, head=(rows, table.tensor_type, kept))
+    head = (rows, table.tensor_type, kept)
+    return _copy_gguf(path, out, record=record, head=head, requantize=requantize)
+
+
+def requantized(tensor: Any, kind: str) -> tuple[np.ndarray, Any]:
+    """A GGUF reader's tensor in the block type ``kind`` (its values dequantized, then
+    quantized again by gguf-py's reference quantizer): a draft's layers at fewer bits read
+    fewer bytes a step. Exactness does not depend on the draft's weights: the target checks
+    every proposal."""
+    from gguf import GGMLQuantizationType, quants
+
+    values = quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
+    target = GGMLQuantizationType[kind]
+    return quants.quantize(values, target), target
 
 
 def _copy_gguf(
@@ -166,6 +185,7 @@ def _copy_gguf(
     *,
     record: dict[str, Any] | None = None,
     head: tuple[np.ndarray, Any, np.ndarray] | None = None,
+    requantize: dict[str, str] | None = None,
 ) -> Path:
     from gguf import GGUFReader, GGUFWriter
 
@@ -184,8 +204,13 @@ def _copy_gguf(
     if head is not None:
         writer.add_array(OUTPUT_VOCABULARY_KEY, [int(t) for t in head[2]])
     for tensor in reader.tensors:
-        if head is None or tensor.name != "output.weight":
-            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+        if head is not None and tensor.name == "output.weight":
+            continue
+        data, kind = tensor.data, tensor.tensor_type
+        # The embedding is looked up a row per token, not read whole each step: kept as is.
+        if requantize and kind.name in requantize and tensor.name != "token_embd.weight":
+            data, kind = requantized(tensor, requantize[kind.name])
+        writer.add_tensor(tensor.name, data, raw_dtype=kind)
     if head is not None:
         writer.add_tensor("output.weight", head[0], raw_dtype=head[1])
     writer.write_header_to_file()
