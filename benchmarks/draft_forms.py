@@ -1,0 +1,99 @@
+"""Draft bundles of one model in different forms, side by side: their step, and the pair.
+
+    python benchmarks/draft_forms.py TARGET DRAFT [DRAFT ...] [--prompts 4] [--tokens 64]
+
+First, each draft's one-token steps (unpadded, as the runtime runs a draft; 2 threads) after
+64 and after 500 positions, each cropped back, the drafts in turn in blocks of 12 (the first
+2 of a block dropped), six blocks each: median and least milliseconds. Then the pair: TARGET
+with each draft at k 3, greedy, the drafts in turn on each of the first ``--prompts`` code and
+chat prompts; acceptance (accepted / tested) and decode tok/s over the set, every output
+checked equal across the drafts (each equals target-only decoding).
+
+Make the forms with ``edgespec export`` (``--attention plain|folded``) from the draft's GGUF,
+or from a reduced-head copy (``edgespec.export.draft_head.reduced_head_gguf``, whose
+``requantize`` re-quantizes the layers' blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from edgespec.manifest import load_bundle
+from edgespec.runtime.model import ModelOptions, OnnxModel
+
+
+def draft_steps(drafts: list[str], contexts: tuple[int, ...] = (64, 500)) -> None:
+    options = ModelOptions(intra_op_threads=2, exact_passes=False)
+    models = {path: OnnxModel(load_bundle(path), options=options) for path in drafts}
+    for context_length in contexts:
+        context = list(range(1000, 1000 + context_length))
+        caches = {}
+        for path, model in models.items():
+            caches[path] = model.new_cache()
+            model.forward(context, caches[path])
+        times: dict[str, list[float]] = {path: [] for path in models}
+        for _ in range(6):
+            for path, model in models.items():
+                for index in range(12):
+                    started = time.perf_counter()
+                    model.forward([1000 + index], caches[path])
+                    elapsed = time.perf_counter() - started
+                    caches[path].crop(context_length)
+                    if index >= 2:
+                        times[path].append(elapsed * 1e3)
+        for path, found in times.items():
+            print(
+                f"{context_length} positions: {Path(path).name}: step median "
+                f"{statistics.median(found):.2f} ms, least {min(found):.2f} ms",
+                flush=True,
+            )
+
+
+def pairs(target: str, drafts: list[str], prompts: int, tokens: int) -> None:
+    from edgespec import Engine
+    from edgespec.measure.bench import load_prompts
+
+    engines = {
+        path: Engine.load(target=target, draft=path, threads=2, measure_energy=False)
+        for path in drafts
+    }
+    for prompt_set in ("code", "chat"):
+        totals = {path: [0, 0, 0, 0.0] for path in drafts}  # accepted, tested, tokens, ms
+        for prompt in load_prompts(prompt_set)[:prompts]:
+            first = None
+            for path, engine in engines.items():
+                result = engine.generate(
+                    prompt, max_new_tokens=tokens, drafter="model", k=3, chat=prompt_set == "chat"
+                )
+                first = first or result.tokens
+                if result.tokens != first:
+                    raise SystemExit(f"{path} wrote other tokens than {drafts[0]}")
+                stats = result.stats
+                for slot, value in enumerate(
+                    (stats.accepted, stats.tested, stats.new_tokens, stats.decode_ms)
+                ):
+                    totals[path][slot] += value
+        for path, (accepted, tested, count, ms) in totals.items():
+            print(
+                f"{prompt_set}: {Path(path).name}: acceptance {accepted / max(tested, 1):.3f}, "
+                f"{count / (ms / 1e3):.2f} tok/s",
+                flush=True,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("target")
+    parser.add_argument("drafts", nargs="+")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+    draft_steps(args.drafts)
+    pairs(args.target, args.drafts, args.prompts, args.tokens)
+
+
+if __name__ == "__main__":
+    main()
