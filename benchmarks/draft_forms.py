@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
+
+from draft_step import alternating_steps
 
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
@@ -28,25 +29,10 @@ from edgespec.runtime.model import ModelOptions, OnnxModel
 def draft_steps(drafts: list[str], contexts: tuple[int, ...] = (64, 500)) -> None:
     options = ModelOptions(intra_op_threads=2, exact_passes=False)
     models = {path: OnnxModel(load_bundle(path), options=options) for path in drafts}
-    for context_length in contexts:
-        context = list(range(1000, 1000 + context_length))
-        caches = {}
-        for path, model in models.items():
-            caches[path] = model.new_cache()
-            model.forward(context, caches[path])
-        times: dict[str, list[float]] = {path: [] for path in models}
-        for _ in range(6):
-            for path, model in models.items():
-                for index in range(12):
-                    started = time.perf_counter()
-                    model.forward([1000 + index], caches[path])
-                    elapsed = time.perf_counter() - started
-                    caches[path].crop(context_length)
-                    if index >= 2:
-                        times[path].append(elapsed * 1e3)
-        for path, found in times.items():
+    for positions in contexts:
+        for path, found in alternating_steps(models, positions).items():
             print(
-                f"{context_length} positions: {Path(path).name}: step median "
+                f"{positions} positions: {Path(path).name}: step median "
                 f"{statistics.median(found):.2f} ms, least {min(found):.2f} ms",
                 flush=True,
             )

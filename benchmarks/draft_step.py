@@ -27,15 +27,10 @@ from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
 
-def step_costs(draft: Path, head: Path | None, threads: int) -> None:
-    def model(path: Path, exact: bool) -> OnnxModel:
-        options = ModelOptions(intra_op_threads=threads, exact_passes=exact)
-        return OnnxModel(load_bundle(path), options=options)
-
-    models = {"padded": model(draft, True), "unpadded": model(draft, False)}
-    if head is not None:
-        models["reduced head, unpadded"] = model(head, False)
-    context = list(range(1000, 1064))
+def alternating_steps(models: dict[str, OnnxModel], positions: int) -> dict[str, list[float]]:
+    """Milliseconds of one-token steps after ``positions`` tokens of context, each cropped
+    back, the models in turn in blocks of 12 (the first 2 of a block dropped), six blocks."""
+    context = list(range(1000, 1000 + positions))
     caches = {}
     for name, runner in models.items():
         caches[name] = runner.new_cache()
@@ -47,10 +42,21 @@ def step_costs(draft: Path, head: Path | None, threads: int) -> None:
                 started = time.perf_counter()
                 runner.forward([1000 + index], caches[name])
                 elapsed = time.perf_counter() - started
-                caches[name].crop(len(context))
+                caches[name].crop(positions)
                 if index >= 2:
                     times[name].append(elapsed * 1e3)
-    for name, found in times.items():
+    return times
+
+
+def step_costs(draft: Path, head: Path | None, threads: int) -> None:
+    def model(path: Path, exact: bool) -> OnnxModel:
+        options = ModelOptions(intra_op_threads=threads, exact_passes=exact)
+        return OnnxModel(load_bundle(path), options=options)
+
+    models = {"padded": model(draft, True), "unpadded": model(draft, False)}
+    if head is not None:
+        models["reduced head, unpadded"] = model(head, False)
+    for name, found in alternating_steps(models, 64).items():
         line = {"draft": name, "step_ms": round(statistics.median(found), 1), "steps": len(found)}
         print(json.dumps({**line, "threads": threads}), flush=True)
 
