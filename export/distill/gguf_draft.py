@@ -163,8 +163,8 @@ def reduce_output_vocabulary(
     if head is not None and len(np.asarray(head.data)) == len(np.asarray(table.data)):
         table = head
     rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
-    head = (rows, table.tensor_type, kept)
-    return _copy_gguf(path, out, record=record, head=head, requantize=requantize)
+    kept_rows = (rows, table.tensor_type, kept)
+    return _copy_gguf(path, out, record=record, head=kept_rows, requantize=requantize)
 
 
 def requantized(tensor: Any, kind: str) -> tuple[np.ndarray, Any]:
