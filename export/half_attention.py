@@ -37,22 +37,18 @@ _PRESENT_OUTPUTS = (1, 2)
 def add_half_attention(staging: Path, spec: GraphSpec, roles: dict[str, str]) -> GraphSpec:
     """Writes the float16-attention copy of ``staging``'s in-place graph beside it when its
     attention is float32, adds the file to ``roles`` and returns ``spec`` naming it."""
-    graph_path = staging / spec.file
     if spec.kv_sharing != "shared" or spec.kv_dtype != "float32":
         return spec
-    if not has_float_attention(graph_path):
-        return spec
-    write_half_attention_graph(graph_path, staging / HALF_ATTENTION_FILE)
-    roles[HALF_ATTENTION_FILE] = HALF_ATTENTION_ROLE
-    return replace(spec, half_attention_file=HALF_ATTENTION_FILE)
-
-
-def write_half_attention_graph(graph_path: Path, target: Path) -> None:
     import onnx
 
+    graph_path = staging / spec.file
     model = onnx.load(str(graph_path), load_external_data=False)
-    convert_attention_to_half(model, base_dir=graph_path.parent)
-    onnx.save(model, str(target))
+    if not _float_attention(model):
+        return spec
+    convert_attention_to_half(model, base_dir=staging)
+    onnx.save(model, str(staging / HALF_ATTENTION_FILE))
+    roles[HALF_ATTENTION_FILE] = HALF_ATTENTION_ROLE
+    return replace(spec, half_attention_file=HALF_ATTENTION_FILE)
 
 
 def has_float_attention(graph_path: Path) -> bool:
@@ -60,11 +56,16 @@ def has_float_attention(graph_path: Path) -> bool:
     would place it on the CPU)."""
     import onnx
 
-    model = onnx.load(str(graph_path), load_external_data=False)
+    return _float_attention(onnx.load(str(graph_path), load_external_data=False))
+
+
+def _float_attention(model: Any) -> bool:
+    from onnx import TensorProto
+
     inputs = {value.name: value.type.tensor_type.elem_type for value in model.graph.input}
     for node in model.graph.node:
         if node.op_type == ATTENTION_OP and len(node.input) > 3:
-            return inputs.get(node.input[3]) == onnx.TensorProto.FLOAT
+            return inputs.get(node.input[3]) == TensorProto.FLOAT
     return False
 
 

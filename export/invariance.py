@@ -15,7 +15,7 @@ import numpy as np
 
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.graph.driver import GraphDriver
-from edgespec.manifest import BatchInvarianceResult
+from edgespec.verification import BatchInvarianceResult
 
 #: Pass widths checked: k + 1 verify positions for k = 1..8.
 WIDTHS = tuple(range(2, 10))

@@ -19,7 +19,8 @@ from edgespec.export.bundle import kv_shape
 from edgespec.export.invariance import WIDTHS
 from edgespec.graph.driver import GraphDriver, check_session
 from edgespec.graph.paths import GraphSizes
-from edgespec.manifest import GraphSpec, ParityResult
+from edgespec.manifest import GraphSpec
+from edgespec.verification import ParityResult
 
 PARITY_PROMPTS = (
     "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens",

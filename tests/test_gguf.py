@@ -522,6 +522,14 @@ def test_the_importer_needs_no_torch(gguf_files: dict[str, Path], tmp_path: Path
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["source"]["kind"] == "gguf"
 
 
+def _llama_cpp_logits(path: Path, tokens: list[int]) -> np.ndarray:
+    """llama.cpp's logits [len(tokens), vocab] for ``tokens`` in one batch (skips without it)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False)
+    llm.eval(tokens)
+    return np.array(llm.scores[: len(tokens)])
+
+
 def _one_error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert main([*argv, "--quiet"]) == 1
     lines = capsys.readouterr().err.strip().splitlines()
@@ -767,10 +775,7 @@ def test_quantized_gemma3_folds_its_sliding_window_attention(tmp_path: Path) -> 
     ours = np.concatenate(
         [np.array(model.forward(tokens[i : i + 8], cache)) for i in range(0, 40, 8)]
     )
-    llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False)
-    llm.eval(tokens)
-    theirs = np.array(llm.scores[: len(tokens)])
+    theirs = _llama_cpp_logits(path, tokens)
     assert np.abs(ours - theirs).max() < 3e-2 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
 
@@ -795,9 +800,6 @@ def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
     model = OnnxModel(bundle)
     tokens = [1, *range(300, 319)]
     ours = np.array(model.forward(tokens, model.new_cache()))
-    llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False)
-    llm.eval(tokens)
-    theirs = np.array(llm.scores[: len(tokens)])
+    theirs = _llama_cpp_logits(path, tokens)
     assert np.abs(ours - theirs).max() < 1e-2 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()

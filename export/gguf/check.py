@@ -38,7 +38,8 @@ from edgespec.export.gguf.reader import (
 from edgespec.export.invariance import check_batch_invariance
 from edgespec.graph.driver import GraphDriver, check_session
 from edgespec.graph.paths import GraphSizes
-from edgespec.manifest import BatchInvarianceResult, GraphSpec, ParityResult
+from edgespec.manifest import GraphSpec
+from edgespec.verification import BatchInvarianceResult, ParityResult
 
 PARITY_TEXTS = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",

@@ -26,8 +26,8 @@ from edgespec.manifest import (
     SourceSpec,
     TensorSpec,
     TokenizerSpec,
-    VerificationRecord,
 )
+from edgespec.verification import VerificationRecord
 
 GRAPH_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
 

@@ -26,7 +26,8 @@ from edgespec.export.gguf.manifest_records import (
 from edgespec.export.gguf.memory import check_import_memory, release_freed_memory
 from edgespec.export.gguf.reader import GGUFFile, WeightSource, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
-from edgespec.manifest import Bundle, VerificationRecord, load_bundle
+from edgespec.manifest import Bundle, load_bundle
+from edgespec.verification import VerificationRecord
 
 #: The KV buffer is allocated whole, so the default context is kept modest.
 DEFAULT_CAPACITY = 2048
