@@ -45,7 +45,12 @@ ort_requirement = ORT_PACKAGES[ort_choice]
 posix = os.name != "nt"
 gguf_kernels = Extension(
     "edgespec.graph._gguf_kernels",
-    sources=["csrc/gguf_kernels.c", "csrc/gguf_rows8.c", "csrc/gguf_activations.c"],
+    sources=[
+        "csrc/gguf_kernels.c",
+        "csrc/gguf_rows8.c",
+        "csrc/gguf_activations.c",
+        "csrc/cache_attention.c",
+    ],
     depends=["csrc/ort_abi.h", "csrc/gguf_common.h"],
     include_dirs=["csrc"],
     extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11"] if posix else [],

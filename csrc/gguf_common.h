@@ -199,4 +199,9 @@ void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_str
 #define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
+/* "avx2" or "portable": the one code path every operator of the library runs in this process. */
+ES_EXPORT const char *edgespec_gguf_kernel_path(void);
+/* cache_attention.c's operator, registered beside the products. */
+extern const OrtCustomOpV16 es_cache_attention_op;
+
 #endif

@@ -23,7 +23,7 @@ def resolve_quant(quant: str, parameters: int) -> str:
     return "int4" if parameters >= AUTO_INT4_MIN_PARAMETERS else "fp32"
 
 
-ATTENTION_CHOICES = ("auto", "folded", "plain")
+ATTENTION_CHOICES = ("auto", "kernel", "folded", "plain")
 KERNEL_CHOICES = ("auto", "gguf", "mlas")
 
 
@@ -48,9 +48,11 @@ class ExportConfig:
     #: Hugging Face checkpoints: "inplace" (Llama, Qwen2), "optimum" (every architecture), or
     #: "auto": inplace where it applies.
     graph: str = "auto"
-    #: In-place graphs of block-quantized weights: "folded" attention (each KV head's query
-    #: heads as rows of one product: no padded single steps, faster at long context),
-    #: "plain", or "auto": folded when the context limit exceeds 2,048 positions.
+    #: In-place graphs of block-quantized weights: "kernel" (edgespec's CacheAttention, on the
+    #: GGUF kernels only: a row's bits at any pass width, a sliding window's hidden positions
+    #: never read), "folded" (each KV head's query heads as rows of one GroupQueryAttention:
+    #: no padded single steps), "plain", or "auto": kernel on the GGUF kernels, else folded
+    #: when the context limit exceeds 2,048 positions.
     attention: str = "auto"
     #: GGUF imports: "auto" and "gguf" run every weight type the kernels read (Q4_0 ... Q8_0,
     #: Q4_K, Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built

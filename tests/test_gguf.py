@@ -752,20 +752,31 @@ def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
             assert decoded == text
 
 
-def test_quantized_gemma3_folds_its_sliding_window_attention(tmp_path: Path) -> None:
-    """On the GGUF kernels Gemma 3's query heads fold into rows of its one KV head, its
-    sliding-window layers included (the window as an attention bias): over 40 positions, ten
-    times the 4-position window, every logit row follows llama.cpp's, the pass widths agree
-    bit for bit, and no attention boundaries are needed."""
+@pytest.mark.parametrize("attention", ["auto", "folded"])
+def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
+    tmp_path: Path, attention: str
+) -> None:
+    """On the GGUF kernels Gemma 3's sliding-window layers run on the CacheAttention kernel
+    ("auto": each row reads its window only) or fold into rows of its one KV head (the window
+    as an attention bias): over 40 positions, ten times the 4-position window, every logit
+    row follows llama.cpp's, the pass widths agree bit for bit, and no attention boundaries
+    are needed."""
     from gguf_model import write_gemma3_gguf
 
+    from edgespec.graph.kernels import CACHE_ATTENTION
     from edgespec.runtime.model import OnnxModel
 
+    if gguf_kernel_library() is None:
+        pytest.skip("the GGUF kernels did not build in this install")
     path = write_gemma3_gguf(tmp_path / "gemma3.gguf", head_dim=32, weight_type="Q8_0")
-    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
+    argv = ["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]
+    assert main([*argv, "--attention", attention]) == 0
     bundle = load_bundle(tmp_path / "bundle")
     graph = bundle.manifest.graph
-    assert graph.kv_positions_per_token == 4 and graph.attention_boundaries == ()
+    on_kernel = attention == "auto"
+    assert graph.kv_positions_per_token == (1 if on_kernel else 4)
+    assert graph.attention_boundaries == () and graph.min_pass_width == 1
+    assert (CACHE_ATTENTION in bundle.manifest.quantization.op_types) == on_kernel
     invariance = bundle.manifest.verification.batch_invariance
     assert invariance is not None and invariance.max_abs_logit_diff == 0.0
     model = OnnxModel(bundle)
@@ -803,3 +814,13 @@ def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
     theirs = _llama_cpp_logits(path, tokens)
     assert np.abs(ours - theirs).max() < 1e-2 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def test_kernel_attention_without_the_kernels_is_refused_in_one_line(
+    gguf_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", str(gguf_files["Q4_1"]), "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*argv, "--kernels", "mlas", "--attention", "kernel"]) != 0
+    error = capsys.readouterr().err.strip()
+    assert "--attention kernel runs on edgespec's GGUF kernels" in error
+    assert "leave --attention at auto" in error and not (tmp_path / "out").exists()

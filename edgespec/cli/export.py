@@ -138,12 +138,13 @@ def add_export_command(commands: Any) -> None:
     )
     export.add_argument(
         "--attention",
-        choices=("auto", "folded", "plain"),
+        choices=("auto", "kernel", "folded", "plain"),
         default="auto",
-        help="4-bit/8-bit in-place graphs: 'folded' attention (each KV head's query "
-        "heads as rows of one product; faster past about 1,000 tokens of context, "
-        "about 10%% slower at short context), 'plain', or 'auto' (folded when --max-length "
-        "exceeds 2048)",
+        help="4-bit/8-bit in-place graphs: 'kernel' (edgespec's CacheAttention, with the "
+        "GGUF kernels only: no padded steps, a sliding window's hidden positions never read), "
+        "'folded' (each KV head's query heads as rows of one ONNX Runtime attention; faster "
+        "past about 1,000 tokens of context), 'plain', or 'auto' (kernel on the GGUF "
+        "kernels, else folded when --max-length exceeds 2048)",
     )
     export.add_argument(
         "--kernels",

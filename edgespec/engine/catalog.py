@@ -92,14 +92,12 @@ def _parts(prefix: str, count: int) -> tuple[str, ...]:
     return tuple(f"{prefix}{i}" for i in range(1, count + 1))
 
 
-#: How a catalog draft is imported beside its reduced head. Its layers' Q5_0 blocks become
-#: Q4_0 (read faster, and fewer bytes: 5.5 against 4.5 bits a weight) and its attention is
-#: plain, not folded: a draft steps one token at a time over short contexts, where the folded
-#: form's extra nodes (rotary, pads, reshapes: 457 nodes against 214 for the 0.5B) cost more
-#: than the plain form's re-reading of each KV head. Measured in docs/benchmarks.md ("Drafts
-#: that cost less"). Exactness does not depend on the draft's weights.
+#: How a catalog draft is imported beside its reduced head: its layers' Q5_0 blocks become
+#: Q4_0 (read faster, and fewer bytes: 5.5 against 4.5 bits a weight). Its attention is the
+#: importer's default (edgespec's CacheAttention on the GGUF kernels, which also beat plain
+#: attention's nodes on the 0.5B's one-token draft steps). Measured in docs/benchmarks.md
+#: ("Drafts that cost less"). Exactness does not depend on the draft's weights.
 DRAFT_REQUANTIZE = {"Q5_0": "Q4_0"}
-DRAFT_ATTENTION = "plain"
 #: The draft form's mark in its cache entry's name.
 DRAFT_FORM = "q4"
 
@@ -246,9 +244,8 @@ def _import(model: CatalogModel, root: Path, cache: Path, notify: Notify) -> Bun
 def _import_with_head(
     draft: CatalogModel, size: int, root: Path, cache: Path, notify: Notify
 ) -> Bundle:
-    """Imports ``draft`` as a draft: a head over its ``size`` most used tokens, its layers'
-    5-bit blocks as 4-bit ones and plain attention (a reduced copy of its GGUF, deleted once
-    imported)."""
+    """Imports ``draft`` as a draft: a head over its ``size`` most used tokens and its layers'
+    5-bit blocks as 4-bit ones (a reduced copy of its GGUF, deleted once imported)."""
     from edgespec.export.draft_head import reduced_head_gguf
 
     path = joined_gguf(draft, cache / "downloads", notify)
@@ -262,7 +259,7 @@ def _import_with_head(
         )
         notify(f"edgespec: {record['output_vocabulary_made_by']}")
         title = f"{draft.title} as a draft ({size:,}-token head, 4-bit layers)"
-        return convert_once(str(reduced), root, title, notify, attention=DRAFT_ATTENTION)
+        return convert_once(str(reduced), root, title, notify)
 
 
 def joined_gguf(model: CatalogModel, downloads: Path, notify: Notify = notify_stderr) -> Path:

@@ -28,6 +28,9 @@ from edgespec.errors import BundleError
 GGUF_DOMAIN = "edgespec.gguf"
 GGUF_MATMUL = "GgufMatMul"
 GGUF_GATHER = "GgufGather"
+#: Attention over an in-place KV cache (``csrc/cache_attention.c``): the same bits for a row
+#: at any pass width, a sliding window's positions outside it never read.
+CACHE_ATTENTION = "CacheAttention"
 
 
 class KernelType(NamedTuple):

@@ -27,6 +27,9 @@ class KVLayout:
 
     buffer_length: int
     positions_per_token: int = 1
+    #: The attention runs on edgespec's CacheAttention kernel (``cache_attention``), which
+    #: gives a row the same bits at any pass width: no padding, no rounding boundaries.
+    kernel: bool = False
 
     @property
     def folded(self) -> bool:
@@ -39,6 +42,8 @@ def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "au
     reordered), when ``attention`` asks for it ("folded", or "auto" past ``FOLDED_FROM``
     positions); plain otherwise (float graphs, whose one-row pass needs no padding, and
     sliding-window layers)."""
+    if attention == "kernel":
+        return KVLayout(buffer_length=capacity, kernel=True)
     group = arch.num_heads // arch.num_kv_heads
     wanted = attention == "folded" or (attention == "auto" and capacity > FOLDED_FROM)
     if not wanted or not quantized or group == 1 or arch.head_dim % 32:
@@ -55,7 +60,7 @@ def attention_boundaries(arch: Any, layout: KVLayout) -> tuple[int, ...]:
     has the same multi-row shape at any width (SmolLM2's 64-wide heads show none either)."""
     from edgespec.export.gguf.regimes import probe_boundaries
 
-    if layout.folded:
+    if layout.folded or layout.kernel:
         return ()
     shape = {
         "heads": arch.num_heads,
@@ -292,3 +297,64 @@ def real_rows(builder: GraphBuilder, tensor: str, names: dict[str, str], output:
     """``tensor`` [1, S, n] cut to the pass's R real tokens [1, R, n] (see
     :func:`folding_inputs`)."""
     return builder.node("Slice", [tensor, names["first"], names["real"], names["axis1"]], output)
+
+
+def cache_attention(
+    builder: GraphBuilder,
+    arch: Any,
+    qkv: list[str],
+    layer: int,
+    caches: dict[str, str],
+    position: str,
+    kv: tuple[str, str, str, str],
+    lengths: tuple[str, str],
+    *,
+    sliding: bool = False,
+) -> None:
+    """Rotary on Q [1, S, heads × D] and K [1, S, kv_heads × D] from ``position`` (the pass's
+    first position [1]), then edgespec's CacheAttention over the layer's in-place cache (its
+    window for a ``sliding`` layer, whose rotary tables are the local ones), as
+    ``l{layer}.attn`` [1, S, heads × D]; ``kv``: the layer's past and present key and value.
+    The kernel reads the pass's real rows from ``lengths``, the graph's seqlens_k and
+    total_sequence_length (GroupQueryAttention's)."""
+    from onnx import helper
+
+    from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN
+
+    query, key, value = qkv
+    cos, sin = (
+        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    )
+    rotated = [
+        builder.node(
+            "RotaryEmbedding",
+            [tensor, position, cos, sin],
+            f"l{layer}.{part}_rot",
+            domain="com.microsoft",
+            num_heads=heads,
+            interleaved=int(arch.rope_interleaved),
+        )
+        for part, tensor, heads in (("q", query, arch.num_heads), ("k", key, arch.num_kv_heads))
+    ]
+    builder.kernel_ops.add(CACHE_ATTENTION)
+    past_key, past_value, present_key, present_value = kv
+    attended = f"l{layer}.attn"
+    builder.nodes.append(
+        helper.make_node(
+            CACHE_ATTENTION,
+            [*rotated, value, past_key, past_value, *lengths],
+            [attended, present_key, present_value],
+            name=attended,
+            domain=GGUF_DOMAIN,
+            num_heads=arch.num_heads,
+            kv_num_heads=arch.num_kv_heads,
+            window=arch.sliding_window if sliding else 0,
+        )
+    )
+
+
+def pass_position(builder: GraphBuilder, *, input_ids: str, total_sequence_length: str) -> str:
+    """The pass's first position [1] (int64): total_sequence_length - S."""
+    width = builder.node("Shape", [input_ids], "cache.width", start=1, end=2)  # [S]
+    total = builder.node("Cast", [total_sequence_length], "cache.total", to=7)
+    return builder.node("Sub", [total, width], "cache.position")

@@ -37,14 +37,17 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.errors import ConfigError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.builder import ExternalData, GraphBuilder
 from edgespec.export.gguf.folded import (
     KVLayout,
+    cache_attention,
     folded_attention,
     folded_head_order,
     folding_inputs,
     kv_layout,
+    pass_position,
     real_rows,
 )
 from edgespec.export.gguf.lm_head import lm_head
@@ -62,8 +65,9 @@ OPSET = 21
 #: 9: the legacy types in the kernels' rows-of-8 layout; 10: SwiGLU and the attention
 #: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes);
 #: 11: sliding-window layers folded too (Gemma 3), their window an attention bias; 12: a
-#: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``).
-GRAPH_REVISION = 12
+#: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``);
+#: 13: attention on edgespec's CacheAttention kernel wherever the GGUF kernels run.
+GRAPH_REVISION = 13
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -133,7 +137,10 @@ def _attention(
     layer: int,
     caches: dict[str, str],
     folding: dict[str, str] | None,
+    position: str | None = None,
 ) -> str:
+    """The layer's attention block; ``folding``: folded attention's shared inputs, or
+    ``position`` (the pass's first position): the CacheAttention kernel; neither: plain."""
     arch = source.architecture
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "attn_norm")
@@ -156,7 +163,7 @@ def _attention(
     # Packed Q, K, V, or (Qwen3, Gemma: each head of Q and K RMS-normed first) the three apart.
     if arch.qk_norm:
         query_key_value = _normed_qkv(builder, source, qkv, layer)
-    elif folding is not None:
+    elif folding is not None or position is not None:
         query_key_value = _split_qkv(builder, arch, qkv, layer)
     else:
         query_key_value = [qkv, "", ""]
@@ -165,7 +172,19 @@ def _attention(
     from onnx import helper
 
     attended = f"l{layer}.attn"
-    if folding is not None:
+    if position is not None:
+        cache_attention(
+            builder,
+            arch,
+            query_key_value,
+            layer,
+            caches,
+            position,
+            (past_key, past_value, present_key, present_value),
+            (IO["seqlens_k"], IO["total_sequence_length"]),
+            sliding=arch.is_sliding(layer),
+        )
+    elif folding is not None:
         folded_attention(
             builder,
             arch,
@@ -318,11 +337,21 @@ def build_graph(
     )
     first = source.tensor("blk.0.attn_q.weight")
     quantized = builder.raw_blocks(first) is not None or builder.blocks(first) is not None
-    # On the GGUF kernels a one-token step needs no padding for its products, so the
-    # attention is folded too (plain attention's one-row pass rounds apart from its multi-row
-    # one): the whole step runs unpadded.
-    if attention == "auto" and builder.raw_blocks(first) is not None:
-        attention = "folded"
+    # On the GGUF kernels a one-token step needs no padding for its products, and the
+    # attention runs on their CacheAttention kernel, which gives a row the same bits in any
+    # pass (ONNX Runtime's plain attention rounds a one-row pass apart from a multi-row one):
+    # the whole step runs unpadded. Against folded attention it reads each position once per
+    # KV head on every core, skips what a sliding window hides, and needs no padded K and V
+    # (docs/benchmarks.md, "Attention on edgespec's kernel").
+    on_kernels = builder.raw_blocks(first) is not None
+    if attention == "auto" and on_kernels:
+        attention = "kernel"
+    if attention == "kernel" and not on_kernels:
+        raise ConfigError(
+            "--attention kernel runs on edgespec's GGUF kernels, which this import does not use "
+            "(a float or --kernels mlas graph, or an install where they did not build)",
+            fix="leave --attention at auto, or import a GGUF file with --kernels gguf",
+        )
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention)
     capacity = layout.buffer_length
     cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
@@ -351,8 +380,15 @@ def build_graph(
         if layout.folded
         else None
     )
+    position = (
+        pass_position(
+            builder, input_ids=IO["input_ids"], total_sequence_length=IO["total_sequence_length"]
+        )
+        if layout.kernel
+        else None
+    )
     for layer in range(arch.num_layers):
-        x = _attention(builder, source, x, layer, caches, folding)
+        x = _attention(builder, source, x, layer, caches, folding, position)
         x = _mlp(builder, source, x, layer)
         source.release_pages()  # the layer's weights are in the data file
         observe(

@@ -1,0 +1,430 @@
+/* Attention over an in-place KV cache, as an ONNX Runtime custom operator.
+ *
+ *   edgespec.gguf::CacheAttention(query float [1, S, heads × D], key float [1, S, kv_heads × D],
+ *       value float [1, S, kv_heads × D], past_key float [1, kv_heads, C, D],
+ *       past_value float [1, kv_heads, C, D], seqlens_k int32 [1], total_sequence_length int32)
+ *       -> output float [1, S, heads × D], present_key, present_value (past's shapes)
+ *   attributes: num_heads, kv_num_heads, window (0: none; else the row at position t sees
+ *   positions t - window + 1 .. t only: llama.cpp's sliding window)
+ *
+ * The lengths read as GroupQueryAttention's: past P = total_sequence_length - S, and
+ * R = seqlens_k + 1 - P real rows (the rest is padding: not written, output zeros). Query and
+ * key arrive rotated; query head h reads KV head h / (heads / kv_heads). Row r's key and value
+ * go to position P + r of the cache. Bound to past's buffers (the runtime's in-place path),
+ * present is written in place; otherwise past's first P positions are copied into it first.
+ *
+ * Why not GroupQueryAttention: on the CPU it multiplies every query head by all T positions
+ * (a sliding window only zeroes probabilities after the products), and runs one thread per
+ * (batch, head), so a model with one KV head (Gemma 3 270M, folded) attends on one core.
+ * Here a task is one KV head over one block of ATTENTION_BLOCK positions, for every query head
+ * sharing it (each key and value read once per row), blocks outside a row's window skipped.
+ *
+ * Batch invariance: a row's output depends on its own query and the cache only. Its sum over
+ * positions splits at fixed absolute positions (multiples of ATTENTION_BLOCK), each block's
+ * partial softmax (maximum, sum, weighted values) is computed in position order, and the
+ * partials merge in block order: the same arithmetic whatever the pass's width, the thread
+ * count or which other rows share the call. Paths: AVX2 + FMA where the GGUF kernels run
+ * AVX2 (one path per process), portable C otherwise. */
+#include "gguf_common.h"
+
+#define ATTENTION_BLOCK 128 /* positions per task */
+#define MAX_GROUP 16        /* query heads per KV head */
+
+typedef struct {
+    const OrtApiTable *api;
+    int64_t heads, kv_heads, window;
+} AttentionKernel;
+
+/* One call's operands; partial [kv_heads, blocks, R, group, D + 2]: each block's maximum,
+ * sum of exponentials and weighted values for one (row, query head). */
+typedef struct {
+    const float *query, *keys, *values; /* query [S, heads × D]; caches [kv_heads, C, D] */
+    float *partial, *output;
+    int64_t rows, past, heads, kv_heads, group, d, capacity, window, first_block, blocks;
+    float scale;
+    int vectorized;
+} Attention;
+
+static OrtStatus *attention_fail(const OrtApiTable *api, const char *message) {
+    return ES_ORT_CALL(api, ES_ORT_SLOT_CREATE_STATUS, es_create_status_fn)(
+        ES_ORT_INVALID_ARGUMENT, message);
+}
+
+/* ---- one block of positions for one row ------------------------------------------- */
+
+static void scores_portable(const float *q, int64_t group, const float *k, int64_t n,
+                            int64_t d, float scale, float *out, int64_t stride) {
+    for (int64_t g = 0; g < group; g++)
+        for (int64_t j = 0; j < n; j++) {
+            float dot = 0.0f;
+            for (int64_t i = 0; i < d; i++) dot += q[g * d + i] * k[j * d + i];
+            out[g * stride + j] = dot * scale;
+        }
+}
+
+static float exponentials_portable(float *s, int64_t n, float maximum) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) sum += s[j] = expf(s[j] - maximum);
+    return sum;
+}
+
+static void weighted_values_portable(float *acc, int64_t stride, const float *p, int64_t p_stride,
+                                     int64_t group, const float *v, int64_t n, int64_t d) {
+    for (int64_t g = 0; g < group; g++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < d; i++) acc[g * stride + i] += p[g * p_stride + j] * v[j * d + i];
+}
+
+#ifdef ES_X86
+/* Four 8-lane sums to four floats, each as ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)):
+ * the same for every dot product, whichever others share the call. */
+ES_AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 e) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, e));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* Scores of `group` query heads against n positions of k [n, d] (d a multiple of 8):
+ * out[g * stride + j]. Each score is an 8-lane FMA chain over d in order, then reduce4, then
+ * times scale. Four heads by two positions at a time, so each key row is read once per four
+ * heads. */
+ES_AVX2 static void scores_avx2(const float *q, int64_t group, const float *k, int64_t n,
+                                int64_t d, float scale, float *out, int64_t stride) {
+    const __m128 factor = _mm_set1_ps(scale);
+    for (int64_t g = 0; g < group; g += 4) {
+        const int64_t heads = group - g < 4 ? group - g : 4;
+        const float *q0 = q + g * d, *q1 = q0 + (heads > 1 ? d : 0);
+        const float *q2 = q0 + (heads > 2 ? 2 * d : 0), *q3 = q0 + (heads > 3 ? 3 * d : 0);
+        for (int64_t j = 0; j < n; j += 2) {
+            const float *k0 = k + j * d, *k1 = k + (j + 1 < n ? j + 1 : j) * d;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int64_t i = 0; i < d; i += 8) {
+                __m256 c0 = _mm256_loadu_ps(k0 + i), c1 = _mm256_loadu_ps(k1 + i);
+                __m256 x = _mm256_loadu_ps(q0 + i);
+                a0 = _mm256_fmadd_ps(x, c0, a0), b0 = _mm256_fmadd_ps(x, c1, b0);
+                x = _mm256_loadu_ps(q1 + i);
+                a1 = _mm256_fmadd_ps(x, c0, a1), b1 = _mm256_fmadd_ps(x, c1, b1);
+                x = _mm256_loadu_ps(q2 + i);
+                a2 = _mm256_fmadd_ps(x, c0, a2), b2 = _mm256_fmadd_ps(x, c1, b2);
+                x = _mm256_loadu_ps(q3 + i);
+                a3 = _mm256_fmadd_ps(x, c0, a3), b3 = _mm256_fmadd_ps(x, c1, b3);
+            }
+            float sa[4], sb[4]; /* position j and j + 1, heads g .. g + 3 */
+            _mm_storeu_ps(sa, _mm_mul_ps(reduce4(a0, a1, a2, a3), factor));
+            _mm_storeu_ps(sb, _mm_mul_ps(reduce4(b0, b1, b2, b3), factor));
+            for (int64_t h = 0; h < heads; h++) {
+                out[(g + h) * stride + j] = sa[h];
+                if (j + 1 < n) out[(g + h) * stride + j + 1] = sb[h];
+            }
+        }
+    }
+}
+
+/* e^x for x <= 0, 8 at a time: x = m ln 2 + f (|f| <= ln 2 / 2), e^f by its Taylor polynomial
+ * to degree 7 (error below float's rounding), scaled by 2^m; 0 below -87 (the scores past
+ * the window's or block's end are padded with -inf). */
+ES_AVX2 static inline __m256 exp_avx2(__m256 x) {
+    const __m256 low = _mm256_set1_ps(-87.0f);
+    __m256 zero_mask = _mm256_cmp_ps(x, low, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, low);
+    __m256 m = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), x);
+    f = _mm256_fnmadd_ps(m, _mm256_set1_ps(-2.12194440e-4f), f);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m),
+                                                          _mm256_set1_epi32(127)), 23);
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+    return _mm256_andnot_ps(zero_mask, p);
+}
+
+/* s[0 .. n) = e^(s - maximum), n rounded up to 8 (the pad holds -inf); returns their sum, in
+ * 8 lanes over the positions in order, then reduced as reduce4's first lane. */
+ES_AVX2 static float exponentials_avx2(float *s, int64_t n, float maximum) {
+    __m256 sum = _mm256_setzero_ps(), shift = _mm256_set1_ps(maximum);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), shift));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    __m256 zero = _mm256_setzero_ps();
+    return _mm_cvtss_f32(reduce4(sum, zero, zero, zero));
+}
+
+/* acc[g * stride + i] += sum over j of p[g * p_stride + j] * v[j, i], j in order, one FMA per
+ * term: 16 outputs of four heads at a time in registers (a head past `group` weighs zeros
+ * into a scratch), so each value row is read once per four heads. */
+ES_AVX2 static void weighted_values_avx2(float *acc, int64_t stride, const float *p,
+                                         int64_t p_stride, int64_t group, const float *v,
+                                         int64_t n, int64_t d) {
+    static const float zeros[ATTENTION_BLOCK];
+    float scratch[16];
+    for (int64_t g0 = 0; g0 < group; g0 += 4) {
+        const float *w[4];
+        for (int h = 0; h < 4; h++) w[h] = g0 + h < group ? p + (g0 + h) * p_stride : zeros;
+        for (int64_t i = 0; i < d; i += 8) {
+            const int two = i + 16 <= d; /* 16 outputs, else the last 8 */
+            float *a[4];
+            __m256 lo[4], hi[4];
+            for (int h = 0; h < 4; h++) {
+                a[h] = g0 + h < group ? acc + (g0 + h) * stride + i : scratch;
+                lo[h] = _mm256_loadu_ps(a[h]);
+                hi[h] = two ? _mm256_loadu_ps(a[h] + 8) : _mm256_setzero_ps();
+            }
+            for (int64_t j = 0; j < n; j++) {
+                const float *row = v + j * d + i;
+                __m256 x = _mm256_loadu_ps(row), y = two ? _mm256_loadu_ps(row + 8) : x;
+                for (int h = 0; h < 4; h++) {
+                    __m256 weight = _mm256_broadcast_ss(w[h] + j);
+                    lo[h] = _mm256_fmadd_ps(weight, x, lo[h]);
+                    hi[h] = _mm256_fmadd_ps(weight, y, hi[h]);
+                }
+            }
+            for (int h = 0; h < 4; h++) {
+                _mm256_storeu_ps(a[h], lo[h]);
+                if (two) _mm256_storeu_ps(a[h] + 8, hi[h]);
+            }
+            if (two) i += 8;
+        }
+    }
+}
+#endif
+
+static void block_task(void *data, size_t task) {
+    const Attention *a = (const Attention *)data;
+    const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
+    const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
+    const float *keys = a->keys + h * a->capacity * d, *values = a->values + h * a->capacity * d;
+    float scores[MAX_GROUP * ATTENTION_BLOCK]; /* [group, positions], padded with -inf to 8 */
+    for (int64_t r = 0; r < a->rows; r++) {
+        const int64_t t = a->past + r;
+        int64_t lo = a->window && t - a->window + 1 > 0 ? t - a->window + 1 : 0;
+        int64_t hi = t + 1;
+        lo = lo > begin ? lo : begin;
+        hi = hi < begin + ATTENTION_BLOCK ? hi : begin + ATTENTION_BLOCK;
+        float *out = a->partial + ((h * a->blocks + bi) * a->rows + r) * group * (d + 2);
+        for (int64_t g = 0; g < group; g++) {
+            out[g * (d + 2)] = -INFINITY;
+            out[g * (d + 2) + 1] = 0.0f;
+            memset(out + g * (d + 2) + 2, 0, sizeof(float) * (size_t)d);
+        }
+        if (lo >= hi) continue;
+        const int64_t n = hi - lo, padded = (n + 7) / 8 * 8;
+        const float *q = a->query + r * a->heads * d + h * group * d;
+#ifdef ES_X86
+        if (a->vectorized)
+            scores_avx2(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
+        else
+#endif
+            scores_portable(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
+        for (int64_t g = 0; g < group; g++) {
+            float *s = scores + g * ATTENTION_BLOCK, maximum = -INFINITY, sum;
+            for (int64_t j = 0; j < n; j++) maximum = s[j] > maximum ? s[j] : maximum;
+            for (int64_t j = n; j < padded; j++) s[j] = -INFINITY;
+#ifdef ES_X86
+            if (a->vectorized)
+                sum = exponentials_avx2(s, padded, maximum);
+            else
+#endif
+                sum = exponentials_portable(s, n, maximum);
+            out[g * (d + 2)] = maximum;
+            out[g * (d + 2) + 1] = sum;
+        }
+#ifdef ES_X86
+        if (a->vectorized)
+            weighted_values_avx2(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d, n, d);
+        else
+#endif
+            weighted_values_portable(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d,
+                                     n, d);
+    }
+}
+
+/* Row r's blocks merged in block order into its output, one query head at a time. */
+static void merge_task(void *data, size_t task) {
+    const Attention *a = (const Attention *)data;
+    const int64_t r = (int64_t)task, d = a->d, group = a->group;
+    for (int64_t head = 0; head < a->heads; head++) {
+        const int64_t h = head / group, g = head % group;
+        float *y = a->output + (r * a->heads + head) * d, maximum = -INFINITY, sum = 0.0f;
+        for (int64_t bi = 0; bi < a->blocks; bi++) {
+            const float *part = a->partial + (((h * a->blocks + bi) * a->rows + r) * group + g) * (d + 2);
+            maximum = part[0] > maximum ? part[0] : maximum;
+        }
+        memset(y, 0, sizeof(float) * (size_t)d);
+        for (int64_t bi = 0; bi < a->blocks; bi++) {
+            const float *part = a->partial + (((h * a->blocks + bi) * a->rows + r) * group + g) * (d + 2);
+            if (part[1] == 0.0f) continue; /* no visible position in the block */
+            float factor = expf(part[0] - maximum);
+            sum += part[1] * factor;
+            for (int64_t i = 0; i < d; i++) y[i] += part[2 + i] * factor;
+        }
+        float inverse = 1.0f / sum;
+        for (int64_t i = 0; i < d; i++) y[i] *= inverse;
+    }
+}
+
+/* ---- the operator ------------------------------------------------------------------- */
+
+static OrtStatus *shape_of(const OrtApiTable *api, const OrtValue *value, int64_t *dims,
+                           size_t *rank) {
+    OrtTensorTypeAndShapeInfo *info;
+    OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                                    es_get_tensor_type_and_shape_fn)(value, &info);
+    if (status) return status;
+    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
+                                                                                         rank);
+    if (!status && *rank > 4) status = attention_fail(api, "CacheAttention: an input's rank is above 4");
+    if (!status && *rank)
+        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
+                                                                                  *rank);
+    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+                es_release_tensor_type_and_shape_info_fn)(info);
+    return status;
+}
+
+/* The calling thread's scratch for the partial sums, kept between calls: a prefill pass's is
+ * megabytes, which malloc would map and fault in afresh each call. Per thread, so sessions run
+ * from several threads never share one. */
+static float *partial_buffer(size_t floats) {
+    static __thread float *buffer;
+    static __thread size_t capacity;
+    if (floats > capacity) {
+        free(buffer);
+        buffer = malloc(sizeof(float) * floats);
+        capacity = buffer ? floats : 0;
+    }
+    return buffer;
+}
+
+static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
+    const AttentionKernel *kernel = (const AttentionKernel *)data;
+    const OrtApiTable *api = kernel->api;
+    es_kernel_context_get_input_fn input =
+        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_INPUT, es_kernel_context_get_input_fn);
+    es_kernel_context_get_output_fn output =
+        ES_ORT_CALL(api, ES_ORT_SLOT_KERNEL_CONTEXT_GET_OUTPUT, es_kernel_context_get_output_fn);
+    es_get_tensor_mutable_data_fn data_of =
+        ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_MUTABLE_DATA, es_get_tensor_mutable_data_fn);
+    const OrtValue *in[7];
+    void *ptr[7];
+    OrtStatus *status;
+    for (size_t i = 0; i < 7; i++) {
+        if ((status = input(context, i, &in[i]))) return status;
+        if (!in[i]) return attention_fail(api, "CacheAttention: every input is required");
+        if ((status = data_of((OrtValue *)in[i], &ptr[i]))) return status;
+    }
+    int64_t qdims[4], cdims[4];
+    size_t qrank, crank;
+    if ((status = shape_of(api, in[0], qdims, &qrank)) ||
+        (status = shape_of(api, in[3], cdims, &crank)))
+        return status;
+    const int64_t heads = kernel->heads, kv_heads = kernel->kv_heads;
+    if (qrank != 3 || qdims[0] != 1 || crank != 4 || cdims[0] != 1 || cdims[1] != kv_heads ||
+        qdims[2] != heads * cdims[3])
+        return attention_fail(api, "CacheAttention: query is not [1, S, heads × D] or the caches "
+                                   "not [1, kv_heads, C, D]");
+    const int64_t s = qdims[1], capacity = cdims[2], d = cdims[3];
+    const int64_t total = *(const int32_t *)ptr[6], last = *(const int32_t *)ptr[5];
+    const int64_t past = total - s, rows = last + 1 - past;
+    if (past < 0 || rows < 1 || rows > s || past + rows > capacity)
+        return attention_fail(api, "CacheAttention: seqlens_k and total_sequence_length do not fit "
+                                   "the pass and the cache");
+    OrtValue *out[3];
+    int64_t odims[3] = {1, s, heads * d};
+    if ((status = output(context, 0, odims, 3, &out[0])) ||
+        (status = output(context, 1, cdims, 4, &out[1])) ||
+        (status = output(context, 2, cdims, 4, &out[2])))
+        return status;
+    float *y, *caches[2];
+    if ((status = data_of(out[0], (void **)&y)) || (status = data_of(out[1], (void **)&caches[0])) ||
+        (status = data_of(out[2], (void **)&caches[1])))
+        return status;
+    for (int kind = 0; kind < 2; kind++) { /* the new rows into the cache, after its past */
+        const float *past_cache = (const float *)ptr[3 + kind], *fresh = (const float *)ptr[1 + kind];
+        float *cache = caches[kind];
+        for (int64_t h = 0; h < kv_heads; h++) {
+            float *head = cache + h * capacity * d;
+            if (cache != past_cache) {
+                memcpy(head, past_cache + h * capacity * d, sizeof(float) * (size_t)(past * d));
+                memset(head + (past + rows) * d, 0,
+                       sizeof(float) * (size_t)((capacity - past - rows) * d));
+            }
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(head + (past + r) * d, fresh + (r * kv_heads + h) * d, sizeof(float) * (size_t)d);
+        }
+    }
+    if (rows < s) memset(y + rows * heads * d, 0, sizeof(float) * (size_t)((s - rows) * heads * d));
+    const int64_t window = kernel->window;
+    const int64_t start = window && past - window + 1 > 0 ? past - window + 1 : 0;
+    const int64_t first_block = start / ATTENTION_BLOCK;
+    const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
+    Attention a = {(const float *)ptr[0], caches[0], caches[1], NULL, y, rows, past, heads,
+                   kv_heads, heads / kv_heads, d, capacity, window, first_block, blocks,
+                   1.0f / sqrtf((float)d), 0};
+#ifdef ES_X86
+    a.vectorized = strcmp(edgespec_gguf_kernel_path(), "avx2") == 0 && d % 8 == 0;
+#endif
+    a.partial = partial_buffer((size_t)(kv_heads * blocks * rows * a.group * (d + 2)));
+    if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
+    es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
+        api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
+    status = parallel_for(context, block_task, (size_t)(kv_heads * blocks), ES_BATCHES, &a);
+    if (!status) status = parallel_for(context, merge_task, (size_t)rows, ES_BATCHES, &a);
+    return status;
+}
+
+static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
+                                   const OrtKernelInfo *info, void **out) {
+    (void)op;
+    AttentionKernel *kernel = calloc(1, sizeof *kernel);
+    if (!kernel) return attention_fail(api, "CacheAttention: out of memory");
+    es_kernel_info_get_attribute_int64_fn attribute = ES_ORT_CALL(
+        api, ES_ORT_SLOT_KERNEL_INFO_GET_ATTRIBUTE_INT64, es_kernel_info_get_attribute_int64_fn);
+    OrtStatus *status;
+    if ((status = attribute(info, "num_heads", &kernel->heads)) ||
+        (status = attribute(info, "kv_num_heads", &kernel->kv_heads))) {
+        free(kernel);
+        return status;
+    }
+    if ((status = attribute(info, "window", &kernel->window))) /* optional: none */
+        ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->window = 0;
+    if (kernel->kv_heads < 1 || kernel->heads % kernel->kv_heads ||
+        kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0) {
+        free(kernel);
+        return attention_fail(api, "CacheAttention: num_heads must be a multiple of kv_num_heads "
+                                   "(at most 16 query heads per KV head), window 0 or more");
+    }
+    kernel->api = api;
+    *out = kernel;
+    return NULL;
+}
+
+static void attention_destroy(void *kernel) { free(kernel); }
+static const char *attention_name(const void *op) { (void)op; return "CacheAttention"; }
+static const char *attention_provider(const void *op) { (void)op; return "CPUExecutionProvider"; }
+static int attention_input_type(const void *op, size_t i) {
+    (void)op;
+    return i >= 5 ? ES_ORT_INT32 : ES_ORT_FLOAT;
+}
+static size_t attention_input_count(const void *op) { (void)op; return 7; }
+static int attention_output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
+static size_t attention_output_count(const void *op) { (void)op; return 3; }
+static int attention_required(const void *op, size_t i) { (void)op, (void)i; return 0; }
+static int attention_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
+static int attention_one(const void *op) { (void)op; return 1; }
+static int attention_zero(const void *op) { (void)op; return 0; }
+
+const OrtCustomOpV16 es_cache_attention_op = {
+    16, NULL, attention_name, attention_provider, attention_input_type, attention_input_count,
+    attention_output_type, attention_output_count, NULL, attention_destroy, attention_required,
+    attention_required, attention_memory, attention_one, attention_zero, attention_one,
+    attention_zero, attention_create, attention_compute,
+};

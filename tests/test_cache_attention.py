@@ -1,0 +1,237 @@
+"""edgespec's CacheAttention operator (``csrc/cache_attention.c``): attention over an in-place
+KV cache against a float64 reference (with and without a sliding window, several query heads
+per KV head), the same bits for a row at any pass width, thread count or cache binding, on
+both code paths (AVX2 and portable C), padding rows kept out of the cache, and bad lengths
+refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN, gguf_kernel_library
+
+pytestmark = pytest.mark.skipif(
+    gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
+)
+
+CAPACITY = 640
+POSITIONS = 600  # crosses four of the kernel's 128-position blocks
+# (query heads, KV heads, head width, window): Gemma 3's, Qwen2.5-1.5B's and SmolLM2's shapes
+# (narrowed), and a width that is not a multiple of 8 (the portable loop on every path).
+SHAPES = [(4, 1, 64, 200), (12, 2, 32, 0), (9, 3, 16, 0), (4, 2, 12, 50)]
+
+
+def attention_session(heads: int, kv_heads: int, d: int, window: int, threads: int = 2) -> object:
+    from onnx import TensorProto, helper
+
+    from edgespec.graph.kernels import register_gguf_kernels
+
+    cache = [1, kv_heads, CAPACITY, d]
+    node = helper.make_node(
+        CACHE_ATTENTION,
+        ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"],
+        ["y", "present_k", "present_v"],
+        domain=GGUF_DOMAIN,
+        num_heads=heads,
+        kv_num_heads=kv_heads,
+        window=window,
+    )
+    floats = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node],
+        "cache-attention",
+        [
+            helper.make_tensor_value_info("q", floats, [1, "s", heads * d]),
+            helper.make_tensor_value_info("k", floats, [1, "s", kv_heads * d]),
+            helper.make_tensor_value_info("v", floats, [1, "s", kv_heads * d]),
+            helper.make_tensor_value_info("past_k", floats, cache),
+            helper.make_tensor_value_info("past_v", floats, cache),
+            helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+            helper.make_tensor_value_info("total", TensorProto.INT32, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", floats, [1, "s", heads * d]),
+            helper.make_tensor_value_info("present_k", floats, cache),
+            helper.make_tensor_value_info("present_v", floats, cache),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(GGUF_DOMAIN, 1)]
+    )
+    model.ir_version = 10
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    register_gguf_kernels(options, required=True)
+    return onnxruntime.InferenceSession(model.SerializeToString(), options)
+
+
+def inputs(heads: int, kv_heads: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(heads * 100 + d)
+    q = rng.standard_normal((POSITIONS, heads * d), dtype=np.float32)
+    k = rng.standard_normal((POSITIONS, kv_heads * d), dtype=np.float32)
+    v = rng.standard_normal((POSITIONS, kv_heads * d), dtype=np.float32)
+    return q, k, v
+
+
+def reference(heads: int, kv_heads: int, d: int, window: int) -> np.ndarray:
+    """Causal attention in float64; position i sees i - window + 1 .. i with a window
+    (llama.cpp's), query head h reading KV head h // (heads / kv_heads)."""
+    q, k, v = (x.astype(np.float64) for x in inputs(heads, kv_heads, d))
+    group = heads // kv_heads
+    i, j = np.arange(POSITIONS)[:, None], np.arange(POSITIONS)[None, :]
+    hidden = (j > i) | ((window > 0) & (i - j >= window))
+    out = np.zeros((POSITIONS, heads * d))
+    for head in range(heads):
+        kv = head // group
+        scores = q[:, head * d : (head + 1) * d] @ k[:, kv * d : (kv + 1) * d].T / np.sqrt(d)
+        scores[hidden] = -np.inf
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        out[:, head * d : (head + 1) * d] = weights @ v[:, kv * d : (kv + 1) * d]
+    return out
+
+
+def run_passes(
+    session: object,
+    shape: tuple[int, int, int, int],
+    widths: list[int],
+    *,
+    in_place: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The POSITIONS rows in passes of ``widths``; returns the outputs [POSITIONS, heads × D]
+    and the key cache [kv_heads, CAPACITY, D] after them. ``in_place``: present bound to
+    past's buffers (the runtime's path); else fresh outputs copied back (the plain path)."""
+    heads, kv_heads, d, _ = shape
+    q, k, v = inputs(heads, kv_heads, d)
+    caches = [np.zeros((1, kv_heads, CAPACITY, d), np.float32) for _ in range(2)]
+    outputs, position = [], 0
+    for width in widths:
+        end = position + width
+        feeds = {
+            "q": q[None, position:end],
+            "k": k[None, position:end],
+            "v": v[None, position:end],
+            "seqlens_k": np.array([end - 1], np.int32),
+            "total": np.array(end, np.int32),
+        }
+        if in_place:
+            binding = session.io_binding()  # type: ignore[attr-defined]
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, value)
+            for name, cache in zip(("k", "v"), caches, strict=True):
+                value = onnxruntime.OrtValue.ortvalue_from_numpy(cache)
+                binding.bind_ortvalue_input(f"past_{name}", value)
+                binding.bind_ortvalue_output(f"present_{name}", value)
+            binding.bind_output("y")
+            session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+            y = binding.get_outputs()[2].numpy()
+        else:
+            y, *present = session.run(  # type: ignore[attr-defined]
+                None, {**feeds, "past_k": caches[0], "past_v": caches[1]}
+            )
+            for cache, new in zip(caches, present, strict=True):
+                cache[...] = new
+        outputs.append(np.array(y[0]))
+        position = end
+    return np.concatenate(outputs), caches[0][0]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "q{}-kv{}-d{}-w{}".format(*s))
+def test_attention_matches_the_reference_and_gives_a_row_the_same_bits_in_any_pass(
+    shape: tuple[int, int, int, int],
+) -> None:
+    heads, kv_heads, d, _ = shape
+    two_threads = attention_session(*shape)
+    whole, keys = run_passes(two_threads, shape, [POSITIONS])
+    expected = reference(*shape)
+    assert np.abs(whole - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
+    # The cache holds the keys at their positions, nothing past them.
+    _, k, _ = inputs(heads, kv_heads, d)
+    assert np.array_equal(keys[:, :POSITIONS], k.reshape(POSITIONS, kv_heads, d).transpose(1, 0, 2))
+    assert not keys[:, POSITIONS:].any()
+    # One-token steps, verify-sized passes, prefill chunks, one thread, the plain path.
+    steps, _ = run_passes(two_threads, shape, [1] * POSITIONS)
+    mixed, _ = run_passes(two_threads, shape, [5, 1, 9, 2, 128, 3, 200, 252])
+    one_thread, _ = run_passes(attention_session(*shape, threads=1), shape, [128] * 4 + [88])
+    plain, _ = run_passes(two_threads, shape, [3, 7, 300, 290], in_place=False)
+    for other in (steps, mixed, one_thread, plain):
+        assert np.array_equal(whole, other)
+
+
+def test_padding_rows_stay_out_of_the_cache_and_output_zeros() -> None:
+    """A pass of 4 rows told that 2 are real (seqlens_k = past + 1): the real rows' outputs
+    are those of a 2-row pass, the padding rows' are zero, and the cache ends after row 2."""
+    shape = (4, 1, 64, 0)
+    session = attention_session(*shape)
+    q, k, v = inputs(4, 1, 64)
+    cache = [np.zeros((1, 1, CAPACITY, 64), np.float32) for _ in range(2)]
+
+    def run(width: int, real: int) -> tuple[np.ndarray, np.ndarray]:
+        y, keys, _ = session.run(  # type: ignore[attr-defined]
+            None,
+            {
+                "q": q[None, :width],
+                "k": k[None, :width],
+                "v": v[None, :width],
+                "past_k": cache[0],
+                "past_v": cache[1],
+                "seqlens_k": np.array([real - 1], np.int32),
+                "total": np.array(width, np.int32),
+            },
+        )
+        return y[0], keys[0, 0]
+
+    padded, padded_keys = run(4, 2)
+    exact, _ = run(2, 2)
+    assert np.array_equal(padded[:2], exact) and not padded[2:].any()
+    assert np.array_equal(padded_keys[:2], k[:2]) and not padded_keys[2:].any()
+
+
+def test_lengths_that_do_not_fit_the_cache_are_refused_in_one_line() -> None:
+    session = attention_session(4, 1, 64, 0)
+    q, k, v = inputs(4, 1, 64)
+    cache = np.zeros((1, 1, CAPACITY, 64), np.float32)
+    feeds = {"q": q[None, :2], "k": k[None, :2], "v": v[None, :2], "past_k": cache}
+    feeds |= {"past_v": cache, "seqlens_k": np.array([CAPACITY], np.int32)}
+    with pytest.raises(Exception, match="CacheAttention: seqlens_k and total_sequence_length"):
+        session.run(None, feeds | {"total": np.array(CAPACITY + 1, np.int32)})  # type: ignore[attr-defined]
+
+
+PORTABLE_CHECK = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from edgespec.graph.kernels import gguf_kernel_path
+from test_cache_attention import SHAPES, attention_session, reference, run_passes
+errors, invariant = [], []
+for shape in SHAPES:
+    session = attention_session(*shape)
+    whole, _ = run_passes(session, shape, [600])
+    mixed, _ = run_passes(session, shape, [1, 2, 9, 128, 460])
+    errors.append(float(np.abs(whole - reference(*shape)).max()))
+    invariant.append(bool(np.array_equal(whole, mixed)))
+print(json.dumps({{"path": gguf_kernel_path(), "errors": errors, "invariant": invariant}}))
+"""
+
+
+def test_the_portable_path_computes_the_same_attention() -> None:
+    tests = str(Path(__file__).parent)
+    environment = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "portable"}
+    done = subprocess.run(
+        [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["path"] == "portable"
+    assert all(report["invariant"]) and max(report["errors"]) < 1e-4
