@@ -371,5 +371,5 @@ def test_one_source_of_k(
     assert json.loads(capsys.readouterr().out)["pair"]["k"]["source"] == measured.default_k_source
     assert main(["pair", "--profile"]) == 0
     out = capsys.readouterr().out
-    assert "choice: " in out and "measured on 12 built-in code prompts" in out
+    assert "choice: " in out and "measured on 12 built-in prompts (code, chat-edit, chat)" in out
     assert "now use it by default on this device" in out

@@ -20,7 +20,12 @@ from edgespec.engine.options import MAX_K
 from edgespec.measure.bench import load_prompt_set
 from edgespec.runtime.k_policy import CostProfile
 
-PROFILE_PROMPTS = 12  # code prompts the profile drafts on (k = MAX_K)
+PROFILE_PROMPTS = 12  # prompts the profile drafts on (k = MAX_K)
+#: A pair with a draft model is profiled on code completions, chat edit requests and chat
+#: questions in turn (4 of each): a choice raced on code alone drafted at a loss on chat
+#: (Qwen2.5-Coder-1.5B: the combined drafter at k 2, chosen on code, decoded chat at 0.96x
+#: target-only). A draft-free engine (prompt lookup only) is profiled on chat.
+PROFILE_SETS = ("code", "chat-edit", "chat")
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 #: Drafters expected within this factor of the best are raced before one is chosen (and
 #: target-only decoding with them while the best is): an expectation replays rounds run at
@@ -28,7 +33,7 @@ PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context i
 #: the combined drafter was expected at 1.11x and prompt lookup at 1.10x; decoding, lookup
 #: ran at 1.10-1.11x and the combined drafter at 1.01-1.08x.
 RACE_WITHIN = 1.10
-RACE_PROMPTS = 4  # the first profile prompts, each decoded by every contender in turn
+RACE_PROMPTS = 6  # the first profile prompts (2 of each set), each decoded by every contender
 
 
 def _to_stderr(line: str) -> None:
@@ -50,12 +55,17 @@ def profile_pair(
     line per step (minutes for a real-size pair)."""
     started = time.perf_counter()
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
-    prompt_set = load_prompt_set("code" if draft is not None else "chat")
-    prompts = prompt_set.prompts[:PROFILE_PROMPTS]
+    names = PROFILE_SETS if draft is not None else ("chat",)
+    sets = [load_prompt_set(name) for name in names]
+    each = PROFILE_PROMPTS // len(sets)
+    # In turn (code, chat edit, chat, code, ...), so that the race's first prompts hold each.
+    prompts = [
+        (prompt_set.prompts[index], prompt_set.chat) for index in range(each) for prompt_set in sets
+    ]
     new_tokens = min(PROFILE_NEW_TOKENS, engine.max_length // 2)
     # Prompts keep their last tokens where the pair's context is short (a small export).
     room = engine.max_length - new_tokens
-    encoded = [engine.encode(p, chat=prompt_set.chat)[-room:] for p in prompts]
+    encoded = [engine.encode(text, chat=chat)[-room:] for text, chat in prompts]
     notify("profile: the verify curve T(k)/T(1) and the draft's step cost ...")
     profile = engine.cost_profile()
     verify_cost = list(profile.verify_cost)
@@ -97,8 +107,8 @@ def profile_pair(
             name: {key: m[key] for key in ("alpha", "c", "recommended_k", "expected_speedup")}
             for name, m in measured.items()
         },
-        "measured_on": f"{len(prompts)} built-in {'chat' if prompt_set.chat else 'code'} "
-        f"prompts, {new_tokens} tokens each, here",
+        "measured_on": f"{len(prompts)} built-in prompts ({', '.join(names)}), "
+        f"{new_tokens} tokens each, here",
     }
     if save and engine.target is not None:
         saved = save_choice(
