@@ -209,6 +209,35 @@ def folding_inputs(
     }
 
 
+def rotated_query_key(
+    builder: GraphBuilder,
+    arch: Any,
+    query_key: tuple[str, str],
+    layer: int,
+    caches: dict[str, str],
+    position: str,
+    *,
+    sliding: bool = False,
+) -> list[str]:
+    """Q [1, S, heads × D] and K [1, S, kv_heads × D] rotated from ``position`` (the pass's
+    first position [1]) with the global rotary tables, or a ``sliding`` layer's local ones."""
+    cos, sin = (
+        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    )
+    heads = (arch.num_heads, arch.num_kv_heads)
+    return [
+        builder.node(
+            "RotaryEmbedding",
+            [tensor, position, cos, sin],
+            f"l{layer}.{part}_rot",
+            domain="com.microsoft",
+            num_heads=count,
+            interleaved=int(arch.rope_interleaved),
+        )
+        for part, tensor, count in zip(("q", "k"), query_key, heads, strict=True)
+    ]
+
+
 def folded_attention(
     builder: GraphBuilder,
     arch: Any,
@@ -230,22 +259,9 @@ def folded_attention(
     from onnx import helper
 
     query, key, value = qkv
-    position = names["position"]
-    cos, sin = (
-        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    rotated = rotated_query_key(
+        builder, arch, (query, key), layer, caches, names["position"], sliding=sliding
     )
-    rotated = []
-    for part, tensor, heads in (("q", query, arch.num_heads), ("k", key, arch.num_kv_heads)):
-        rotated.append(
-            builder.node(
-                "RotaryEmbedding",
-                [tensor, position, cos, sin],
-                f"l{layer}.{part}_rot",
-                domain="com.microsoft",
-                num_heads=heads,
-                interleaved=int(arch.rope_interleaved),
-            )
-        )
     d = arch.head_dim
     folded_q = builder.node(
         "Reshape",
@@ -322,20 +338,9 @@ def cache_attention(
     from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN
 
     query, key, value = qkv
-    cos, sin = (
-        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
+    rotated = rotated_query_key(
+        builder, arch, (query, key), layer, caches, position, sliding=sliding
     )
-    rotated = [
-        builder.node(
-            "RotaryEmbedding",
-            [tensor, position, cos, sin],
-            f"l{layer}.{part}_rot",
-            domain="com.microsoft",
-            num_heads=heads,
-            interleaved=int(arch.rope_interleaved),
-        )
-        for part, tensor, heads in (("q", query, arch.num_heads), ("k", key, arch.num_kv_heads))
-    ]
     builder.kernel_ops.add(CACHE_ATTENTION)
     past_key, past_value, present_key, present_value = kv
     attended = f"l{layer}.attn"
