@@ -24,7 +24,8 @@ PROFILE_PROMPTS = 12  # prompts the profile drafts on (k = MAX_K)
 #: A pair with a draft model is profiled on code completions, chat edit requests and chat
 #: questions in turn (4 of each): a choice raced on code alone drafted at a loss on chat
 #: (Qwen2.5-Coder-1.5B: the combined drafter at k 2, chosen on code, decoded chat at 0.96x
-#: target-only). A draft-free engine (prompt lookup only) is profiled on chat.
+#: target-only). A draft-free engine (prompt lookup only) is profiled on chat, and a target
+#: without a chat template on code alone.
 PROFILE_SETS = ("code", "chat-edit", "chat")
 PROFILE_NEW_TOKENS = 64  # tokens generated per prompt (fewer when the context is short)
 #: Drafters expected within this factor of the best are raced before one is chosen (and
@@ -55,7 +56,9 @@ def profile_pair(
     line per step (minutes for a real-size pair)."""
     started = time.perf_counter()
     engine = Engine.load(target=target, draft=draft, measure_energy=False)
-    names = PROFILE_SETS if draft is not None else ("chat",)
+    names: tuple[str, ...] = PROFILE_SETS if draft is not None else ("chat",)
+    if engine.chat_template is None:  # a target that formats no chats: completions only
+        names = ("code",)
     sets = [load_prompt_set(name) for name in names]
     each = PROFILE_PROMPTS // len(sets)
     # In turn (code, chat edit, chat, code, ...), so that the race's first prompts hold each.
