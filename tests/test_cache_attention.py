@@ -222,11 +222,20 @@ print(json.dumps({{"path": gguf_kernel_path(), "errors": errors, "invariant": in
 """
 
 
-def test_the_portable_path_computes_the_same_attention() -> None:
+def test_the_portable_path_computes_the_same_attention(tmp_path: Path) -> None:
+    """Forced in a fresh process (a process picks its path once), outside the checkout, on
+    the same library as this process."""
+    from edgespec.graph import kernels
+
     tests = str(Path(__file__).parent)
-    environment = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "portable"}
+    environment = {
+        **os.environ,
+        "EDGESPEC_GGUF_KERNEL_PATH": "portable",
+        kernels.ENVIRONMENT: str(gguf_kernel_library()),
+    }
     done = subprocess.run(
         [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         env=environment,
