@@ -40,6 +40,7 @@ import numpy as np
 from edgespec.errors import ConfigError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.builder import ExternalData, GraphBuilder
+from edgespec.export.gguf.embedding import embedding
 from edgespec.export.gguf.folded import (
     KVLayout,
     cache_attention,
@@ -83,51 +84,6 @@ def past_names(layer: int) -> tuple[str, str]:
 
 def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
-
-
-def _embedding(builder: GraphBuilder, source: WeightSource) -> tuple[str, Any]:
-    """The embedding lookup [1, S, hidden], and what the tied LM head reuses: the same block
-    initializers (rows are tokens), dequantized in the graph for the S looked-up tokens only."""
-    tensor = source.tensor("token_embd.weight")
-    ids = IO["input_ids"]
-    raw = builder.raw_blocks(tensor)
-    if raw is not None:  # the GGUF kernels: rows looked up from the file's blocks
-        blocks = builder.raw_initializer("embed", raw)
-        return builder.gguf_gather(ids, blocks, raw, "embed"), (blocks, raw)
-    weights = builder.blocks(tensor)
-    if weights is None:
-        table = float_tensor(tensor)
-        builder.float_weights += table.size
-        return builder.node("Gather", [builder.constant("embed.table", table), ids], "embed"), (
-            table
-        )
-    names = builder.block_initializers("embed", weights)
-    last_axis = builder.constant("c.axis", np.array([-1]))
-    codes = builder.node("Gather", [names.packed, ids], "embed.codes")  # [1, S, blocks, bytes]
-    if weights.bits == 4:
-        low = builder.node("BitwiseAnd", [codes, builder.constant("c.15", np.uint8(15))], "e.lo")
-        high = builder.node(
-            "BitShift", [codes, builder.constant("c.4", np.uint8(4))], "e.hi", direction="RIGHT"
-        )
-        pairs = [builder.node("Unsqueeze", [part, last_axis], f"{part}1") for part in (low, high)]
-        codes = builder.node("Concat", pairs, "e.pairs", axis=-1)  # [1, S, blocks, 16, 2]
-    size = weights.block
-    shape = builder.constant("embed.block_shape", np.array([1, -1, weights.columns // size, size]))
-    codes = builder.node("Reshape", [codes, shape], "e.blocks")
-    codes = builder.node("Cast", [codes], "e.float", to=1)
-    zero_point = builder.constant("embed.zero_point", np.float32(2 ** (weights.bits - 1)))
-    scales = builder.node(
-        "Unsqueeze", [builder.node("Gather", [names.scales, ids], "e.scales"), last_axis], "e.s"
-    )
-    centred = builder.node("Sub", [codes, zero_point], "e.centred")
-    values = builder.node("Mul", [centred, scales], "e.scaled")
-    if names.offsets_t is not None:  # stored [K / 32, N]: gather columns, then [1, S, blocks, 1]
-        offsets = builder.node("Gather", [names.offsets_t, ids], "e.off", axis=1)
-        offsets = builder.node("Transpose", [offsets], "e.off_t", perm=[1, 2, 0])
-        offsets = builder.node("Unsqueeze", [offsets, last_axis], "e.off_u")
-        values = builder.node("Add", [values, offsets], "e.values")
-    flat = builder.constant("embed.shape", np.array([1, -1, weights.columns]))
-    return builder.node("Reshape", [values, flat], "embed"), (names, weights.shape)
 
 
 def _attention(
@@ -359,7 +315,7 @@ def build_graph(
         "cos": builder.constant("rotary.cos", cos),
         "sin": builder.constant("rotary.sin", sin),
     }
-    x, tied = _embedding(builder, source)
+    x, tied = embedding(builder, source, IO["input_ids"])
     if arch.embedding_scale != 1.0:  # Gemma: the embedding times sqrt(hidden), in float32
         scale = builder.constant("embed.scale", np.float32(arch.embedding_scale))
         x = builder.node("Mul", [x, scale], "embed.scaled")
