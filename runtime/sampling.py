@@ -25,22 +25,30 @@ def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
     to at least top_p (ties broken towards the lower id; the top token is always kept); the
     kept probabilities are renormalised to sum to 1.
     """
-    scores = np.asarray(logits, dtype=np.float64)  # [..., vocab]
     if sampling.greedy:
-        one_hot = np.zeros_like(scores)
+        scores = np.asarray(logits)  # [..., vocab]
+        one_hot = np.zeros(scores.shape, dtype=np.float64)
         top = np.argmax(scores, axis=-1)[..., np.newaxis]  # [..., 1]
         np.put_along_axis(one_hot, top, 1.0, axis=-1)
         return one_hot
-    # Shift the row maximum to 0 before dividing: a tiny temperature then sends the other
+    # float32 arithmetic up to the normalisation: the exponential of a 151,936-token row costs
+    # 0.6 ms against 1.6 ms in float64 and is paid for every drafted and verified row. A tiny
+    # temperature keeps float64, where 1 / temperature cannot overflow.
+    work_dtype = np.float32 if sampling.temperature >= 1e-3 else np.float64
+    scores = np.asarray(logits, dtype=work_dtype)  # [..., vocab]
+    # Shift the row maximum to 0 before scaling: a tiny temperature then sends the other
     # scores to -inf (probability 0) instead of overflowing both sides into inf - inf = NaN.
     with np.errstate(over="ignore"):
-        scores = (scores - np.max(scores, axis=-1, keepdims=True)) / sampling.temperature
+        scores = scores - np.max(scores, axis=-1, keepdims=True)
+        scores /= work_dtype(sampling.temperature)
     vocab = scores.shape[-1]
     if 0 < sampling.top_k < vocab:
         kth = np.partition(scores, vocab - sampling.top_k, axis=-1)[..., -sampling.top_k]  # [...]
-        scores = np.where(scores < kth[..., np.newaxis], -np.inf, scores)
-    exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))  # [..., vocab]
-    probs: np.ndarray = exp / exp.sum(axis=-1, keepdims=True)  # [..., vocab]
+        scores = np.where(scores < kth[..., np.newaxis], -np.inf, scores).astype(work_dtype)
+    # The top score is 0 and top-k keeps it, so exp cannot overflow: [..., vocab] in place.
+    exp = np.exp(scores, out=scores)
+    total = exp.sum(axis=-1, keepdims=True, dtype=np.float64)  # [..., 1]
+    probs: np.ndarray = exp.astype(np.float64) / total  # [..., vocab]
     if sampling.top_p < 1.0:
         order = np.argsort(-probs, axis=-1, kind="stable")  # [..., vocab], most probable first
         sorted_probs = np.take_along_axis(probs, order, axis=-1)  # [..., vocab]

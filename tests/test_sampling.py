@@ -45,7 +45,16 @@ def test_temperature_matches_softmax(temperature: float, dtype: type) -> None:
     probs = probabilities(logits, SamplingConfig(temperature=temperature))
     assert probs.dtype == np.float64
     expected = _softmax(logits.astype(np.float64) / temperature)
-    np.testing.assert_allclose(probs, expected, rtol=1e-12, atol=1e-15)
+    # float32 arithmetic: a scaled score of 30 carries ~2e-6 of absolute error into its exp.
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-12)
+    # ...normalised in float64, so every row sums to 1 as closely as float64 allows.
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=0, atol=1e-14)
+
+
+def test_a_tiny_temperature_keeps_float64_and_the_top_token() -> None:
+    logits = np.array([[3.0, 3.0 - 1e-9, -1.0]])
+    probs = probabilities(logits, SamplingConfig(temperature=1e-12))
+    np.testing.assert_array_equal(probs, [[1.0, 0.0, 0.0]])
 
 
 def test_large_logits_are_stable() -> None:
@@ -61,7 +70,7 @@ def test_top_k_keeps_exactly_the_k_highest(top_k: int) -> None:
         kept = set(np.flatnonzero(row))
         assert kept == set(np.argsort(row_logits)[-top_k:])
         expected = _softmax(row_logits[sorted(kept)] / 0.7)
-        np.testing.assert_allclose(row[sorted(kept)], expected, rtol=1e-12)
+        np.testing.assert_allclose(row[sorted(kept)], expected, rtol=1e-5)
 
 
 def test_top_k_keeps_ties_with_the_kth_and_is_off_at_or_above_vocab() -> None:
@@ -84,7 +93,7 @@ def test_top_p_keeps_the_minimal_nucleus(top_p: float, kept: set[int]) -> None:
     probs = probabilities(np.log(base), SamplingConfig(temperature=1.0, top_p=top_p))
     assert set(np.flatnonzero(probs)) == kept
     ids = sorted(kept)
-    np.testing.assert_allclose(probs[ids], base[ids] / base[ids].sum(), rtol=1e-12)
+    np.testing.assert_allclose(probs[ids], base[ids] / base[ids].sum(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.8, 0.95, 0.999])
