@@ -17,7 +17,7 @@ best of three blocks of 50 calls, all variants alternating:
 - ``4-bit, float zero points``: the minimum exactly, as MatMulNBits' float zero points.
 - ``8-bit``: 8-bit codes (how MatMulNBits runs Q6_K and Q8_0 weights).
 - ``GGUF kernel, TYPE, file layout`` / ``..., rows of 8``: edgespec's own operator on random
-  blocks of Q4_K, Q6_K, Q5_0 or Q8_0 (small float16 factors), as the file stores them and in
+  blocks of Q4_K, Q6_K, Q4_0, Q5_0 or Q8_0 (small float16 factors), as the file stores them and in
   the rows-of-8 layout the importer writes, when the kernels are built; ``GB_per_s`` is the
   weight's bytes over the time.
 
@@ -46,6 +46,7 @@ BLOCKS = 3
 KERNEL_TYPES = {
     "Q4_K": (12, 256, 144, 0, 2),
     "Q6_K": (14, 256, 210, 208, 1),
+    "Q4_0": (2, 32, 18, 0, 1),
     "Q5_0": (6, 32, 22, 0, 1),
     "Q8_0": (8, 32, 34, 0, 1),
 }

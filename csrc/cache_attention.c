@@ -83,39 +83,52 @@ ES_AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 e) {
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
+/* One tile of scores: `heads` query heads (q [heads, d]) by `positions` key rows from j
+ * (rows past n read row j and are not stored), heads x positions a multiple of 4. Each score
+ * is an 8-lane FMA chain over d in order, then reduce4, then times scale: the same arithmetic
+ * in every tile shape, so a score's bits do not depend on which heads share its tile. */
+ES_AVX2 static inline __attribute__((always_inline)) void score_tile(
+    const float *q, const float *k, int64_t j, int64_t n, int64_t d, __m128 factor, float *out,
+    int64_t stride, const int heads, const int positions) {
+    const float *rows[4];
+    for (int p = 0; p < positions; p++) rows[p] = k + (j + p < n ? j + p : j) * d;
+    __m256 acc[8];
+    for (int t = 0; t < heads * positions; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+        __m256 c[4];
+        for (int p = 0; p < positions; p++) c[p] = _mm256_loadu_ps(rows[p] + i);
+        for (int h = 0; h < heads; h++) {
+            const __m256 x = _mm256_loadu_ps(q + h * d + i);
+            for (int p = 0; p < positions; p++)
+                acc[h * positions + p] = _mm256_fmadd_ps(x, c[p], acc[h * positions + p]);
+        }
+    }
+    float s[8]; /* [heads, positions] */
+    for (int t = 0; t < heads * positions; t += 4)
+        _mm_storeu_ps(s + t, _mm_mul_ps(reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]), factor));
+    for (int h = 0; h < heads; h++)
+        for (int p = 0; p < positions && j + p < n; p++) out[h * stride + j + p] = s[h * positions + p];
+}
+
 /* Scores of `group` query heads against n positions of k [n, d] (d a multiple of 8):
- * out[g * stride + j]. Each score is an 8-lane FMA chain over d in order, then reduce4, then
- * times scale. Four heads by two positions at a time, so each key row is read once per four
- * heads. */
+ * out[g * stride + j]. Four heads by two positions at a time (each key row read once per four
+ * heads); the heads left over by two by four positions, a last one by four positions, so no
+ * tile computes a head twice (groups of 6, 7 and 3 would otherwise pay 33%, 14% and 33%). */
 ES_AVX2 static void scores_avx2(const float *q, int64_t group, const float *k, int64_t n,
                                 int64_t d, float scale, float *out, int64_t stride) {
     const __m128 factor = _mm_set1_ps(scale);
-    for (int64_t g = 0; g < group; g += 4) {
-        const int64_t heads = group - g < 4 ? group - g : 4;
-        const float *q0 = q + g * d, *q1 = q0 + (heads > 1 ? d : 0);
-        const float *q2 = q0 + (heads > 2 ? 2 * d : 0), *q3 = q0 + (heads > 3 ? 3 * d : 0);
-        for (int64_t j = 0; j < n; j += 2) {
-            const float *k0 = k + j * d, *k1 = k + (j + 1 < n ? j + 1 : j) * d;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-            for (int64_t i = 0; i < d; i += 8) {
-                __m256 c0 = _mm256_loadu_ps(k0 + i), c1 = _mm256_loadu_ps(k1 + i);
-                __m256 x = _mm256_loadu_ps(q0 + i);
-                a0 = _mm256_fmadd_ps(x, c0, a0), b0 = _mm256_fmadd_ps(x, c1, b0);
-                x = _mm256_loadu_ps(q1 + i);
-                a1 = _mm256_fmadd_ps(x, c0, a1), b1 = _mm256_fmadd_ps(x, c1, b1);
-                x = _mm256_loadu_ps(q2 + i);
-                a2 = _mm256_fmadd_ps(x, c0, a2), b2 = _mm256_fmadd_ps(x, c1, b2);
-                x = _mm256_loadu_ps(q3 + i);
-                a3 = _mm256_fmadd_ps(x, c0, a3), b3 = _mm256_fmadd_ps(x, c1, b3);
-            }
-            float sa[4], sb[4]; /* position j and j + 1, heads g .. g + 3 */
-            _mm_storeu_ps(sa, _mm_mul_ps(reduce4(a0, a1, a2, a3), factor));
-            _mm_storeu_ps(sb, _mm_mul_ps(reduce4(b0, b1, b2, b3), factor));
-            for (int64_t h = 0; h < heads; h++) {
-                out[(g + h) * stride + j] = sa[h];
-                if (j + 1 < n) out[(g + h) * stride + j + 1] = sb[h];
-            }
+    for (int64_t g = 0; g < group;) {
+        const float *qg = q + g * d;
+        float *og = out + g * stride;
+        if (group - g >= 4) {
+            for (int64_t j = 0; j < n; j += 2) score_tile(qg, k, j, n, d, factor, og, stride, 4, 2);
+            g += 4;
+        } else if (group - g >= 2) {
+            for (int64_t j = 0; j < n; j += 4) score_tile(qg, k, j, n, d, factor, og, stride, 2, 4);
+            g += 2;
+        } else {
+            for (int64_t j = 0; j < n; j += 4) score_tile(qg, k, j, n, d, factor, og, stride, 1, 4);
+            g += 1;
         }
     }
 }
@@ -158,40 +171,51 @@ ES_AVX2 static float exponentials_avx2(float *s, int64_t n, float maximum) {
     return _mm_cvtss_f32(reduce4(sum, zero, zero, zero));
 }
 
-/* acc[g * stride + i] += sum over j of p[g * p_stride + j] * v[j, i], j in order, one FMA per
- * term: 16 outputs of four heads at a time in registers (a head past `group` weighs zeros
- * into a scratch), so each value row is read once per four heads. */
+/* acc[h * stride + i + o] += sum over j of p[h * p_stride + j] * v[j, i + o] for `heads`
+ * heads and o < 8 * regs, j in order, one FMA per term, in registers: each value row is read
+ * once per tile. The same arithmetic for an output in every tile shape. */
+ES_AVX2 static inline __attribute__((always_inline)) void value_tile(
+    float *acc, int64_t stride, const float *p, int64_t p_stride, const float *v, int64_t n,
+    int64_t d, int64_t i, const int heads, const int regs) {
+    __m256 a[8];
+    for (int h = 0; h < heads; h++)
+        for (int r = 0; r < regs; r++) a[h * regs + r] = _mm256_loadu_ps(acc + h * stride + i + 8 * r);
+    for (int64_t j = 0; j < n; j++) {
+        __m256 x[8];
+        for (int r = 0; r < regs; r++) x[r] = _mm256_loadu_ps(v + j * d + i + 8 * r);
+        for (int h = 0; h < heads; h++) {
+            const __m256 weight = _mm256_broadcast_ss(p + h * p_stride + j);
+            for (int r = 0; r < regs; r++) a[h * regs + r] = _mm256_fmadd_ps(weight, x[r], a[h * regs + r]);
+        }
+    }
+    for (int h = 0; h < heads; h++)
+        for (int r = 0; r < regs; r++) _mm256_storeu_ps(acc + h * stride + i + 8 * r, a[h * regs + r]);
+}
+
+/* acc[g * stride + i] += sum over j of p[g * p_stride + j] * v[j, i] (d a multiple of 8):
+ * 16 outputs of four heads at a time, then 32 of two, then 64 of one (the rest of d 8 at a
+ * time), so no tile weighs a head twice. */
 ES_AVX2 static void weighted_values_avx2(float *acc, int64_t stride, const float *p,
                                          int64_t p_stride, int64_t group, const float *v,
                                          int64_t n, int64_t d) {
-    static const float zeros[ATTENTION_BLOCK];
-    float scratch[16];
-    for (int64_t g0 = 0; g0 < group; g0 += 4) {
-        const float *w[4];
-        for (int h = 0; h < 4; h++) w[h] = g0 + h < group ? p + (g0 + h) * p_stride : zeros;
-        for (int64_t i = 0; i < d; i += 8) {
-            const int two = i + 16 <= d; /* 16 outputs, else the last 8 */
-            float *a[4];
-            __m256 lo[4], hi[4];
-            for (int h = 0; h < 4; h++) {
-                a[h] = g0 + h < group ? acc + (g0 + h) * stride + i : scratch;
-                lo[h] = _mm256_loadu_ps(a[h]);
-                hi[h] = two ? _mm256_loadu_ps(a[h] + 8) : _mm256_setzero_ps();
-            }
-            for (int64_t j = 0; j < n; j++) {
-                const float *row = v + j * d + i;
-                __m256 x = _mm256_loadu_ps(row), y = two ? _mm256_loadu_ps(row + 8) : x;
-                for (int h = 0; h < 4; h++) {
-                    __m256 weight = _mm256_broadcast_ss(w[h] + j);
-                    lo[h] = _mm256_fmadd_ps(weight, x, lo[h]);
-                    hi[h] = _mm256_fmadd_ps(weight, y, hi[h]);
-                }
-            }
-            for (int h = 0; h < 4; h++) {
-                _mm256_storeu_ps(a[h], lo[h]);
-                if (two) _mm256_storeu_ps(a[h] + 8, hi[h]);
-            }
-            if (two) i += 8;
+    for (int64_t g = 0; g < group;) {
+        float *ag = acc + g * stride;
+        const float *pg = p + g * p_stride;
+        if (group - g >= 4) {
+            int64_t i = 0;
+            for (; i + 16 <= d; i += 16) value_tile(ag, stride, pg, p_stride, v, n, d, i, 4, 2);
+            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 4, 1);
+            g += 4;
+        } else if (group - g >= 2) {
+            int64_t i = 0;
+            for (; i + 32 <= d; i += 32) value_tile(ag, stride, pg, p_stride, v, n, d, i, 2, 4);
+            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 2, 1);
+            g += 2;
+        } else {
+            int64_t i = 0;
+            for (; i + 64 <= d; i += 64) value_tile(ag, stride, pg, p_stride, v, n, d, i, 1, 8);
+            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 1, 1);
+            g += 1;
         }
     }
 }
