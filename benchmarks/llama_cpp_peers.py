@@ -189,7 +189,10 @@ def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
         warm = next(iter(sets.values()))[0]
         for url in urls.values():
             llama_cpp_run(url, warm, 8, args.temperature)
-        engine.generate(warm, drafter="none", max_new_tokens=8)
+        # Every configuration once before timing, as llama.cpp's servers above: a drafter's
+        # first use loads its draft session and measures the pair's costs.
+        for drafter in EDGESPEC_CONFIGS.values():
+            edgespec_run(engine, warm, drafter, 8, args.temperature)
         for round_index in range(args.rounds):
             for set_name, prompts in sets.items():
                 chosen = prompts[round_index * args.prompts : (round_index + 1) * args.prompts]

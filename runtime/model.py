@@ -159,6 +159,8 @@ class OnnxModel:
         session_options = onnxruntime.SessionOptions()
         session_options.log_severity_level = 3
         session_options.inter_op_num_threads = 1
+        #: The intra-op threads asked for (0: ONNX Runtime's default, one per core).
+        self.intra_op_threads = options.intra_op_threads
         if options.intra_op_threads:
             session_options.intra_op_num_threads = options.intra_op_threads
         session_options.add_session_config_entry(

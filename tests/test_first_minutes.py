@@ -20,6 +20,7 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
+from edgespec.engine import planning
 from edgespec.engine.device_choice import DeviceChoice, load_choice
 from edgespec.engine.generation import Delta
 from edgespec.errors import BundleError, ConfigError
@@ -327,6 +328,38 @@ def test_a_stored_choice_without_usable_costs_keeps_its_fixed_k() -> None:
     assert dataclasses.replace(choice, costs=good).cost_profile() == CostProfile(
         target_step_s=0.05, draft_step_s=0.01, verify_cost=(1.0, 1.2, 1.4)
     )
+
+
+def test_the_pair_costs_are_measured_once_per_device_and_setting_then_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A first generation measures the pair's costs and keeps them in the cache: another
+    engine on this device (another process, as the cache sees it) reads them instead of
+    timing 45 passes again; other threads are another setting; a damaged file is measured
+    again, never trusted."""
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
+    engine = Engine.load()
+    engine.generate("def add(a, b):", drafter="combined", max_new_tokens=4)
+    kept = sorted((tmp_path / "profiles").glob("*-costs-*.json"))
+    assert len(kept) == 1
+    measured = engine.cost_profile()
+    assert measured.target_step_s > 0 and measured.verify_cost[0] == 1.0
+
+    def no_timing(*args: object, **kwargs: object) -> CostProfile:
+        raise AssertionError("the kept costs should have been read")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(planning, "measure_costs", no_timing)
+        again = Engine.load()
+        assert again.cost_profile() == measured
+        again.generate("def add(a, b):", drafter="combined", max_new_tokens=4)
+        with pytest.raises(AssertionError, match="kept costs"):
+            Engine.load(threads=1).cost_profile()
+    kept[0].write_text("{damaged", encoding="utf-8")
+    remeasured = Engine.load().cost_profile()
+    assert remeasured.target_step_s > 0
+    rewritten = json.loads(kept[0].read_text(encoding="utf-8"))
+    assert rewritten["target_step_s"] == remeasured.target_step_s
 
 
 def test_one_source_of_k(

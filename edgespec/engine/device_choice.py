@@ -1,5 +1,6 @@
-"""The drafter and k measured for a pair on this device (``edgespec pair --profile``), kept in
-the cache so that later generations use them without flags.
+"""The drafter and k measured for a pair on this device (``edgespec pair --profile``), and the
+pair's costs measured by a first generation, kept in the cache so that later generations (in
+any process) use them without flags or measuring again.
 
 The key is the pair's bundles (their file checksums) and the device (machine, cores and ONNX
 Runtime's version): a choice measured on another machine, or for other weights, is not used.
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -103,3 +105,35 @@ def load_choice(
         return DeviceChoice(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def costs_path(
+    target: Bundle,
+    draft: Bundle | None,
+    *,
+    threads: int,
+    providers: Sequence[str],
+    cache: Path | None = None,
+) -> Path:
+    """Where the pair's measured costs on this device are kept: they depend on the threads and
+    the execution providers too, so each setting has its own file."""
+    setting = hashlib.sha256(f"{threads}|{'+'.join(providers)}".encode()).hexdigest()[:8]
+    return (cache or cache_dir()) / "profiles" / f"{device_key(target, draft)}-costs-{setting}.json"
+
+
+def save_costs(profile: CostProfile, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(profile), indent=2), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def load_costs(path: Path) -> CostProfile | None:
+    """The costs kept at ``path``; None when there are none or they cannot be read or make no
+    sense (they are then measured again, never trusted)."""
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    kept = DeviceChoice(drafter="none", k=0, expected_speedup=1.0, measured={}, costs=data)
+    return kept.cost_profile()

@@ -4,12 +4,13 @@ telemetry watch it runs with (a :class:`~edgespec.engine.generation.Plan`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from edgespec.engine import assembly
-from edgespec.engine.device_choice import load_choice
+from edgespec.engine.device_choice import costs_path, load_choice, load_costs, save_costs
 from edgespec.engine.generation import Plan
 from edgespec.engine.loading import LoadedPair
 from edgespec.engine.options import (
@@ -25,6 +26,8 @@ from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.telemetry.watch import Telemetry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +190,10 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
                 fix="use a smaller k, or k 'auto'",
             )
     pair = source.pair
+    if drafter_name == "combined":
+        # Its rounds price drafts with the pair's costs: measured (or read) here, before the
+        # first round, so that a first generation's decode time and rate are its own.
+        source.cost_profile()
     drafter = assembly.drafter(
         drafter_name,
         assembly.DraftSource(
@@ -271,7 +278,23 @@ def measure_profile(source: PlanSource) -> CostProfile:
         )
     verifying = source.verifying_model
     assert verifying is not None, "an engine without a remote target has a verifying model"
-    return measure_costs(verifying, draft)
+    # Kept per pair, device, threads and providers: a measurement takes 45 target passes (1 s
+    # for SmolLM2-135M, several for a 1.5B), which each process's first generation paid.
+    kept = costs_path(
+        verifying.bundle,
+        draft.bundle if draft else None,
+        threads=verifying.intra_op_threads,
+        providers=verifying.providers,
+    )
+    stored = load_costs(kept)
+    if stored is not None:
+        return stored
+    measured = measure_costs(verifying, draft)
+    try:
+        save_costs(measured, kept)
+    except OSError as error:  # a read-only cache: measured again next time
+        log.warning("could not keep the measured costs in %s: %s", kept, error)
+    return measured
 
 
 def token_pieces(pair: LoadedPair) -> TokenPieces:
