@@ -275,7 +275,9 @@ class Engine:
         return self._source.default_k_source
 
     def cost_profile(self) -> CostProfile:
-        """T(w)/T(1) and the draft step cost on this device (measured once, then cached)."""
+        """T(w)/T(1) and the draft step cost on this device: read from the cache where an
+        earlier engine measured them with the same threads and providers, else measured and
+        kept there."""
         if self._profile is None:
             self._profile = planning.measure_profile(self._source)
         return self._profile
