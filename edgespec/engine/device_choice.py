@@ -43,23 +43,36 @@ class DeviceChoice:
 
     def cost_profile(self) -> CostProfile | None:
         """The stored costs as the k policy reads them (None when not stored or not sane)."""
-        costs = self.costs or {}
-        try:
-            profile = CostProfile(
-                target_step_s=float(costs["target_step_s"]),
-                draft_step_s=float(costs["draft_step_s"]),
-                verify_cost=tuple(float(cost) for cost in costs["verify_cost"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        sane = profile.target_step_s > 0 and profile.draft_step_s >= 0
-        return profile if sane and len(profile.verify_cost) >= 2 else None
+        return sane_costs(self.costs)
 
     @property
     def alpha(self) -> float | None:
         """The chosen drafter's measured acceptance rate."""
         found = self.measured.get(self.drafter, {}).get("alpha")
         return float(found) if isinstance(found, (int, float)) and 0 < found < 1 else None
+
+
+def sane_costs(costs: Any) -> CostProfile | None:
+    """Costs kept as JSON (``target_step_s``, ``draft_step_s``, ``verify_cost``) as the k
+    policy reads them; None when missing, malformed or not sane."""
+    try:
+        profile = CostProfile(
+            target_step_s=float(costs["target_step_s"]),
+            draft_step_s=float(costs["draft_step_s"]),
+            verify_cost=tuple(float(cost) for cost in costs["verify_cost"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    sane = profile.target_step_s > 0 and profile.draft_step_s >= 0
+    return profile if sane and len(profile.verify_cost) >= 2 else None
+
+
+def _write_json(data: Any, path: Path) -> None:
+    """``data`` as ``path``, whole or not at all (written aside, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(partial, path)
 
 
 def device_key(target: Bundle, draft: Bundle | None) -> str:
@@ -87,10 +100,7 @@ def save_choice(
     choice: DeviceChoice, target: Bundle, draft: Bundle | None, cache: Path | None = None
 ) -> Path:
     path = choice_path(target, draft, cache)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(choice), indent=2), encoding="utf-8")
-    os.replace(partial, path)
+    _write_json(asdict(choice), path)
     return path
 
 
@@ -122,10 +132,7 @@ def costs_path(
 
 
 def save_costs(profile: CostProfile, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(profile), indent=2), encoding="utf-8")
-    os.replace(partial, path)
+    _write_json(asdict(profile), path)
 
 
 def load_costs(path: Path) -> CostProfile | None:
@@ -135,5 +142,4 @@ def load_costs(path: Path) -> CostProfile | None:
         data: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    kept = DeviceChoice(drafter="none", k=0, expected_speedup=1.0, measured={}, costs=data)
-    return kept.cost_profile()
+    return sane_costs(data)
