@@ -7,6 +7,7 @@ module and overwrite each other, so exactly one may be required. The default kee
 """
 
 import os
+import platform
 
 from setuptools import Extension, setup
 
@@ -43,17 +44,23 @@ ort_requirement = ORT_PACKAGES[ort_choice]
 # compiler without GCC/Clang extensions), the install goes on and GGUF files import into
 # graphs of ONNX Runtime's own operators (`edgespec doctor` says which path runs).
 posix = os.name != "nt"
+# On AArch64 every multiply and add stays two roundings, as x86-64's baseline code has them,
+# so the NEON path's outputs equal the AVX2 path's bit for bit (csrc/gguf_neon.c).
+no_contraction = ["-ffp-contract=off"] if platform.machine().lower() in ("aarch64", "arm64") else []
 gguf_kernels = Extension(
     "edgespec.graph._gguf_kernels",
     sources=[
         "csrc/gguf_kernels.c",
         "csrc/gguf_rows8.c",
+        "csrc/gguf_neon.c",
         "csrc/gguf_activations.c",
         "csrc/cache_attention.c",
     ],
-    depends=["csrc/ort_abi.h", "csrc/gguf_common.h"],
+    depends=["csrc/ort_abi.h", "csrc/gguf_common.h", "csrc/gguf_neon_rows8.h"],
     include_dirs=["csrc"],
-    extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11"] if posix else [],
+    extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11", *no_contraction]
+    if posix
+    else [],
     libraries=["m"] if posix else [],
     optional=True,
 )

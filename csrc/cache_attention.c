@@ -24,7 +24,8 @@
  * partial softmax (maximum, sum, weighted values) is computed in position order, and the
  * partials merge in block order: the same arithmetic whatever the pass's width, the thread
  * count or which other rows share the call. Paths: AVX2 + FMA where the GGUF kernels run
- * AVX2 (one path per process), portable C otherwise. */
+ * AVX2, NEON where they run NEON (the same bits as AVX2's), portable C otherwise; one path per
+ * process. */
 #include "gguf_common.h"
 
 #define ATTENTION_BLOCK 128 /* positions per task */
@@ -221,6 +222,96 @@ ES_AVX2 static void weighted_values_avx2(float *acc, int64_t stride, const float
 }
 #endif
 
+#ifdef ES_ARM
+#include <arm_neon.h>
+
+/* The AVX2 functions' arithmetic on NEON, bit for bit: an 8-lane float vector is two 4-lane
+ * halves, every lane runs the same FMA chain, and sums reduce in reduce4's order. */
+
+/* ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) of x = (low, high). */
+static inline float sum8_neon(float32x4_t low, float32x4_t high) {
+    const float32x4_t pairs = vpaddq_f32(low, high);
+    const float32x2_t quads = vpadd_f32(vget_low_f32(pairs), vget_high_f32(pairs));
+    return vget_lane_f32(quads, 0) + vget_lane_f32(quads, 1);
+}
+
+/* scores_avx2's scores: lanes l and l + 4 of 8 accumulate inputs i = l (mod 8) in order. */
+static void scores_neon(const float *q, int64_t group, const float *k, int64_t n, int64_t d,
+                        float scale, float *out, int64_t stride) {
+    for (int64_t j = 0; j < n; j++) {
+        const float *key = k + j * d;
+        for (int64_t g = 0; g < group; g++) {
+            const float *x = q + g * d;
+            float32x4_t low = vdupq_n_f32(0.0f), high = vdupq_n_f32(0.0f);
+            for (int64_t i = 0; i < d; i += 8) {
+                low = vfmaq_f32(low, vld1q_f32(x + i), vld1q_f32(key + i));
+                high = vfmaq_f32(high, vld1q_f32(x + i + 4), vld1q_f32(key + i + 4));
+            }
+            out[g * stride + j] = sum8_neon(low, high) * scale;
+        }
+    }
+}
+
+/* exp_avx2 on 4 lanes. */
+static inline float32x4_t exp_neon(float32x4_t x) {
+    const float32x4_t low = vdupq_n_f32(-87.0f);
+    const uint32x4_t zero_mask = vcltq_f32(x, low);
+    x = vmaxq_f32(x, low);
+    const float32x4_t m = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t f = vfmsq_f32(x, m, vdupq_n_f32(0.693359375f));
+    f = vfmsq_f32(f, m, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(0.5f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    const int32x4_t exponent = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(m), vdupq_n_s32(127)), 23);
+    p = vmulq_f32(p, vreinterpretq_f32_s32(exponent));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(p), zero_mask));
+}
+
+/* exponentials_avx2: n a multiple of 8 (the pad holds -inf). */
+static float exponentials_neon(float *s, int64_t n, float maximum) {
+    float32x4_t low = vdupq_n_f32(0.0f), high = vdupq_n_f32(0.0f);
+    const float32x4_t shift = vdupq_n_f32(maximum);
+    for (int64_t j = 0; j < n; j += 8) {
+        const float32x4_t e0 = exp_neon(vsubq_f32(vld1q_f32(s + j), shift));
+        const float32x4_t e1 = exp_neon(vsubq_f32(vld1q_f32(s + j + 4), shift));
+        vst1q_f32(s + j, e0);
+        vst1q_f32(s + j + 4, e1);
+        low = vaddq_f32(low, e0);
+        high = vaddq_f32(high, e1);
+    }
+    return sum8_neon(low, high);
+}
+
+/* weighted_values_avx2: one FMA per term, positions in order, 16 outputs of a head at a time
+ * in registers (d a multiple of 8). */
+static void weighted_values_neon(float *acc, int64_t stride, const float *p, int64_t p_stride,
+                                 int64_t group, const float *v, int64_t n, int64_t d) {
+    for (int64_t g = 0; g < group; g++) {
+        float *ag = acc + g * stride;
+        const float *pg = p + g * p_stride;
+        for (int64_t i = 0; i < d;) {
+            const int regs = i + 16 <= d ? 4 : 2;
+            float32x4_t a[4];
+            for (int r = 0; r < regs; r++) a[r] = vld1q_f32(ag + i + 4 * r);
+            for (int64_t j = 0; j < n; j++)
+                for (int r = 0; r < regs; r++) a[r] = vfmaq_n_f32(a[r], vld1q_f32(v + j * d + i + 4 * r), pg[j]);
+            for (int r = 0; r < regs; r++) vst1q_f32(ag + i + 4 * r, a[r]);
+            i += 4 * regs;
+        }
+    }
+}
+#define ES_ATTENTION_VECTOR(name) name##_neon
+#endif
+#ifdef ES_X86
+#define ES_ATTENTION_VECTOR(name) name##_avx2
+#endif
+
 static void block_task(void *data, size_t task) {
     const Attention *a = (const Attention *)data;
     const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
@@ -242,9 +333,9 @@ static void block_task(void *data, size_t task) {
         if (lo >= hi) continue;
         const int64_t n = hi - lo, padded = (n + 7) / 8 * 8;
         const float *q = a->query + r * a->heads * d + h * group * d;
-#ifdef ES_X86
+#ifdef ES_ATTENTION_VECTOR
         if (a->vectorized)
-            scores_avx2(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
+            ES_ATTENTION_VECTOR(scores)(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
         else
 #endif
             scores_portable(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
@@ -252,18 +343,18 @@ static void block_task(void *data, size_t task) {
             float *s = scores + g * ATTENTION_BLOCK, maximum = -INFINITY, sum;
             for (int64_t j = 0; j < n; j++) maximum = s[j] > maximum ? s[j] : maximum;
             for (int64_t j = n; j < padded; j++) s[j] = -INFINITY;
-#ifdef ES_X86
+#ifdef ES_ATTENTION_VECTOR
             if (a->vectorized)
-                sum = exponentials_avx2(s, padded, maximum);
+                sum = ES_ATTENTION_VECTOR(exponentials)(s, padded, maximum);
             else
 #endif
                 sum = exponentials_portable(s, n, maximum);
             out[g * (d + 2)] = maximum;
             out[g * (d + 2) + 1] = sum;
         }
-#ifdef ES_X86
+#ifdef ES_ATTENTION_VECTOR
         if (a->vectorized)
-            weighted_values_avx2(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d, n, d);
+            ES_ATTENTION_VECTOR(weighted_values)(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d, n, d);
         else
 #endif
             weighted_values_portable(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d,
@@ -328,6 +419,39 @@ static float *partial_buffer(size_t floats) {
     return buffer;
 }
 
+/* One call's operands: query [rows, heads × D], the caches [kv_heads, capacity, D] holding
+ * positions 0 .. past + rows - 1, output [rows, heads × D]; the blocks of positions any row's
+ * window reaches; partial NULL when out of memory. */
+static Attention attention_of(const float *query, const float *keys, const float *values,
+                              float *output, int64_t rows, int64_t past, int64_t heads,
+                              int64_t kv_heads, int64_t d, int64_t capacity, int64_t window) {
+    const int64_t start = window && past - window + 1 > 0 ? past - window + 1 : 0;
+    const int64_t first_block = start / ATTENTION_BLOCK;
+    const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
+    Attention a = {query, keys, values, NULL, output, rows, past, heads, kv_heads, heads / kv_heads,
+                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0};
+    a.vectorized = strcmp(edgespec_gguf_kernel_path(), "portable") != 0 && d % 8 == 0;
+    a.partial = partial_buffer((size_t)(kv_heads * blocks * rows * a.group * (d + 2)));
+    return a;
+}
+
+/* The operator's arithmetic as a plain C entry point (tests, benchmarks): every task on the
+ * calling thread. Returns 0, or -1 for shapes the operator refuses or no memory. */
+ES_EXPORT int edgespec_cache_attention(const float *query, const float *keys, const float *values,
+                                       float *output, int64_t rows, int64_t past, int64_t heads,
+                                       int64_t kv_heads, int64_t d, int64_t capacity,
+                                       int64_t window) {
+    if (kv_heads < 1 || heads % kv_heads || heads / kv_heads > MAX_GROUP || rows < 1 || past < 0 ||
+        past + rows > capacity || window < 0)
+        return -1;
+    Attention a = attention_of(query, keys, values, output, rows, past, heads, kv_heads, d,
+                               capacity, window);
+    if (!a.partial) return -1;
+    for (size_t task = 0; task < (size_t)(kv_heads * a.blocks); task++) block_task(&a, task);
+    for (size_t r = 0; r < (size_t)rows; r++) merge_task(&a, r);
+    return 0;
+}
+
 static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     const AttentionKernel *kernel = (const AttentionKernel *)data;
     const OrtApiTable *api = kernel->api;
@@ -386,21 +510,12 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
         }
     }
     if (rows < s) memset(y + rows * heads * d, 0, sizeof(float) * (size_t)((s - rows) * heads * d));
-    const int64_t window = kernel->window;
-    const int64_t start = window && past - window + 1 > 0 ? past - window + 1 : 0;
-    const int64_t first_block = start / ATTENTION_BLOCK;
-    const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
-    Attention a = {(const float *)ptr[0], caches[0], caches[1], NULL, y, rows, past, heads,
-                   kv_heads, heads / kv_heads, d, capacity, window, first_block, blocks,
-                   1.0f / sqrtf((float)d), 0};
-#ifdef ES_X86
-    a.vectorized = strcmp(edgespec_gguf_kernel_path(), "avx2") == 0 && d % 8 == 0;
-#endif
-    a.partial = partial_buffer((size_t)(kv_heads * blocks * rows * a.group * (d + 2)));
+    Attention a = attention_of((const float *)ptr[0], caches[0], caches[1], y, rows, past, heads,
+                               kv_heads, d, capacity, kernel->window);
     if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
-    status = parallel_for(context, block_task, (size_t)(kv_heads * blocks), ES_BATCHES, &a);
+    status = parallel_for(context, block_task, (size_t)(kv_heads * a.blocks), ES_BATCHES, &a);
     if (!status) status = parallel_for(context, merge_task, (size_t)rows, ES_BATCHES, &a);
     return status;
 }

@@ -14,6 +14,9 @@
 #define ES_X86 1
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#define ES_ARM 1
+#endif
 
 #if defined(_WIN32)
 #define ES_EXPORT __declspec(dllexport)
@@ -182,6 +185,33 @@ static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
 /* The rows-of-8 layout (gguf_rows8.c): an operator's ggml_type attribute is the legacy type's
  * id plus ES_ROWS8 when W holds it. */
 #define ES_ROWS8 1024
+#define Q4_K_GROUP 1152 /* bytes of a group block: 8 super-blocks */
+#define Q6_K_GROUP 1680
+#define Q4_K_FACTORS 32 /* byte offsets within a group block */
+#define Q4_K_CODES 128
+#define Q6_K_SCALES 16
+#define Q6_K_CODES 144
+#define Q6_K_CHUNK 192 /* bytes of codes per 32 inputs */
+
+typedef struct {
+    int minimum; /* byte offset of m[8], or -1 */
+    int high;    /* byte offset of H[32], or -1 */
+    int codes;   /* byte offset of the code registers */
+    int size;    /* bytes of one group block: 8 file blocks */
+} Rows8Layout;
+
+static inline Rows8Layout rows8_layout(int ggml_type) {
+    Rows8Layout layout;
+    int at = 16;
+    layout.minimum = legacy_has_minimum(ggml_type) ? at : -1;
+    if (layout.minimum >= 0) at += 16;
+    layout.high = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1 ? at : -1;
+    if (layout.high >= 0) at += 32;
+    layout.codes = at;
+    layout.size = 8 * (int)block_bytes(ggml_type);
+    return layout;
+}
+
 int es_rows8_supported(int ggml_type, int64_t n);
 void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
                          uint8_t *out);
@@ -194,12 +224,21 @@ void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t bloc
 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);
 #endif
 void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_stride);
+#ifdef ES_ARM
+/* gguf_neon.c: the rows-of-8 products with the dot-product instructions (ARMv8.2 dotprod) and
+ * without (ARMv8.0 NEON), the activations quantized and SwiGLU's epilogue with NEON. */
+void es_rows8_outputs_neon_dotprod(const Product *p, int64_t n0, int64_t n1);
+void es_rows8_outputs_neon_plain(const Product *p, int64_t n0, int64_t n1);
+void es_quantize_rows_neon(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
+                           Quantized *out);
+void es_swiglu_neon(const float *both, int64_t rows, float *y, int64_t y_stride);
+#endif
 
 #ifdef ES_X86
 #define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
-/* "avx2" or "portable": the one code path every operator of the library runs in this process. */
+/* "avx2", "neon-dotprod", "neon" or "portable": the one code path every operator of the library runs in this process. */
 ES_EXPORT const char *edgespec_gguf_kernel_path(void);
 /* cache_attention.c's operator, registered beside the products. */
 extern const OrtCustomOpV16 es_cache_attention_op;

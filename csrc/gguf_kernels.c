@@ -21,9 +21,14 @@
  * blocks of X share each unpacked weight block, so a pass over several tokens reads and
  * unpacks the weights once.
  *
- * Paths: AVX2 (x86-64, chosen at run time when the CPU has it) and portable C. A process
- * uses one path for every call, so invariance holds within it. */
+ * Paths: AVX2 (x86-64), NEON with or without the dot-product instructions (AArch64:
+ * gguf_neon.c), each chosen at run time when the CPU has it, and portable C. A process uses
+ * one path for every call, so invariance holds within it. */
 #include "gguf_common.h"
+
+#if defined(ES_ARM) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 
 
@@ -99,7 +104,7 @@ static void free_quantized(Quantized *x) {
     free(x->q), free(x->scale), free(x->sums);
 }
 
-/* Allocates and fills the quantized activations (with AVX2 where `vectorized`); 0 on
+/* Allocates and fills the quantized activations (with AVX2 or NEON where `vectorized`); 0 on
  * success. */
 static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type, int vectorized,
                           Quantized *out) {
@@ -114,6 +119,12 @@ static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type
 #ifdef ES_X86
     if (vectorized) {
         es_quantize_rows_avx2(x, rows, k, block, span, out);
+        return 0;
+    }
+#endif
+#ifdef ES_ARM
+    if (vectorized) {
+        es_quantize_rows_neon(x, rows, k, block, span, out);
         return 0;
     }
 #endif
@@ -527,14 +538,49 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
 
 typedef void (*outputs_fn)(const Product *, int64_t, int64_t);
 
+#ifdef ES_ARM
+/* The rows-of-8 products on NEON; weights in the file's layout on the portable loops. */
+static void outputs_neon_dotprod(const Product *p, int64_t n0, int64_t n1) {
+    if (p->rows8)
+        es_rows8_outputs_neon_dotprod(p, n0, n1);
+    else
+        outputs_portable(p, n0, n1);
+}
+
+static void outputs_neon_plain(const Product *p, int64_t n0, int64_t n1) {
+    if (p->rows8)
+        es_rows8_outputs_neon_plain(p, n0, n1);
+    else
+        outputs_portable(p, n0, n1);
+}
+
+/* ARMv8.2's dot-product instructions: Linux and Android say so in the auxiliary vector
+ * (HWCAP_ASIMDDP, bit 20); every Apple arm64 chip has them. */
+static int cpu_has_dotprod(void) {
+#if defined(__APPLE__)
+    return 1;
+#elif defined(__linux__)
+    return (getauxval(AT_HWCAP) >> 20) & 1;
+#else
+    return 0;
+#endif
+}
+#endif
+
+/* EDGESPEC_GGUF_KERNEL_PATH: "portable" forces the portable loops, "neon" NEON without the
+ * dot-product instructions (both for tests and comparisons); otherwise the CPU decides. */
 static outputs_fn chosen_path(void) {
-#ifdef ES_X86
     const char *forced = getenv("EDGESPEC_GGUF_KERNEL_PATH");
     if (forced && strcmp(forced, "portable") == 0) return outputs_portable;
+#ifdef ES_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return outputs_avx2;
+#endif
+#ifdef ES_ARM
+    if (forced && strcmp(forced, "neon") == 0) return outputs_neon_plain;
+    return cpu_has_dotprod() ? outputs_neon_dotprod : outputs_neon_plain;
 #endif
     return outputs_portable;
 }
@@ -578,6 +624,11 @@ static int swiglu_task(const Product *p, int64_t n0) {
         es_swiglu_avx2(both, p->rows, y, p->n / 2);
     else
 #endif
+#ifdef ES_ARM
+    if (path != outputs_portable)
+        es_swiglu_neon(both, p->rows, y, p->n / 2);
+    else
+#endif
         es_swiglu_portable(both, p->rows, y, p->n / 2);
     if (both != small) free(both);
     return 0;
@@ -590,12 +641,16 @@ ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
 #ifdef ES_X86
     if (path == outputs_avx2) return "avx2";
 #endif
+#ifdef ES_ARM
+    if (path == outputs_neon_dotprod) return "neon-dotprod";
+    if (path == outputs_neon_plain) return "neon";
+#endif
     return "portable";
 }
 
 /* The activations as a product of `ggml_type` quantizes them (tests: the AVX2 quantizer
  * against the scalar one): q [rows, k], scale [rows, k / block], sums [rows, k / span].
- * Returns 0, or -1 for an unknown type or a `vectorized` request without AVX2. */
+ * Returns 0, or -1 for an unknown type or a `vectorized` request on the portable path. */
 ES_EXPORT int edgespec_gguf_quantize(const float *x, int64_t rows, int64_t k, int ggml_type,
                                      int vectorized, int8_t *q, float *scale, int16_t *sums) {
     if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
@@ -610,15 +665,19 @@ ES_EXPORT int edgespec_gguf_quantize(const float *x, int64_t rows, int64_t k, in
     return 0;
 }
 
-/* y [rows, n] = x [rows, k] @ W.T; returns 0, or -1 for an unsupported type or width. */
+/* y [rows, n] = x [rows, k] @ W.T, or with `activation` ES_SWIGLU y [rows, n / 2] = SwiGLU
+ * of W's alternate groups of 8 gates and ups; returns 0, or -1 for an unsupported type or
+ * width. */
 ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, int64_t rows,
-                                   int64_t k, int64_t n, int ggml_type) {
+                                   int64_t k, int64_t n, int ggml_type, int activation) {
     const int rows8 = ggml_type >= ES_ROWS8;
     if (rows8) ggml_type -= ES_ROWS8;
     if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
     if (rows8 && !es_rows8_supported(ggml_type, n)) return -1;
     edgespec_gguf_kernel_path();
-    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8, ES_PLAIN};
+    if (activation == ES_SWIGLU && n % 16) return -1;
+    Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8,
+                 activation == ES_SWIGLU ? ES_SWIGLU : ES_PLAIN};
     if (quantized_rows(x, rows, k, ggml_type, path != outputs_portable, &p.x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);

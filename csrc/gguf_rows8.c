@@ -34,33 +34,6 @@
  * es_rows8_unpack_k read one block back out of it. */
 #include "gguf_common.h"
 
-#define Q4_K_GROUP 1152 /* bytes of a group block: 8 super-blocks */
-#define Q6_K_GROUP 1680
-#define Q4_K_FACTORS 32 /* byte offsets within a group block */
-#define Q4_K_CODES 128
-#define Q6_K_SCALES 16
-#define Q6_K_CODES 144
-#define Q6_K_CHUNK 192 /* bytes of codes per 32 inputs */
-
-typedef struct {
-    int minimum; /* byte offset of m[8], or -1 */
-    int high;    /* byte offset of H[32], or -1 */
-    int codes;   /* byte offset of the code registers */
-    int size;    /* bytes of one group block: 8 file blocks */
-} Rows8Layout;
-
-static Rows8Layout rows8_layout(int ggml_type) {
-    Rows8Layout layout;
-    int at = 16;
-    layout.minimum = legacy_has_minimum(ggml_type) ? at : -1;
-    if (layout.minimum >= 0) at += 16;
-    layout.high = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1 ? at : -1;
-    if (layout.high >= 0) at += 32;
-    layout.codes = at;
-    layout.size = 8 * (int)block_bytes(ggml_type);
-    return layout;
-}
-
 int es_rows8_supported(int ggml_type, int64_t n) { return block_bytes(ggml_type) && n % 8 == 0; }
 
 /* Super-block b of output n, unpacked as unpack_q4_k / unpack_q6_k unpack the file's. */

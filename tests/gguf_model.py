@@ -285,6 +285,22 @@ def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int
     return blocks.reshape(rows, -1)
 
 
+def random_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:
+    """A weight [rows, columns] of random blocks of any type the GGUF kernels run, in the file's
+    layout, float16 factors set small: the K-quants as ``random_k_blocks``, the legacy types
+    (Q4_0 ... Q8_0) with d (and Q4_1's and Q5_1's minimum m) in [1e-3, 3e-3]."""
+    if kind in K_QUANTS:
+        return random_k_blocks(rng, kind, rows, columns)
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
+    blocks = rng.integers(0, 256, (rows * columns // block, size), dtype=np.uint8)
+    halves = 2 if kind in ("Q4_1", "Q5_1") else 1  # d, and the minimum m
+    factors = rng.uniform(1e-3, 3e-3, (len(blocks), halves)).astype(np.float16)
+    blocks[:, : 2 * halves] = factors.view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
 def write_tied_k_quant_gguf(
     out_path: Path,
     *,

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
-from gguf_model import random_k_blocks
+from gguf_model import random_blocks
 
 from edgespec.errors import BundleError
 from edgespec.graph import kernels
@@ -108,17 +108,7 @@ def _session(
 def _blocks(rng: np.random.Generator, kind: str) -> np.ndarray:
     """Random blocks of ``kind`` for a weight [OUTPUTS, INPUTS], float16 factors set small
     (in the file's layout, whatever the kind's)."""
-    kind = _type(kind)
-    if kind in ("Q4_K", "Q6_K"):
-        return random_k_blocks(rng, kind, OUTPUTS, INPUTS)
-    import gguf
-
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
-    blocks = rng.integers(0, 256, (OUTPUTS * INPUTS // block, size), dtype=np.uint8)
-    halves = 2 if kind in ("Q4_1", "Q5_1") else 1  # d, and the minimum m
-    factors = rng.uniform(1e-3, 3e-3, (len(blocks), halves)).astype(np.float16)
-    blocks[:, : 2 * halves] = factors.view(np.uint8)
-    return blocks.reshape(OUTPUTS, -1)
+    return random_blocks(rng, _type(kind), OUTPUTS, INPUTS)
 
 
 def _dequantized(kind: str, blocks: np.ndarray) -> np.ndarray:
@@ -135,7 +125,7 @@ def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
     if shutil.which(compiler.split()[0]) is None and shutil.which("cc") is None:
         pytest.skip("no C compiler here: the install falls back to MatMulNBits graphs")
     assert gguf_kernel_library() is not None
-    assert gguf_kernel_path() in ("avx2", "portable")
+    assert gguf_kernel_path() in ("avx2", "neon-dotprod", "neon", "portable")
 
 
 @built

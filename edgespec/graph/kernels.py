@@ -87,7 +87,8 @@ def gguf_kernel_library() -> Path | None:
 
 @lru_cache(maxsize=1)
 def gguf_kernel_path() -> str:
-    """Which code path the library runs on this CPU ("avx2", "portable"), or "unavailable"."""
+    """Which code path the library runs on this CPU ("avx2", "neon-dotprod", "neon",
+    "portable"), or "unavailable"."""
     library = gguf_kernel_library()
     if library is None:
         return "unavailable"
