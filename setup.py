@@ -56,7 +56,12 @@ gguf_kernels = Extension(
         "csrc/gguf_activations.c",
         "csrc/cache_attention.c",
     ],
-    depends=["csrc/ort_abi.h", "csrc/gguf_common.h", "csrc/gguf_neon_rows8.h"],
+    depends=[
+        "csrc/ort_abi.h",
+        "csrc/gguf_common.h",
+        "csrc/gguf_neon_rows8.h",
+        "csrc/gguf_rows8_x86.h",
+    ],
     include_dirs=["csrc"],
     extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11", *no_contraction]
     if posix

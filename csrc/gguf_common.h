@@ -219,6 +219,9 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
                        Unpacked *u);
 #ifdef ES_X86
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
+/* The same products with dpbusd (gguf_rows8.c): AVX-VNNI, and AVX512-VNNI on 256 bits. */
+void es_rows8_outputs_avxvnni(const Product *p, int64_t n0, int64_t n1);
+void es_rows8_outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1);
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);
 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);
@@ -238,7 +241,7 @@ void es_swiglu_neon(const float *both, int64_t rows, float *y, int64_t y_stride)
 #define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
-/* "avx2", "neon-dotprod", "neon" or "portable": the one code path every operator of the library runs in this process. */
+/* "avx-vnni", "avx512-vnni", "avx2", "neon-dotprod", "neon" or "portable": the one code path every operator of the library runs in this process. */
 ES_EXPORT const char *edgespec_gguf_kernel_path(void);
 /* cache_attention.c's operator, registered beside the products. */
 extern const OrtCustomOpV16 es_cache_attention_op;

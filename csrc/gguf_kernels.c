@@ -534,6 +534,20 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
     else
         outputs_legacy_avx2(p, n0, n1);
 }
+/* The rows-of-8 products with dpbusd; everything else as on AVX2. */
+ES_AVX2 static void outputs_avxvnni(const Product *p, int64_t n0, int64_t n1) {
+    if (p->rows8)
+        es_rows8_outputs_avxvnni(p, n0, n1);
+    else
+        outputs_avx2(p, n0, n1);
+}
+
+ES_AVX2 static void outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1) {
+    if (p->rows8)
+        es_rows8_outputs_avx512vnni(p, n0, n1);
+    else
+        outputs_avx2(p, n0, n1);
+}
 #endif
 
 typedef void (*outputs_fn)(const Product *, int64_t, int64_t);
@@ -567,19 +581,28 @@ static int cpu_has_dotprod(void) {
 }
 #endif
 
-/* EDGESPEC_GGUF_KERNEL_PATH: "portable" forces the portable loops, "neon" NEON without the
- * dot-product instructions (both for tests and comparisons); otherwise the CPU decides. */
-static outputs_fn chosen_path(void) {
+/* EDGESPEC_GGUF_KERNEL_PATH names a path to take where the CPU has it (tests and comparisons):
+ * "portable", "avx2" or "avx512-vnni" on a CPU with AVX-VNNI, "neon" on one with dotprod;
+ * otherwise the CPU decides. */
+static int forced_path(const char *name) {
     const char *forced = getenv("EDGESPEC_GGUF_KERNEL_PATH");
-    if (forced && strcmp(forced, "portable") == 0) return outputs_portable;
+    return forced && strcmp(forced, name) == 0;
+}
+
+static outputs_fn chosen_path(void) {
+    if (forced_path("portable")) return outputs_portable;
 #ifdef ES_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return outputs_avx2;
+        __builtin_cpu_supports("f16c")) {
+        const int avx512vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+        if (forced_path("avx2")) return outputs_avx2;
+        if (__builtin_cpu_supports("avxvnni") && !forced_path("avx512-vnni")) return outputs_avxvnni;
+        return avx512vnni ? outputs_avx512vnni : outputs_avx2;
+    }
 #endif
 #ifdef ES_ARM
-    if (forced && strcmp(forced, "neon") == 0) return outputs_neon_plain;
+    if (forced_path("neon")) return outputs_neon_plain;
     return cpu_has_dotprod() ? outputs_neon_dotprod : outputs_neon_plain;
 #endif
     return outputs_portable;
@@ -620,7 +643,7 @@ static int swiglu_task(const Product *p, int64_t n0) {
     task.y = both - n0, task.n = 16; /* the paths write y[row * n + output] */
     path(&task, n0, n0 + 16);
 #ifdef ES_X86
-    if (path == outputs_avx2)
+    if (path != outputs_portable)
         es_swiglu_avx2(both, p->rows, y, p->n / 2);
     else
 #endif
@@ -639,6 +662,8 @@ static int swiglu_task(const Product *p, int64_t n0) {
 ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
     if (!path) path = chosen_path();
 #ifdef ES_X86
+    if (path == outputs_avxvnni) return "avx-vnni";
+    if (path == outputs_avx512vnni) return "avx512-vnni";
     if (path == outputs_avx2) return "avx2";
 #endif
 #ifdef ES_ARM

@@ -113,99 +113,6 @@ ES_AVX2 static inline __m256i broadcast4(const int8_t *y) {
     return _mm256_set1_epi32(word);
 }
 
-/* Outputs n0 .. n1 - 1 (multiples of 8) for every row: `codes` is a constant at each call. */
-ES_AVX2 static inline __attribute__((always_inline)) void rows8_outputs(
-    const Product *p, int64_t n0, int64_t n1, const int codes) {
-    const Rows8Layout layout = rows8_layout(p->ggml_type);
-    const int64_t blocks = p->k / LEGACY;
-    /* Q4_0 and Q5_0: d * (code - centre) = d * code + (-centre * d), a minimum term. */
-    const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[ROWS_PER_PASS];
-    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
-        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
-        for (int64_t g = n0 / 8; g < n1 / 8; g++) {
-            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
-            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
-            for (int64_t b = 0; b < blocks; b++, group += layout.size) {
-                for (int line = 0; line < layout.size; line += 64)
-                    _mm_prefetch((const char *)group + 2 * layout.size + line, _MM_HINT_T0);
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
-                const __m256 minimum =
-                    layout.minimum >= 0
-                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + layout.minimum)))
-                        : _mm256_mul_ps(d, _mm256_set1_ps(-centre));
-                /* c[j]: register j's 32 codes, unsigned (4-, 5-bit) or signed (Q8_0). */
-                __m256i c[8], magnitude[8];
-                if (codes == EIGHT_BITS) {
-                    for (int j = 0; j < 8; j++) {
-                        c[j] = _mm256_loadu_si256((const __m256i *)(group + layout.codes + 32 * j));
-                        magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
-                    }
-                } else {
-                    for (int j = 0; j < 4; j++) {
-                        __m256i packed =
-                            _mm256_loadu_si256((const __m256i *)(group + layout.codes + 32 * j));
-                        c[j] = _mm256_and_si256(packed, low4);
-                        c[j + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-                    }
-                    if (codes == FIVE_BITS) { /* bit j of H to bit 4 of register j's bytes */
-                        const __m256i h = _mm256_loadu_si256((const __m256i *)(group + layout.high));
-                        c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), fifth));
-                        c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
-                        c[2] = _mm256_or_si256(c[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), fifth));
-                        c[3] = _mm256_or_si256(c[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), fifth));
-                        c[4] = _mm256_or_si256(c[4], _mm256_and_si256(h, fifth));
-                        c[5] = _mm256_or_si256(c[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), fifth));
-                        c[6] = _mm256_or_si256(c[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), fifth));
-                        c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), fifth));
-                    }
-                }
-                for (int64_t r = 0; r < rows; r++) {
-                    const int64_t row = m0 + r;
-                    const int8_t *y = p->x.q + row * p->k + b * LEGACY;
-                    __m256i dot; /* lane i: output 8g + i's integer dot product over the block */
-                    if (codes == EIGHT_BITS) {
-                        dot = _mm256_setzero_si256();
-                        for (int j = 0; j < 8; j++) {
-                            __m256i pairs = _mm256_maddubs_epi16(
-                                magnitude[j], _mm256_sign_epi8(broadcast4(y + 4 * j), c[j]));
-                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, ones));
-                        }
-                    } else if (codes == FIVE_BITS) {
-                        /* 16-bit sums of 4 registers at most: 4 * 2 * 31 * 127 < 2^15 */
-                        __m256i first = _mm256_maddubs_epi16(c[0], broadcast4(y));
-                        __m256i second = _mm256_maddubs_epi16(c[4], broadcast4(y + 16));
-                        for (int j = 1; j < 4; j++) {
-                            first = _mm256_add_epi16(first, _mm256_maddubs_epi16(c[j], broadcast4(y + 4 * j)));
-                            second = _mm256_add_epi16(
-                                second, _mm256_maddubs_epi16(c[j + 4], broadcast4(y + 16 + 4 * j)));
-                        }
-                        dot = _mm256_add_epi32(_mm256_madd_epi16(first, ones),
-                                               _mm256_madd_epi16(second, ones));
-                    } else {
-                        /* 16-bit sums of all 8 registers: 8 * 2 * 15 * 127 < 2^15 */
-                        __m256i sum = _mm256_maddubs_epi16(c[0], broadcast4(y));
-                        for (int j = 1; j < 8; j++)
-                            sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(c[j], broadcast4(y + 4 * j)));
-                        dot = _mm256_madd_epi16(sum, ones);
-                    }
-                    const float scale = p->x.scale[row * blocks + b];
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                             _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[r]);
-                    if (codes != EIGHT_BITS)
-                        acc[r] = _mm256_fmadd_ps(
-                            minimum, _mm256_set1_ps(scale * (float)p->x.sums[row * blocks + b]),
-                            acc[r]);
-                }
-            }
-            for (int64_t r = 0; r < rows; r++)
-                _mm256_storeu_ps(p->y + (m0 + r) * p->n + 8 * g, acc[r]);
-        }
-    }
-}
-
 /* Codes of 32 inputs x 8 outputs as 8 registers: 4 registers of nibbles (j low, j + 4 high). */
 ES_AVX2 static inline __attribute__((always_inline)) void nibble_registers(const uint8_t *at,
                                                                            __m256i c[8]) {
@@ -237,146 +144,101 @@ ES_AVX2 static inline __m256i sum_pair(int first, int second) {
     return _mm256_set1_epi32((int)(((uint32_t)(uint16_t)second << 16) | (uint16_t)first));
 }
 
-#define ES_ROWS8_K_LOOP_BEGIN(GROUP)                                                            \
-    const int64_t blocks = p->k / QK;                                                            \
-    const __m256i ones = _mm256_set1_epi16(1);                                                   \
-    (void)ones;                                                                                  \
-    __m256 acc[ROWS_PER_PASS];                                                                   \
-    __m256i dots[ROWS_PER_PASS], offsets[ROWS_PER_PASS];                                         \
-    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
-        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
-        for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
-            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();                     \
-            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
-            for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
-                for (int line = 0; line < GROUP; line += 64)                                     \
-                    _mm_prefetch((const char *)group + GROUP + line, _MM_HINT_T0);               \
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
-                for (int64_t r = 0; r < rows; r++)                                               \
-                    dots[r] = offsets[r] = _mm256_setzero_si256();
+/* ---- the products, once per instruction set (gguf_rows8_x86.h) --------------------------- */
 
-#define ES_ROWS8_K_LOOP_END                                                                      \
-            }                                                                                    \
-            for (int64_t r = 0; r < rows; r++)                                                   \
-                _mm256_storeu_ps(p->y + (m0 + r) * p->n + 8 * g, acc[r]);                         \
-        }                                                                                        \
-    }
+/* dot = sum over registers j < 8 of DPBUSD's 4 byte products per lane, in 4 independent
+ * chains (dpbusd's latency, not its throughput, would bound one chain). */
+#define ES_DOT_FOUR_WITH(dot, c, y, DPBUSD)                                                       \
+    do {                                                                                          \
+        __m256i chain_[4];                                                                        \
+        for (int j_ = 0; j_ < 4; j_++)                                                            \
+            chain_[j_] = DPBUSD(_mm256_setzero_si256(), c[j_], broadcast4(y + 4 * j_));           \
+        for (int j_ = 4; j_ < 8; j_++)                                                            \
+            chain_[j_ - 4] = DPBUSD(chain_[j_ - 4], c[j_], broadcast4(y + 4 * j_));               \
+        dot = _mm256_add_epi32(_mm256_add_epi32(chain_[0], chain_[1]),                            \
+                               _mm256_add_epi32(chain_[2], chain_[3]));                           \
+    } while (0)
+#define ES_DOT_SIGNED_WITH(dot, magnitude, c, y, DPBUSD)                                          \
+    do {                                                                                          \
+        dot = _mm256_setzero_si256();                                                             \
+        for (int j_ = 0; j_ < 8; j_++)                                                            \
+            dot = DPBUSD(dot, magnitude[j_], _mm256_sign_epi8(broadcast4(y + 4 * j_), c[j_]));    \
+    } while (0)
 
-/* Q4_K: per sub-block of 32, the 8 outputs' integer dots times their 6-bit scales, summed in
- * 32 bits; the minimums times the activations' sums per 32; one float step per super-block. */
-ES_AVX2 static void rows8_q4_k(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q4_K_GROUP)
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    /* SC[64], MN[64] (index 8s + i) from their 96 bytes, kept in registers: SC[0..31] in
-     * scales[0], SC[32..63] in scales[1]. Through a stack array, each 8-byte read of a
-     * 32-byte store cost more (12% of a one-row product in cache). */
-    __m256i scales[2], minimums[2];
-    {
-        const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-        const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
-        const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
-        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
-        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
-        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
-        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
-                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
-    }
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        __m256i c[8];
-        nibble_registers(group + Q4_K_CODES + 128 * s, c);
-        /* bytes 8s' .. 8s' + 15 (s' = s rounded down to even) of SC and MN: the 128-bit half
-         * (s & 2) of register s >> 2, sub-block s in its low (s even) or high 8 bytes */
-        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
-                                     : _mm256_castsi256_si128(scales[s >> 2]);
-        const __m256i scale32 = _mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16);
-        /* each output's scale in both 16-bit halves of its lane */
-        const __m256i scale = _mm256_or_si256(scale32, _mm256_slli_epi32(scale32, 16));
-        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
-        if (!(s & 1)) {
-            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
-                                         : _mm256_castsi256_si128(minimums[s >> 2]);
-            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            /* 16-bit sums of all 8 registers: 8 * 2 * 15 * 127 < 2^15 */
-            __m256i sum = _mm256_maddubs_epi16(c[0], broadcast4(y));
-            for (int j = 1; j < 8; j++)
-                sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(c[j], broadcast4(y + 4 * j)));
-            dots[r] = _mm256_add_epi32(dots[r], _mm256_madd_epi16(sum, scale));
-            if (!(s & 1)) { /* the minimums of sub-blocks s and s + 1 against their sums */
-                const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * s;
-                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum_pair,
-                                              sum_pair(sums[0] + sums[1], sums[2] + sums[3])));
-            }
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
-    }
-    ES_ROWS8_K_LOOP_END
+/* AVX2: byte products in pairs (maddubs), summed in 16 bits while they cannot overflow, then
+ * to 32 bits by madd (by ones, or by each output's scale where one applies). */
+ES_AVX2 static inline __m256i sum16_avx2(const __m256i *c, const int8_t *y, int count) {
+    __m256i sum = _mm256_maddubs_epi16(c[0], broadcast4(y));
+    for (int j = 1; j < count; j++)
+        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(c[j], broadcast4(y + 4 * j)));
+    return sum;
+}
+/* dpbusd in AVX2: one register's 4 byte products per lane, in 32 bits. */
+ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
-/* Q6_K: unsigned 6-bit codes (the file's code - 32 is its value), scaled per 16 inputs; the
- * 32 moves into an offset of 32 * scale times the activations' sums per 16. */
-ES_AVX2 static void rows8_q6_k(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q6_K_GROUP)
-    const uint8_t *scales = group + Q6_K_SCALES;
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
-    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
-        const uint8_t *at = group + Q6_K_CODES + Q6_K_CHUNK * chunk;
-        __m256i c[8];
-        nibble_registers(at, c);
-        for (int half = 0; half < 2; half++) {
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(at + 128 + 32 * half));
-            __m256i *four = c + 4 * half; /* bits 2j, 2j + 1 of h to bits 4, 5 of register j */
-            four[0] = _mm256_or_si256(four[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-            four[1] = _mm256_or_si256(four[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-            four[2] = _mm256_or_si256(four[2], _mm256_and_si256(h, bits45));
-            four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
-        }
-        const __m256i first = lane_factors(scales + 16 * chunk, 1);
-        const __m256i second = lane_factors(scales + 16 * chunk + 8, 1);
-        const __m256i pair = lane_pairs(scales + 16 * chunk, scales + 16 * chunk + 8, 1);
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-            /* 16-bit sums of 2 registers at most: 2 * 2 * 63 * 127 < 2^15 */
-            __m256i dot = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j += 2) {
-                __m256i two = _mm256_add_epi16(_mm256_maddubs_epi16(c[j], broadcast4(y + 4 * j)),
-                                               _mm256_maddubs_epi16(c[j + 1], broadcast4(y + 4 * j + 4)));
-                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(two, j < 4 ? first : second));
-            }
-            dots[r] = _mm256_add_epi32(dots[r], dot);
-            const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
-            offsets[r] = _mm256_add_epi32(offsets[r],
-                                          _mm256_madd_epi16(pair, sum_pair(sums[0], sums[1])));
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        const __m256i total = _mm256_sub_epi32(dots[r], _mm256_slli_epi32(offsets[r], 5));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
-    }
-    ES_ROWS8_K_LOOP_END
-}
+#define ES_X86_NAME(name) name##_avx2
+#define ES_X86_TARGET ES_AVX2
+/* 8 * 2 * 15 * 127 < 2^15: all 8 registers in 16 bits */
+#define ES_DOT_FOUR(dot, c, y) dot = _mm256_madd_epi16(sum16_avx2(c, y, 8), _mm256_set1_epi16(1))
+/* 4 * 2 * 31 * 127 < 2^15: 4 registers at a time */
+#define ES_DOT_FIVE(dot, c, y)                                                                    \
+    dot = _mm256_add_epi32(_mm256_madd_epi16(sum16_avx2(c, y, 4), _mm256_set1_epi16(1)),          \
+                           _mm256_madd_epi16(sum16_avx2(c + 4, y + 16, 4), _mm256_set1_epi16(1)))
+#define ES_DOT_SIGNED(dot, magnitude, c, y) ES_DOT_SIGNED_WITH(dot, magnitude, c, y, dpbusd_avx2)
+#define ES_DOT_SCALED(c, y, scale, scale32) _mm256_madd_epi16(sum16_avx2(c, y, 8), scale)
+/* 2 * 2 * 63 * 127 < 2^15: 2 registers at a time */
+#define ES_DOT_HALVES(c, y, first, second, first32, second32)                                     \
+    _mm256_add_epi32(                                                                             \
+        _mm256_add_epi32(_mm256_madd_epi16(sum16_avx2(c, y, 2), first),                           \
+                         _mm256_madd_epi16(sum16_avx2(c + 2, y + 8, 2), first)),                  \
+        _mm256_add_epi32(_mm256_madd_epi16(sum16_avx2(c + 4, y + 16, 2), second),                 \
+                         _mm256_madd_epi16(sum16_avx2(c + 6, y + 24, 2), second)))
+#include "gguf_rows8_x86.h"
+#undef ES_X86_NAME
+#undef ES_X86_TARGET
+#undef ES_DOT_FOUR
+#undef ES_DOT_FIVE
+#undef ES_DOT_SIGNED
+#undef ES_DOT_SCALED
+#undef ES_DOT_HALVES
 
-ES_AVX2 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
-    switch (p->ggml_type) {
-    case GGML_Q4_K: rows8_q4_k(p, n0, n1); break;
-    case GGML_Q6_K: rows8_q6_k(p, n0, n1); break;
-    case GGML_Q8_0: rows8_outputs(p, n0, n1, EIGHT_BITS); break;
-    case GGML_Q5_0:
-    case GGML_Q5_1: rows8_outputs(p, n0, n1, FIVE_BITS); break;
-    default: rows8_outputs(p, n0, n1, FOUR_BITS); break;
+/* VNNI: dpbusd adds a register's 4 byte products per lane into 32 bits in one instruction,
+ * and the scales multiply the 32-bit sums: the same integers as AVX2's. */
+#define ES_DOT_FOUR(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)
+#define ES_DOT_FIVE(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)
+#define ES_DOT_SIGNED(dot, magnitude, c, y) ES_DOT_SIGNED_WITH(dot, magnitude, c, y, ES_DPBUSD)
+#define ES_DOT_SCALED(c, y, scale, scale32) _mm256_mullo_epi32(ES_X86_NAME(dot8)(c, y), scale32)
+#define ES_DOT_HALVES(c, y, first, second, first32, second32)                                     \
+    _mm256_add_epi32(_mm256_mullo_epi32(ES_X86_NAME(dot4)(c, y), first32),                        \
+                     _mm256_mullo_epi32(ES_X86_NAME(dot4)(c + 4, y + 16), second32))
+/* Registers j < 4 (inputs 4j .. 4j + 3 of y) and all 8, summed per lane in 32 bits, in
+ * independent chains. */
+#define ES_VNNI_HELPERS                                                                           \
+    ES_X86_TARGET static inline __m256i ES_X86_NAME(dot4)(const __m256i *c, const int8_t *y) {    \
+        __m256i even = ES_DPBUSD(_mm256_setzero_si256(), c[0], broadcast4(y));                    \
+        __m256i odd = ES_DPBUSD(_mm256_setzero_si256(), c[1], broadcast4(y + 4));                 \
+        even = ES_DPBUSD(even, c[2], broadcast4(y + 8));                                          \
+        odd = ES_DPBUSD(odd, c[3], broadcast4(y + 12));                                           \
+        return _mm256_add_epi32(even, odd);                                                       \
+    }                                                                                             \
+    ES_X86_TARGET static inline __m256i ES_X86_NAME(dot8)(const __m256i *c, const int8_t *y) {    \
+        return _mm256_add_epi32(ES_X86_NAME(dot4)(c, y), ES_X86_NAME(dot4)(c + 4, y + 16));       \
     }
-}
+
+#define ES_X86_NAME(name) name##_avxvnni
+#define ES_X86_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define ES_DPBUSD _mm256_dpbusd_avx_epi32
+ES_VNNI_HELPERS
+#include "gguf_rows8_x86.h"
+#undef ES_X86_NAME
+#undef ES_X86_TARGET
+#undef ES_DPBUSD
+
+#define ES_X86_NAME(name) name##_avx512vnni
+#define ES_X86_TARGET __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl")))
+#define ES_DPBUSD _mm256_dpbusd_epi32
+ES_VNNI_HELPERS
+#include "gguf_rows8_x86.h"
 #endif

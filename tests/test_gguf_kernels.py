@@ -36,6 +36,8 @@ built = pytest.mark.skipif(
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 TYPES = ["Q4_K", "Q6_K", *LEGACY]
+# The x86-64 paths: the same products (every sum an exact integer), other instructions.
+X86_PATHS = ("avx-vnni", "avx512-vnni", "avx2")
 # A kind is a block type, "/rows8" when W is stored in the kernels' rows-of-8 layout.
 KINDS = [*TYPES, *(f"{kind}/rows8" for kind in TYPES)]
 
@@ -125,7 +127,7 @@ def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
     if shutil.which(compiler.split()[0]) is None and shutil.which("cc") is None:
         pytest.skip("no C compiler here: the install falls back to MatMulNBits graphs")
     assert gguf_kernel_library() is not None
-    assert gguf_kernel_path() in ("avx2", "neon-dotprod", "neon", "portable")
+    assert gguf_kernel_path() in (*X86_PATHS, "neon-dotprod", "neon", "portable")
 
 
 @built
@@ -262,6 +264,51 @@ def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
     assert report["swiglu Q4_K/rows8"] <= 0.03 and report["swiglu Q5_1"] <= 0.03, report
 
 
+X86_PATH_CHECK = """
+import hashlib, json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import test_gguf_kernels as t
+from edgespec.graph.kernels import gguf_kernel_path
+out = {{"path": gguf_kernel_path()}}
+for kind in t.KINDS:
+    rng = np.random.default_rng(4)
+    blocks = t._blocks(rng, kind)
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
+    session = t._session("GgufMatMul", kind, blocks)
+    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 5, t.ROWS)]
+    out[kind] = hashlib.sha256(b"".join(y.tobytes() for y in ys)).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@built
+def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
+    """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd: each
+    path forced in a fresh process, every kind's outputs at 1, 5 and 37 rows are the AVX2
+    path's bits (the integer sums are exact whichever instructions add them)."""
+    if gguf_kernel_path() not in X86_PATHS:
+        pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
+    reports = []
+    for forced in ("avx2", "avx512-vnni", ""):
+        env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": forced}
+        env[kernels.ENVIRONMENT] = str(gguf_kernel_library())
+        done = subprocess.run(
+            [sys.executable, "-c", X86_PATH_CHECK.format(tests=str(Path(__file__).parent))],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    paths = {report.pop("path") for report in reports}
+    assert "avx2" in paths
+    if paths == {"avx2"}:
+        pytest.skip("this CPU has neither AVX-VNNI nor AVX512-VNNI")
+    assert all(report == reports[0] for report in reports), paths
+
+
 def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -308,8 +355,8 @@ def test_the_avx2_activation_quantizer_gives_the_scalar_ones_bits(kind: str) -> 
 
     import gguf
 
-    if gguf_kernel_path() != "avx2":
-        pytest.skip("this CPU runs the portable path only")
+    if gguf_kernel_path() not in X86_PATHS:
+        pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no AVX2 quantizer")
     library = ctypes.CDLL(str(gguf_kernel_library()))
     quantize = library.edgespec_gguf_quantize
     quantize.restype = ctypes.c_int

@@ -1,0 +1,229 @@
+/* The rows-of-8 products on x86-64, included by gguf_rows8.c once per instruction set: AVX2
+ * (maddubs, 16-bit sums, madd) and the VNNI extensions (dpbusd: 4 byte products summed into
+ * each 32-bit lane in one instruction, VEX-encoded as AVX-VNNI or EVEX-encoded as AVX512-VNNI
+ * with VL). The includer defines
+ *   ES_X86_NAME(name), ES_X86_TARGET    the build's function names and target attribute
+ *   ES_DOT_FOUR(dot, c, y)              dot [8 int32] = sum over registers j < 8 of c[j]'s
+ *                                       bytes 4i .. 4i + 3 (unsigned, below 16) times y's
+ *                                       4j .. 4j + 3 (int8), per lane i
+ *   ES_DOT_FIVE(dot, c, y)              the same for 5-bit codes (below 32)
+ *   ES_DOT_SIGNED(dot, magnitude, c, y) the same for Q8_0's signed codes (|c| in magnitude)
+ *   ES_DOT_SCALED(c, y, scale, scale32) ES_DOT_FOUR times each output's integer scale (scale:
+ *                                       16-bit in both halves of a lane; scale32: 32-bit)
+ *   ES_DOT_HALVES(c, y, first, second, first32, second32)
+ *                                       Q6_K's 6-bit codes: registers 0-3 times `first`,
+ *                                       4-7 times `second` (16- and 32-bit forms)
+ * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
+
+/* Outputs n0 .. n1 - 1 (multiples of 8) for every row: `codes` is a constant at each call. */
+ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows8_outputs)(
+    const Product *p, int64_t n0, int64_t n1, const int codes) {
+    const Rows8Layout layout = rows8_layout(p->ggml_type);
+    const int64_t blocks = p->k / LEGACY;
+    /* Q4_0 and Q5_0: d * (code - centre) = d * code + (-centre * d), a minimum term. */
+    const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+    __m256 acc[ROWS_PER_PASS];
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
+        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
+        for (int64_t g = n0 / 8; g < n1 / 8; g++) {
+            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
+            for (int64_t b = 0; b < blocks; b++, group += layout.size) {
+                for (int line = 0; line < layout.size; line += 64)
+                    _mm_prefetch((const char *)group + 2 * layout.size + line, _MM_HINT_T0);
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
+                const __m256 minimum =
+                    layout.minimum >= 0
+                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + layout.minimum)))
+                        : _mm256_mul_ps(d, _mm256_set1_ps(-centre));
+                /* c[j]: register j's 32 codes, unsigned (4-, 5-bit) or signed (Q8_0). */
+                __m256i c[8], magnitude[8];
+                if (codes == EIGHT_BITS) {
+                    for (int j = 0; j < 8; j++) {
+                        c[j] = _mm256_loadu_si256((const __m256i *)(group + layout.codes + 32 * j));
+                        magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
+                    }
+                } else {
+                    for (int j = 0; j < 4; j++) {
+                        __m256i packed =
+                            _mm256_loadu_si256((const __m256i *)(group + layout.codes + 32 * j));
+                        c[j] = _mm256_and_si256(packed, low4);
+                        c[j + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+                    }
+                    if (codes == FIVE_BITS) { /* bit j of H to bit 4 of register j's bytes */
+                        const __m256i h = _mm256_loadu_si256((const __m256i *)(group + layout.high));
+                        c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), fifth));
+                        c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
+                        c[2] = _mm256_or_si256(c[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), fifth));
+                        c[3] = _mm256_or_si256(c[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), fifth));
+                        c[4] = _mm256_or_si256(c[4], _mm256_and_si256(h, fifth));
+                        c[5] = _mm256_or_si256(c[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), fifth));
+                        c[6] = _mm256_or_si256(c[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), fifth));
+                        c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), fifth));
+                    }
+                }
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t row = m0 + r;
+                    const int8_t *y = p->x.q + row * p->k + b * LEGACY;
+                    __m256i dot; /* lane i: output 8g + i's integer dot product over the block */
+                    if (codes == EIGHT_BITS)
+                        ES_DOT_SIGNED(dot, magnitude, c, y);
+                    else if (codes == FIVE_BITS)
+                        ES_DOT_FIVE(dot, c, y);
+                    else
+                        ES_DOT_FOUR(dot, c, y);
+                    const float scale = p->x.scale[row * blocks + b];
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                             _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[r]);
+                    if (codes != EIGHT_BITS)
+                        acc[r] = _mm256_fmadd_ps(
+                            minimum, _mm256_set1_ps(scale * (float)p->x.sums[row * blocks + b]),
+                            acc[r]);
+                }
+            }
+            for (int64_t r = 0; r < rows; r++)
+                _mm256_storeu_ps(p->y + (m0 + r) * p->n + 8 * g, acc[r]);
+        }
+    }
+}
+
+#ifndef ES_ROWS8_K_LOOP_BEGIN
+#define ES_ROWS8_K_LOOP_BEGIN(GROUP)                                                            \
+    const int64_t blocks = p->k / QK;                                                            \
+    const __m256i ones = _mm256_set1_epi16(1);                                                   \
+    (void)ones;                                                                                  \
+    __m256 acc[ROWS_PER_PASS];                                                                   \
+    __m256i dots[ROWS_PER_PASS], offsets[ROWS_PER_PASS];                                         \
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
+        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
+        for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
+            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();                     \
+            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
+            for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
+                for (int line = 0; line < GROUP; line += 64)                                     \
+                    _mm_prefetch((const char *)group + GROUP + line, _MM_HINT_T0);               \
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
+                for (int64_t r = 0; r < rows; r++)                                               \
+                    dots[r] = offsets[r] = _mm256_setzero_si256();
+
+#define ES_ROWS8_K_LOOP_END                                                                      \
+            }                                                                                    \
+            for (int64_t r = 0; r < rows; r++)                                                   \
+                _mm256_storeu_ps(p->y + (m0 + r) * p->n + 8 * g, acc[r]);                         \
+        }                                                                                        \
+    }
+#endif
+
+/* Q4_K: per sub-block of 32, the 8 outputs' integer dots times their 6-bit scales, summed in
+ * 32 bits; the minimums times the activations' sums per 32; one float step per super-block. */
+ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_ROWS8_K_LOOP_BEGIN(Q4_K_GROUP)
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
+    /* SC[64], MN[64] (index 8s + i) from their 96 bytes, kept in registers: SC[0..31] in
+     * scales[0], SC[32..63] in scales[1]. Through a stack array, each 8-byte read of a
+     * 32-byte store cost more (12% of a one-row product in cache). */
+    __m256i scales[2], minimums[2];
+    {
+        const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+        const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
+        const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
+        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
+        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
+        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
+        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
+                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
+    }
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m256i c[8];
+        nibble_registers(group + Q4_K_CODES + 128 * s, c);
+        /* bytes 8s' .. 8s' + 15 (s' = s rounded down to even) of SC and MN: the 128-bit half
+         * (s & 2) of register s >> 2, sub-block s in its low (s even) or high 8 bytes */
+        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
+                                     : _mm256_castsi256_si128(scales[s >> 2]);
+        const __m256i scale32 = _mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16);
+        /* each output's scale in both 16-bit halves of its lane */
+        const __m256i scale = _mm256_or_si256(scale32, _mm256_slli_epi32(scale32, 16));
+        (void)scale; /* AVX2 multiplies by the 16-bit form, VNNI by scale32 */
+        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
+        if (!(s & 1)) {
+            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
+                                         : _mm256_castsi256_si128(minimums[s >> 2]);
+            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
+            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_SCALED(c, y, scale, scale32));
+            if (!(s & 1)) { /* the minimums of sub-blocks s and s + 1 against their sums */
+                const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * s;
+                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum_pair,
+                                              sum_pair(sums[0] + sums[1], sums[2] + sums[3])));
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
+    }
+    ES_ROWS8_K_LOOP_END
+}
+
+/* Q6_K: unsigned 6-bit codes (the file's code - 32 is its value), scaled per 16 inputs; the
+ * 32 moves into an offset of 32 * scale times the activations' sums per 16. */
+ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_ROWS8_K_LOOP_BEGIN(Q6_K_GROUP)
+    const uint8_t *scales = group + Q6_K_SCALES;
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
+        const uint8_t *at = group + Q6_K_CODES + Q6_K_CHUNK * chunk;
+        __m256i c[8];
+        nibble_registers(at, c);
+        for (int half = 0; half < 2; half++) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(at + 128 + 32 * half));
+            __m256i *four = c + 4 * half; /* bits 2j, 2j + 1 of h to bits 4, 5 of register j */
+            four[0] = _mm256_or_si256(four[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+            four[1] = _mm256_or_si256(four[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+            four[2] = _mm256_or_si256(four[2], _mm256_and_si256(h, bits45));
+            four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+        }
+        const __m256i first = lane_factors(scales + 16 * chunk, 1);
+        const __m256i second = lane_factors(scales + 16 * chunk + 8, 1);
+        const __m256i pair = lane_pairs(scales + 16 * chunk, scales + 16 * chunk + 8, 1);
+        const __m256i first32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk)));
+        const __m256i second32 =
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk + 8)));
+        (void)first, (void)second, (void)first32, (void)second32; /* 16-bit forms for AVX2 */
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
+            const __m256i dot = ES_DOT_HALVES(c, y, first, second, first32, second32);
+            dots[r] = _mm256_add_epi32(dots[r], dot);
+            const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
+            offsets[r] = _mm256_add_epi32(offsets[r],
+                                          _mm256_madd_epi16(pair, sum_pair(sums[0], sums[1])));
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        const __m256i total = _mm256_sub_epi32(dots[r], _mm256_slli_epi32(offsets[r], 5));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+    }
+    ES_ROWS8_K_LOOP_END
+}
+
+ES_X86_TARGET void ES_X86_NAME(es_rows8_outputs)(const Product *p, int64_t n0, int64_t n1) {
+    switch (p->ggml_type) {
+    case GGML_Q4_K: ES_X86_NAME(rows8_q4_k)(p, n0, n1); break;
+    case GGML_Q6_K: ES_X86_NAME(rows8_q6_k)(p, n0, n1); break;
+    case GGML_Q8_0: ES_X86_NAME(rows8_outputs)(p, n0, n1, EIGHT_BITS); break;
+    case GGML_Q5_0:
+    case GGML_Q5_1: ES_X86_NAME(rows8_outputs)(p, n0, n1, FIVE_BITS); break;
+    default: ES_X86_NAME(rows8_outputs)(p, n0, n1, FOUR_BITS); break;
+    }
+}
