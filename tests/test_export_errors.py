@@ -266,3 +266,27 @@ def test_model_types_optimum_registers_under_either_spelling_are_accepted(
     from edgespec.export.source import check_exportable
 
     check_exportable(SimpleNamespace(model_type=model_type), model_type)  # raises if refused
+
+
+def test_a_llama_cpp_that_dies_costs_a_gguf_import_its_agreement_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A llama-cpp-python build this CPU cannot run (its AMX kernels where the machine refuses
+    tile instructions) dies of SIGILL inside llama.cpp. The agreement check runs it in a child
+    process, so the import goes on and records why agreement is missing, in one line that
+    names the fix; a stand-in llama_cpp that kills itself the same way shows it."""
+    import numpy as np
+
+    from edgespec.export.gguf.agreement import llama_cpp_agreement
+
+    fake = tmp_path / "fake" / "llama_cpp"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import os\nimport signal\n\n\nclass Llama:\n"
+        "    def __init__(self, **_):\n        os.kill(os.getpid(), signal.SIGILL)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "fake"))  # the spawned child's path too
+    record = llama_cpp_agreement(tmp_path / "model.gguf", [[1, 2, 3]], [np.zeros((3, 8))])
+    assert record["checked"] is False
+    reason = record["reason"]
+    assert "died of SIGILL" in reason and "CMAKE_ARGS" in reason and "\n" not in reason

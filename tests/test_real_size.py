@@ -86,7 +86,8 @@ def test_disagreements_with_llama_cpp_are_within_its_own_rounding(
     another token, llama.cpp's own top-1 led it by less than llama.cpp's two paths move a
     logit, a near-tie that its own rounding could tip (a miswired graph disagrees by whole
     logits)."""
-    from edgespec.export.gguf.check import PARITY_TEXTS, llama_cpp_agreement
+    from edgespec.export.gguf.agreement import llama_cpp_agreement
+    from edgespec.export.gguf.check import PARITY_TEXTS
     from edgespec.runtime.model import OnnxModel
 
     prompts = [engine.tokenizer.encode(text).ids for text in PARITY_TEXTS]

@@ -14,6 +14,7 @@ from edgespec.errors import ConfigError, VerificationError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import staging_directory
 from edgespec.export.gguf import check
+from edgespec.export.gguf.agreement import llama_cpp_agreement
 from edgespec.export.gguf.folded import KVLayout
 from edgespec.export.gguf.graph import build_graph
 from edgespec.export.gguf.locate import gguf_path
@@ -195,7 +196,7 @@ def _verify(
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}
         if source.architecture.output_vocabulary
-        else check.llama_cpp_agreement(source.path, prompts, checks.prompt_logits)
+        else llama_cpp_agreement(source.path, prompts, checks.prompt_logits)
     )
     record = VerificationRecord(
         performed=True,
