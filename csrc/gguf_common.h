@@ -13,6 +13,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #define ES_X86 1
 #include <immintrin.h>
+/* The VNNI forms need a compiler that knows AVX-VNNI (GCC 11, Clang 12 and later). */
+#if !defined(ES_NO_VNNI) && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define ES_VNNI 1
+#endif
 #endif
 #if defined(__aarch64__)
 #define ES_ARM 1
@@ -219,9 +223,11 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
                        Unpacked *u);
 #ifdef ES_X86
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
+#ifdef ES_VNNI
 /* The same products with dpbusd (gguf_rows8.c): AVX-VNNI, and AVX512-VNNI on 256 bits. */
 void es_rows8_outputs_avxvnni(const Product *p, int64_t n0, int64_t n1);
 void es_rows8_outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1);
+#endif
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);
 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);

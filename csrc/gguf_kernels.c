@@ -534,6 +534,7 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
     else
         outputs_legacy_avx2(p, n0, n1);
 }
+#ifdef ES_VNNI
 /* The rows-of-8 products with dpbusd; everything else as on AVX2. */
 ES_AVX2 static void outputs_avxvnni(const Product *p, int64_t n0, int64_t n1) {
     if (p->rows8)
@@ -548,6 +549,7 @@ ES_AVX2 static void outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1)
     else
         outputs_avx2(p, n0, n1);
 }
+#endif
 #endif
 
 typedef void (*outputs_fn)(const Product *, int64_t, int64_t);
@@ -595,10 +597,13 @@ static outputs_fn chosen_path(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c")) {
-        const int avx512vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
         if (forced_path("avx2")) return outputs_avx2;
+#ifdef ES_VNNI
         if (__builtin_cpu_supports("avxvnni") && !forced_path("avx512-vnni")) return outputs_avxvnni;
-        return avx512vnni ? outputs_avx512vnni : outputs_avx2;
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+            return outputs_avx512vnni;
+#endif
+        return outputs_avx2;
     }
 #endif
 #ifdef ES_ARM
@@ -662,8 +667,10 @@ static int swiglu_task(const Product *p, int64_t n0) {
 ES_EXPORT const char *edgespec_gguf_kernel_path(void) {
     if (!path) path = chosen_path();
 #ifdef ES_X86
+#ifdef ES_VNNI
     if (path == outputs_avxvnni) return "avx-vnni";
     if (path == outputs_avx512vnni) return "avx512-vnni";
+#endif
     if (path == outputs_avx2) return "avx2";
 #endif
 #ifdef ES_ARM

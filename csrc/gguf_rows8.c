@@ -204,6 +204,7 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #undef ES_DOT_SCALED
 #undef ES_DOT_HALVES
 
+#ifdef ES_VNNI
 /* VNNI: dpbusd adds a register's 4 byte products per lane into 32 bits in one instruction,
  * and the scales multiply the 32-bit sums: the same integers as AVX2's. */
 #define ES_DOT_FOUR(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)
@@ -241,4 +242,5 @@ ES_VNNI_HELPERS
 #define ES_DPBUSD _mm256_dpbusd_epi32
 ES_VNNI_HELPERS
 #include "gguf_rows8_x86.h"
+#endif
 #endif
