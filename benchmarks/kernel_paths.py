@@ -23,15 +23,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-WARM_PASSES = 5
 
 
 def child(bundle: Path, widths: list[int], context: int, threads: int) -> None:
     """Times each width's passes on this process's path; prints one JSON line."""
     import numpy as np
+    from step_cost import WARM_PASSES, timed_passes  # this folder, first on sys.path
 
     from edgespec.api import Engine
     from edgespec.graph.kernels import gguf_kernel_path
@@ -44,14 +42,8 @@ def child(bundle: Path, widths: list[int], context: int, threads: int) -> None:
     model.forward(ids[:context], cache)
     medians = {}
     for width in widths:
-        step, found = ids[context : context + width], []
-        for index in range(WARM_PASSES + (20 if width <= 16 else 4)):
-            started = time.perf_counter()
-            model.forward(step, cache)
-            elapsed = time.perf_counter() - started
-            cache.crop(context)
-            if index >= WARM_PASSES:
-                found.append(elapsed)
+        passes = WARM_PASSES + (20 if width <= 16 else 4)
+        found = timed_passes(model, cache, ids[context : context + width], context, passes)
         medians[str(width)] = float(np.median(found)) * 1e3
     print(json.dumps({"path": gguf_kernel_path(), "ms": medians}), flush=True)
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,20 @@ from edgespec.api import Engine
 
 PASSES_PER_BLOCK = 25
 WARM_PASSES = 5
+
+
+def timed_passes(model: Any, cache: Any, step: list[int], context: int, passes: int) -> list[float]:
+    """Seconds of ``passes`` passes of ``step`` over ``cache`` (cropped back to ``context``
+    after each), less the first WARM_PASSES (the previous passes' threads still spin)."""
+    found = []
+    for index in range(passes):
+        started = time.perf_counter()
+        model.forward(step, cache)
+        elapsed = time.perf_counter() - started
+        cache.crop(context)
+        if index >= WARM_PASSES:
+            found.append(elapsed)
+    return found
 
 
 def main() -> None:
@@ -53,13 +68,7 @@ def main() -> None:
         times: list[list[float]] = [[] for _ in models]
         for _ in range(args.blocks):
             for model, cache, found in zip(models, caches, times, strict=True):
-                for index in range(PASSES_PER_BLOCK):
-                    started = time.perf_counter()
-                    model.forward(step, cache)
-                    elapsed = time.perf_counter() - started
-                    cache.crop(context)
-                    if index >= WARM_PASSES:
-                        found.append(elapsed)
+                found.extend(timed_passes(model, cache, step, context, PASSES_PER_BLOCK))
         medians = [float(np.median(found)) for found in times]
         for bundle, found, median in zip(args.bundles, times, medians, strict=True):
             quartiles = np.percentile(found, [25, 75]) * 1e3
