@@ -3,6 +3,7 @@ an instruction set buys a real model's step, verify passes and prefill.
 
     python benchmarks/kernel_paths.py BUNDLE [--paths avx2,avx512-vnni,auto]
         [--widths 1,2,5,8,128] [--context 64] [--rounds 3] [--threads 2]
+    python benchmarks/kernel_paths.py BUNDLE --builds A.so,B.so [...]
 
 A process runs one path (the library picks it once, ``EDGESPEC_GGUF_KERNEL_PATH`` forces
 it; ``auto`` is the CPU's own choice), so each path runs in a child process of its own, the
@@ -12,7 +13,9 @@ then times passes of each width over that context (each cropped back after it: 2
 after 5 warm ones, 4 for widths above 16) and prints its medians. The parent prints, per
 path and width, the median over rounds of the children's medians in milliseconds and its
 ratio to the first path's. Every path's outputs are the same bits (tests/test_gguf_kernels.py
-checks it), so only time differs.
+checks it), so only time differs. ``--builds`` compares builds of the library instead (each
+child loads one through ``EDGESPEC_GGUF_KERNELS``, on the CPU's own path): the same source
+compiled with other settings, ``-DES_ROWS8_PREFETCH_BYTES=4096`` say.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--paths", default="avx2,avx512-vnni,auto")
+    parser.add_argument("--builds", default="", help="library builds to compare instead")
     parser.add_argument("--widths", default="1,2,5,8,128")
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
@@ -62,12 +66,15 @@ def main() -> None:
     if args.child:
         child(args.bundle, widths, args.context, args.threads)
         return
-    paths = args.paths.split(",")
+    builds = args.builds.split(",") if args.builds else []
+    paths = builds or args.paths.split(",")
     runs: dict[str, list[dict[str, float]]] = {path: [] for path in paths}
     ran: dict[str, str] = {}
     for _ in range(args.rounds):
         for path in paths:
             env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "" if path == "auto" else path}
+            if builds:
+                env |= {"EDGESPEC_GGUF_KERNEL_PATH": "", "EDGESPEC_GGUF_KERNELS": path}
             command = [sys.executable, __file__, str(args.bundle), "--child"]
             command += ["--widths", args.widths, "--context", str(args.context)]
             command += ["--threads", str(args.threads)]

@@ -35,6 +35,14 @@
 #ifndef ES_BATCHES
 #define ES_BATCHES 0 /* ONNX Runtime splits the tasks into one batch per thread */
 #endif
+/* How far ahead of the group block being read the rows-of-8 products prefetch, in bytes:
+ * ES_ROWS8_PREFETCH_BYTES when set at build time, else `blocks` (2 legacy group blocks, 1
+ * K-quant one). */
+#ifdef ES_ROWS8_PREFETCH_BYTES
+#define ES_ROWS8_AHEAD(blocks) ES_ROWS8_PREFETCH_BYTES
+#else
+#define ES_ROWS8_AHEAD(blocks) (blocks)
+#endif
 #ifndef ES_PREFETCH
 #define ES_PREFETCH 16 /* blocks ahead: measured best of 4, 8, 16 for one row */
 #endif

@@ -75,7 +75,8 @@ def test_the_reduced_head_is_the_files_own_rows_and_scores_as_the_full_head(file
     logits = reference_logits(reduced, tokens)
     assert (np.delete(logits, kept, axis=1) == UNSCORED_LOGIT).all()
     full_logits = reference_logits(open_gguf(files["full"]), tokens)
-    assert np.array_equal(logits[:, kept], full_logits[:, kept])
+    # float64 references: numpy's BLAS may sum a 48-row head and the full one in other orders
+    np.testing.assert_allclose(logits[:, kept], full_logits[:, kept], rtol=0, atol=1e-9)
     assert load_bundle(files["reduced-bundle"]).manifest.extra["gguf"]["output_vocabulary"] == 48
 
 
