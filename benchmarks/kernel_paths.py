@@ -15,7 +15,7 @@ path and width, the median over rounds of the children's medians in milliseconds
 ratio to the first path's. Every path's outputs are the same bits (tests/test_gguf_kernels.py
 checks it), so only time differs. ``--builds`` compares builds of the library instead (each
 child loads one through ``EDGESPEC_GGUF_KERNELS``, on the CPU's own path): the same source
-compiled with other settings, ``-DES_ROWS8_PREFETCH_BYTES=4096`` say.
+compiled with other settings, ``-DES_ROWS8_PREFETCH_BYTES=8192`` say.
 """
 
 from __future__ import annotations

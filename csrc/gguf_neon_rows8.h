@@ -43,7 +43,7 @@
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                           \
             for (int64_t b = 0; b < blocks; b++, group += GROUP) {                                \
                 for (int line = 0; line < GROUP; line += 64)                                      \
-                    __builtin_prefetch(group + ES_ROWS8_AHEAD(GROUP) + line, 0, 3);                     \
+                    __builtin_prefetch(group + ES_ROWS8_PREFETCH_BYTES + line, 0, 3);                     \
                 for (int64_t r = 0; r < rows; r++)                                                \
                     dots[r][0] = dots[r][1] = offsets[r][0] = offsets[r][1] = vdupq_n_s32(0);
 
@@ -72,7 +72,7 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
             for (int64_t b = 0; b < blocks; b++, group += layout.size) {
                 for (int line = 0; line < layout.size; line += 64)
-                    __builtin_prefetch(group + ES_ROWS8_AHEAD(2 * layout.size) + line, 0, 3);
+                    __builtin_prefetch(group + ES_ROWS8_PREFETCH_BYTES + line, 0, 3);
                 float32x4_t d[2], minimum[2];
                 int8x16_t c[2][8]; /* [half][register j]: unsigned (4-, 5-bit) or signed (Q8_0) */
                 for (int h = 0; h < 2; h++) {

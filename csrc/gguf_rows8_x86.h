@@ -31,7 +31,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
             for (int64_t b = 0; b < blocks; b++, group += layout.size) {
                 for (int line = 0; line < layout.size; line += 64)
-                    _mm_prefetch((const char *)group + ES_ROWS8_AHEAD(2 * layout.size) + line, _MM_HINT_T0);
+                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
                 const __m256 minimum =
                     layout.minimum >= 0
@@ -102,7 +102,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
             for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
                 for (int line = 0; line < GROUP; line += 64)                                     \
-                    _mm_prefetch((const char *)group + ES_ROWS8_AHEAD(GROUP) + line, _MM_HINT_T0); \
+                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0); \
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
                 for (int64_t r = 0; r < rows; r++)                                               \
                     dots[r] = offsets[r] = _mm256_setzero_si256();
