@@ -24,6 +24,7 @@ from edgespec.engine import planning
 from edgespec.engine.device_choice import DeviceChoice, load_choice
 from edgespec.engine.generation import Delta
 from edgespec.errors import BundleError, ConfigError
+from edgespec.graph import kernels
 from edgespec.manifest import file_record, load_bundle, write_manifest
 from edgespec.runtime.k_policy import CostProfile
 
@@ -335,8 +336,8 @@ def test_the_pair_costs_are_measured_once_per_device_and_setting_then_kept(
 ) -> None:
     """A first generation measures the pair's costs and keeps them in the cache: another
     engine on this device (another process, as the cache sees it) reads them instead of
-    timing 45 passes again; other threads are another setting; a damaged file is measured
-    again, never trusted."""
+    timing 45 passes again; other threads, or another build of the GGUF kernels, are another
+    setting; a damaged file is measured again, never trusted."""
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
     engine = Engine.load()
     engine.generate("def add(a, b):", drafter="combined", max_new_tokens=4)
@@ -355,6 +356,9 @@ def test_the_pair_costs_are_measured_once_per_device_and_setting_then_kept(
         again.generate("def add(a, b):", drafter="combined", max_new_tokens=4)
         with pytest.raises(AssertionError, match="kept costs"):
             Engine.load(threads=1).cost_profile()
+        patch.setattr(kernels, "gguf_kernel_build", lambda: "another build")  # an upgrade
+        with pytest.raises(AssertionError, match="kept costs"):
+            Engine.load().cost_profile()
     kept[0].write_text("{damaged", encoding="utf-8")
     remeasured = Engine.load().cost_profile()
     assert remeasured.target_step_s > 0

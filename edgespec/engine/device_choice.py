@@ -125,9 +125,13 @@ def costs_path(
     providers: Sequence[str],
     cache: Path | None = None,
 ) -> Path:
-    """Where the pair's measured costs on this device are kept: they depend on the threads and
-    the execution providers too, so each setting has its own file."""
-    setting = hashlib.sha256(f"{threads}|{'+'.join(providers)}".encode()).hexdigest()[:8]
+    """Where the pair's measured costs on this device are kept: they depend on the threads, the
+    execution providers and the build of the GGUF kernels too (a new build may step faster),
+    so each setting has its own file."""
+    from edgespec.graph.kernels import gguf_kernel_build
+
+    setting = f"{threads}|{'+'.join(providers)}|{gguf_kernel_build()}"
+    setting = hashlib.sha256(setting.encode()).hexdigest()[:8]
     return (cache or cache_dir()) / "profiles" / f"{device_key(target, draft)}-costs-{setting}.json"
 
 

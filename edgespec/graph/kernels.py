@@ -18,6 +18,7 @@ did not build, GGUF files import into graphs of ONNX Runtime's operators instead
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -83,6 +84,19 @@ def gguf_kernel_library() -> Path | None:
         if found:
             return found[0]
     return None
+
+
+@lru_cache(maxsize=1)
+def gguf_kernel_build() -> str:
+    """Which build of the library this process loads (the first 12 hex digits of its file's
+    sha256), or "none": what kept measurements of the kernels' speed belong to."""
+    library = gguf_kernel_library()
+    if library is None:
+        return "none"
+    try:
+        return hashlib.sha256(library.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "none"
 
 
 @lru_cache(maxsize=1)
