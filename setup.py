@@ -61,6 +61,7 @@ gguf_kernels = Extension(
         "csrc/gguf_common.h",
         "csrc/gguf_neon_rows8.h",
         "csrc/gguf_rows8_x86.h",
+        "csrc/gguf_rows8_zmm.h",
     ],
     include_dirs=["csrc"],
     extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11", *no_contraction]

@@ -234,6 +234,9 @@ void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
 /* The same products with dpbusd (gguf_rows8.c): AVX-VNNI, and AVX512-VNNI on 256 bits. */
 void es_rows8_outputs_avxvnni(const Product *p, int64_t n0, int64_t n1);
 void es_rows8_outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1);
+/* The K-quants' several-row passes with 512-bit dpbusd (gguf_rows8_zmm.h), everything else on
+ * the 256-bit forms (AVX-VNNI's when `avxvnni`). */
+void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni);
 #endif
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);

@@ -543,9 +543,12 @@ ES_AVX2 static void outputs_avxvnni(const Product *p, int64_t n0, int64_t n1) {
         outputs_avx2(p, n0, n1);
 }
 
+/* AVX512-VNNI: the K-quants' several-row passes on 512-bit dpbusd; the rest on 256-bit
+ * dpbusd, VEX-encoded where the CPU has AVX-VNNI. */
+static int has_avxvnni;
 ES_AVX2 static void outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1) {
     if (p->rows8)
-        es_rows8_outputs_avx512vnni(p, n0, n1);
+        es_rows8_outputs_zmm(p, n0, n1, has_avxvnni);
     else
         outputs_avx2(p, n0, n1);
 }
@@ -584,7 +587,8 @@ static int cpu_has_dotprod(void) {
 #endif
 
 /* EDGESPEC_GGUF_KERNEL_PATH names a path to take where the CPU has it (tests and comparisons):
- * "portable", "avx2" or "avx512-vnni" on a CPU with AVX-VNNI, "neon" on one with dotprod;
+ * "portable", "avx2", or "avx-vnni" on a CPU with AVX-VNNI and AVX512-VNNI, "neon" on one
+ * with dotprod;
  * otherwise the CPU decides. */
 static int forced_path(const char *name) {
     const char *forced = getenv("EDGESPEC_GGUF_KERNEL_PATH");
@@ -599,9 +603,12 @@ static outputs_fn chosen_path(void) {
         __builtin_cpu_supports("f16c")) {
         if (forced_path("avx2")) return outputs_avx2;
 #ifdef ES_VNNI
-        if (__builtin_cpu_supports("avxvnni") && !forced_path("avx512-vnni")) return outputs_avxvnni;
-        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+        has_avxvnni = __builtin_cpu_supports("avxvnni");
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f") &&
+            !(has_avxvnni && forced_path("avx-vnni")))
             return outputs_avx512vnni;
+        if (has_avxvnni) return outputs_avxvnni;
 #endif
         return outputs_avx2;
     }

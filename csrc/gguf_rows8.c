@@ -124,6 +124,21 @@ ES_AVX2 static inline __attribute__((always_inline)) void nibble_registers(const
     }
 }
 
+/* Q6_K's codes of 32 inputs x 8 outputs (6 bits, unsigned) from the chunk at `at`: the low
+ * nibbles as Q4_0's, then the high bit pairs of registers 0-3 and 4-7. */
+ES_AVX2 static inline __attribute__((always_inline)) void q6_k_registers(const uint8_t *at,
+                                                                         __m256i c[8]) {
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    nibble_registers(at, c);
+    for (int half = 0; half < 2; half++) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(at + 128 + 32 * half));
+        __m256i *four = c + 4 * half; /* bits 2j, 2j + 1 of h to bits 4, 5 of register j */
+        four[0] = _mm256_or_si256(four[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+        four[1] = _mm256_or_si256(four[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+        four[2] = _mm256_or_si256(four[2], _mm256_and_si256(h, bits45));
+        four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+    }
+}
 /* Eight int8 or uint8 factors (one per output) as 16-bit values in both halves of each
  * 32-bit lane: what madd multiplies a pair of 16-bit partial sums by. */
 ES_AVX2 static inline __m256i lane_factors(const uint8_t *eight, int is_signed) {
@@ -242,5 +257,6 @@ ES_VNNI_HELPERS
 #define ES_DPBUSD _mm256_dpbusd_epi32
 ES_VNNI_HELPERS
 #include "gguf_rows8_x86.h"
+#include "gguf_rows8_zmm.h"
 #endif
 #endif

@@ -179,19 +179,10 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
 ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, int64_t n1) {
     ES_ROWS8_K_LOOP_BEGIN(Q6_K_GROUP)
     const uint8_t *scales = group + Q6_K_SCALES;
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
         const uint8_t *at = group + Q6_K_CODES + Q6_K_CHUNK * chunk;
         __m256i c[8];
-        nibble_registers(at, c);
-        for (int half = 0; half < 2; half++) {
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(at + 128 + 32 * half));
-            __m256i *four = c + 4 * half; /* bits 2j, 2j + 1 of h to bits 4, 5 of register j */
-            four[0] = _mm256_or_si256(four[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-            four[1] = _mm256_or_si256(four[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-            four[2] = _mm256_or_si256(four[2], _mm256_and_si256(h, bits45));
-            four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
-        }
+        q6_k_registers(at, c);
         const __m256i first = lane_factors(scales + 16 * chunk, 1);
         const __m256i second = lane_factors(scales + 16 * chunk + 8, 1);
         const __m256i pair = lane_pairs(scales + 16 * chunk, scales + 16 * chunk + 8, 1);

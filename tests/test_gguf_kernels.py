@@ -276,7 +276,7 @@ for kind in t.KINDS:
     blocks = t._blocks(rng, kind)
     x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
     session = t._session("GgufMatMul", kind, blocks)
-    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 5, t.ROWS)]
+    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 5, 20, t.ROWS)]
     out[kind] = hashlib.sha256(b"".join(y.tobytes() for y in ys)).hexdigest()
 print(json.dumps(out))
 """
@@ -284,13 +284,15 @@ print(json.dumps(out))
 
 @built
 def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
-    """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd: each
-    path forced in a fresh process, every kind's outputs at 1, 5 and 37 rows are the AVX2
-    path's bits (the integer sums are exact whichever instructions add them)."""
+    """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd (the
+    K-quants' several-row passes on 512 bits with AVX512-VNNI): each path forced in a fresh
+    process, every kind's outputs at 1, 2, 5, 20 and 37 rows (a second pass of 32 rows among
+    them) are the AVX2 path's bits (the integer sums are exact whichever instructions add
+    them)."""
     if gguf_kernel_path() not in X86_PATHS:
         pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
     reports = []
-    for forced in ("avx2", "avx512-vnni", ""):
+    for forced in ("avx2", "avx-vnni", "avx512-vnni", ""):
         env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": forced}
         env[kernels.ENVIRONMENT] = str(gguf_kernel_library())
         done = subprocess.run(

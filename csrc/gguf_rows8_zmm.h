@@ -1,0 +1,173 @@
+/* The K-quant rows-of-8 products of several rows with 512-bit dpbusd (AVX512-VNNI), included by
+ * gguf_rows8.c.
+ *
+ * Why: a pass over several rows shares each unpacked block of codes, so past a few rows the
+ * products are bound by their multiply-adds rather than by memory: on a 2-core AVX-512 Xeon
+ * the 1.5B's 5-token pass cost 1.8-2.1 one-token steps. A 512-bit dpbusd does twice a 256-bit
+ * one's byte products, and the Xeon issues 1.6 a cycle against 1.85 of the 256-bit form.
+ *
+ * A zmm register holds two code registers of the rows-of-8 layout interleaved by 32-bit lane:
+ * lane 2i register j's 4 codes of output i, lane 2i + 1 register j + 1's, so that one 8-byte
+ * broadcast of the activations (inputs 4j .. 4j + 7) meets both. Four such products cover 32
+ * inputs; the lanes of a pair hold parts of the same output's dot, multiplied by the same
+ * scale, and are summed once per super-block. Every sum is the exact integer that the 256-bit
+ * forms compute, and the float steps after it are theirs, so the outputs are the same bits. */
+#define ES_ZMM __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+/* Registers j and j + 1 (ymm each) interleaved by 32-bit lane into one zmm. */
+ES_ZMM static inline __m512i interleave_pair(__m256i even, __m256i odd) {
+    const __m512i order = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    return _mm512_permutex2var_epi32(_mm512_castsi256_si512(even), order, _mm512_castsi256_si512(odd));
+}
+
+/* Each output's 32-bit factor in both lanes of its pair. */
+ES_ZMM static inline __m512i pair_factors(__m256i factors) {
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(factors));
+}
+
+/* Inputs 4j .. 4j + 7 of y in every pair of lanes. */
+ES_ZMM static inline __m512i broadcast8(const int8_t *y) {
+    int64_t word;
+    memcpy(&word, y, 8);
+    return _mm512_set1_epi64(word);
+}
+
+/* The sum of each pair of lanes: output i's dot in lane i. */
+ES_ZMM static inline __m256i pair_sums(__m512i dots) {
+    return _mm512_cvtepi64_epi32(_mm512_add_epi32(dots, _mm512_srli_epi64(dots, 32)));
+}
+
+/* 32 inputs of one row: z[q] holds registers 2q and 2q + 1; dots of registers 0-3 (z[0], z[1])
+ * and 4-7 (z[2], z[3]). */
+#define ZMM_DOT_FIRST(z, y)                                                                      \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), z[0], broadcast8(y)), z[1],   \
+                        broadcast8((y) + 8))
+#define ZMM_DOT_SECOND(z, y)                                                                     \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), z[2], broadcast8((y) + 16)),  \
+                        z[3], broadcast8((y) + 24))
+
+#define ZMM_K_LOOP_BEGIN(GROUP)                                                                  \
+    const int64_t blocks = p->k / QK;                                                            \
+    __m256 acc[ROWS_PER_PASS];                                                                   \
+    __m512i dots[ROWS_PER_PASS];                                                                 \
+    __m256i offsets[ROWS_PER_PASS];                                                              \
+    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
+        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
+        for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
+            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();                     \
+            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
+            for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
+                for (int line = 0; line < GROUP; line += 64)                                     \
+                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0); \
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
+                for (int64_t r = 0; r < rows; r++) {                                             \
+                    dots[r] = _mm512_setzero_si512();                                            \
+                    offsets[r] = _mm256_setzero_si256();                                         \
+                }
+
+#define ZMM_K_LOOP_END ES_ROWS8_K_LOOP_END
+
+/* Q4_K as rows8_q4_k (gguf_rows8_x86.h), the dots on zmm. */
+ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
+    ZMM_K_LOOP_BEGIN(Q4_K_GROUP)
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
+    __m256i scales[2], minimums[2];
+    {
+        const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+        const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
+        const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
+        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
+        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
+                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
+        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
+        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
+                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const uint8_t *at = group + Q4_K_CODES + 128 * s;
+        /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 */
+        const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
+                                              _mm256_loadu_si256((const __m256i *)(at + 32)));
+        const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
+                                               _mm256_loadu_si256((const __m256i *)(at + 96)));
+        const __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
+                              _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
+                              _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
+        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
+                                     : _mm256_castsi256_si128(scales[s >> 2]);
+        const __m512i scale = pair_factors(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16));
+        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
+        if (!(s & 1)) {
+            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
+                                         : _mm256_castsi256_si128(minimums[s >> 2]);
+            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
+            const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ZMM_DOT_FIRST(z, y), z[2], broadcast8(y + 16)),
+                                                    z[3], broadcast8(y + 24));
+            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(dot, scale));
+            if (!(s & 1)) {
+                const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * s;
+                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum_pair,
+                                              sum_pair(sums[0] + sums[1], sums[2] + sums[3])));
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(dots[r])), _mm256_mul_ps(d, scale), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
+    }
+    ZMM_K_LOOP_END
+}
+
+/* Q6_K as rows8_q6_k (gguf_rows8_x86.h), the dots on zmm. */
+ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
+    ZMM_K_LOOP_BEGIN(Q6_K_GROUP)
+    const uint8_t *scales = group + Q6_K_SCALES;
+    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
+        __m256i c[8];
+        q6_k_registers(group + Q6_K_CODES + Q6_K_CHUNK * chunk, c);
+        const __m512i z[4] = {interleave_pair(c[0], c[1]), interleave_pair(c[2], c[3]),
+                              interleave_pair(c[4], c[5]), interleave_pair(c[6], c[7])};
+        const __m256i pair = lane_pairs(scales + 16 * chunk, scales + 16 * chunk + 8, 1);
+        const __m512i first = pair_factors(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk))));
+        const __m512i second =
+            pair_factors(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk + 8))));
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
+            dots[r] = _mm512_add_epi32(dots[r], _mm512_add_epi32(_mm512_mullo_epi32(ZMM_DOT_FIRST(z, y), first),
+                                                                 _mm512_mullo_epi32(ZMM_DOT_SECOND(z, y), second)));
+            const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
+            offsets[r] = _mm256_add_epi32(offsets[r],
+                                          _mm256_madd_epi16(pair, sum_pair(sums[0], sums[1])));
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 5));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+    }
+    ZMM_K_LOOP_END
+}
+
+/* The K-quants' passes of several rows on zmm; a one-row step (bound by memory) and the legacy
+ * types on the 256-bit forms: AVX-VNNI's where the CPU has it, else AVX512-VNNI's. */
+ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni) {
+    if (p->rows > 1 && p->ggml_type == GGML_Q4_K)
+        rows8_q4_k_zmm(p, n0, n1);
+    else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
+        rows8_q6_k_zmm(p, n0, n1);
+    else if (avxvnni)
+        es_rows8_outputs_avxvnni(p, n0, n1);
+    else
+        es_rows8_outputs_avx512vnni(p, n0, n1);
+}
