@@ -154,9 +154,16 @@ ES_AVX2 static inline __m256i lane_pairs(const uint8_t *first, const uint8_t *se
     return is_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes);
 }
 
-/* Two 16-bit activation sums in every 32-bit lane. */
-ES_AVX2 static inline __m256i sum_pair(int first, int second) {
-    return _mm256_set1_epi32((int)(((uint32_t)(uint16_t)second << 16) | (uint16_t)first));
+/* A row's activation sums of 16 inputs `span` and `span` + 1 of K-quant block b, as the
+ * 16-bit halves of every 32-bit lane (one 4-byte load: they are adjacent). */
+ES_AVX2 static inline __m256i sums_of(const Product *p, int64_t row, int64_t b, int span) {
+    int32_t pair;
+    memcpy(&pair, p->x.sums + (row * (p->k / QK) + b) * (QK / SUB) + span, 4);
+    return _mm256_set1_epi32(pair);
+}
+/* Each output's 16-bit factor (below 2^15) in both halves of its 32-bit lane. */
+ES_AVX2 static inline __m256i factor_pairs(__m256i factors) {
+    return _mm256_or_si256(factors, _mm256_slli_epi32(factors, 16));
 }
 
 /* ---- the products, once per instruction set (gguf_rows8_x86.h) --------------------------- */

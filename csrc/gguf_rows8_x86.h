@@ -149,21 +149,15 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
         /* each output's scale in both 16-bit halves of its lane */
         const __m256i scale = _mm256_or_si256(scale32, _mm256_slli_epi32(scale32, 16));
         (void)scale; /* AVX2 multiplies by the 16-bit form, VNNI by scale32 */
-        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
-        if (!(s & 1)) {
-            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
-                                         : _mm256_castsi256_si128(minimums[s >> 2]);
-            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
-        }
+        /* MN[8s + i] in both 16-bit halves of lane i, against sub-block s's two sums of 16 */
+        const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
+                                     : _mm256_castsi256_si128(minimums[s >> 2]);
+        const __m256i minimum = factor_pairs(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(mn16, mn16) : mn16));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
             dots[r] = _mm256_add_epi32(dots[r], ES_DOT_SCALED(c, y, scale, scale32));
-            if (!(s & 1)) { /* the minimums of sub-blocks s and s + 1 against their sums */
-                const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * s;
-                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum_pair,
-                                              sum_pair(sums[0] + sums[1], sums[2] + sums[3])));
-            }
+            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum, sums_of(p, row, b, 2 * s)));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -195,9 +189,7 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, 
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
             const __m256i dot = ES_DOT_HALVES(c, y, first, second, first32, second32);
             dots[r] = _mm256_add_epi32(dots[r], dot);
-            const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
-            offsets[r] = _mm256_add_epi32(offsets[r],
-                                          _mm256_madd_epi16(pair, sum_pair(sums[0], sums[1])));
+            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(pair, sums_of(p, row, b, 2 * chunk)));
         }
     }
     for (int64_t r = 0; r < rows; r++) {

@@ -101,23 +101,17 @@ ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
         const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
                                      : _mm256_castsi256_si128(scales[s >> 2]);
         const __m512i scale = pair_factors(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16));
-        __m256i minimum_pair = _mm256_setzero_si256(); /* (MN[8s + i], MN[8s + 8 + i]) */
-        if (!(s & 1)) {
-            const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
-                                         : _mm256_castsi256_si128(minimums[s >> 2]);
-            minimum_pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn16, _mm_srli_si128(mn16, 8)));
-        }
+        /* MN[8s + i] in both 16-bit halves of lane i, against sub-block s's two sums of 16 */
+        const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
+                                     : _mm256_castsi256_si128(minimums[s >> 2]);
+        const __m256i minimum = factor_pairs(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(mn16, mn16) : mn16));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
             const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ZMM_DOT_FIRST(z, y), z[2], broadcast8(y + 16)),
                                                     z[3], broadcast8(y + 24));
             dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(dot, scale));
-            if (!(s & 1)) {
-                const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * s;
-                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum_pair,
-                                              sum_pair(sums[0] + sums[1], sums[2] + sums[3])));
-            }
+            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum, sums_of(p, row, b, 2 * s)));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -146,9 +140,7 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
             dots[r] = _mm512_add_epi32(dots[r], _mm512_add_epi32(_mm512_mullo_epi32(ZMM_DOT_FIRST(z, y), first),
                                                                  _mm512_mullo_epi32(ZMM_DOT_SECOND(z, y), second)));
-            const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
-            offsets[r] = _mm256_add_epi32(offsets[r],
-                                          _mm256_madd_epi16(pair, sum_pair(sums[0], sums[1])));
+            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(pair, sums_of(p, row, b, 2 * chunk)));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
