@@ -200,6 +200,7 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
+#define ES_LEGACY_SHARED(c)
 #define ES_X86_NAME(name) name##_avx2
 #define ES_X86_TARGET ES_AVX2
 /* 8 * 2 * 15 * 127 < 2^15: all 8 registers in 16 bits */
@@ -264,6 +265,24 @@ ES_VNNI_HELPERS
 #define ES_DPBUSD _mm256_dpbusd_epi32
 ES_VNNI_HELPERS
 #include "gguf_rows8_x86.h"
+#undef ES_X86_NAME
+#undef ES_X86_TARGET
+#undef ES_DOT_FOUR
+#undef ES_DOT_FIVE
+#undef ES_LEGACY_SHARED
 #include "gguf_rows8_zmm.h"
+/* The legacy 4- and 5-bit types' several-row passes with 512-bit dpbusd: each block's codes
+ * as 4 zmm pairs (shared by the rows), each row's dot in 4 products and one sum of lane pairs
+ * (Q8_0's signed codes and the K-quants as in the 256-bit build above). */
+#define ES_X86_NAME(name) name##_avx512vnni_rows
+#define ES_X86_TARGET ES_ZMM
+#define ES_LEGACY_SHARED(c)                                                                      \
+    const __m512i zc[4] = {interleave_pair(c[0], c[1]), interleave_pair(c[2], c[3]),            \
+                           interleave_pair(c[4], c[5]), interleave_pair(c[6], c[7])};           \
+    (void)zc;
+#define ES_DOT_FOUR(dot, c, y) dot = pair_sums(ZMM_DOT_EIGHT(zc, y))
+#define ES_DOT_FIVE(dot, c, y) dot = pair_sums(ZMM_DOT_EIGHT(zc, y))
+ES_VNNI_HELPERS
+#include "gguf_rows8_x86.h"
 #endif
 #endif

@@ -13,6 +13,8 @@
  *   ES_DOT_HALVES(c, y, first, second, first32, second32)
  *                                       Q6_K's 6-bit codes: registers 0-3 times `first`,
  *                                       4-7 times `second` (16- and 32-bit forms)
+ *   ES_LEGACY_SHARED(c)                 declarations from a legacy block's codes c[8] that
+ *                                       its rows' ES_DOT forms share (or nothing)
  * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
 
 /* Outputs n0 .. n1 - 1 (multiples of 8) for every row: `codes` is a constant at each call. */
@@ -63,6 +65,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                         c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), fifth));
                     }
                 }
+                ES_LEGACY_SHARED(c)
                 for (int64_t r = 0; r < rows; r++) {
                     const int64_t row = m0 + r;
                     const int8_t *y = p->x.q + row * p->k + b * LEGACY;

@@ -47,6 +47,11 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), z[2], broadcast8((y) + 16)),  \
                         z[3], broadcast8((y) + 24))
 
+/* All 8 registers: one chain of 4 products (its lanes pair up into 8 dots). */
+#define ZMM_DOT_EIGHT(z, y)                                                                      \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ZMM_DOT_FIRST(z, y), z[2], broadcast8((y) + 16)),     \
+                        z[3], broadcast8((y) + 24))
+
 #define ZMM_K_LOOP_BEGIN(GROUP)                                                                  \
     const int64_t blocks = p->k / QK;                                                            \
     __m256 acc[ROWS_PER_PASS];                                                                   \
@@ -108,9 +113,7 @@ ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ZMM_DOT_FIRST(z, y), z[2], broadcast8(y + 16)),
-                                                    z[3], broadcast8(y + 24));
-            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(dot, scale));
+            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), scale));
             offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum, sums_of(p, row, b, 2 * s)));
         }
     }
@@ -151,13 +154,17 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
-/* The K-quants' passes of several rows on zmm; a one-row step (bound by memory) and the legacy
- * types on the 256-bit forms: AVX-VNNI's where the CPU has it, else AVX512-VNNI's. */
+void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
+
+/* Passes of several rows on zmm (Q8_0's on 256-bit dpbusd); a one-row step, bound by memory,
+ * on the 256-bit forms: AVX-VNNI's where the CPU has it, else AVX512-VNNI's. */
 ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni) {
     if (p->rows > 1 && p->ggml_type == GGML_Q4_K)
         rows8_q4_k_zmm(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
         rows8_q6_k_zmm(p, n0, n1);
+    else if (p->rows > 1)
+        es_rows8_outputs_avx512vnni_rows(p, n0, n1);
     else if (avxvnni)
         es_rows8_outputs_avxvnni(p, n0, n1);
     else
