@@ -21,9 +21,10 @@
  * blocks of X share each unpacked weight block, so a pass over several tokens reads and
  * unpacks the weights once.
  *
- * Paths: AVX2 (x86-64), NEON with or without the dot-product instructions (AArch64:
- * gguf_neon.c), each chosen at run time when the CPU has it, and portable C. A process uses
- * one path for every call, so invariance holds within it. */
+ * Paths: AVX2 (x86-64), its VNNI forms (avx-vnni; avx512-vnni, whose several-row passes run
+ * on 512-bit registers: gguf_rows8_x86.h, gguf_rows8_zmm.h), NEON with or without the
+ * dot-product instructions (AArch64: gguf_neon.c), each chosen at run time when the CPU has
+ * it, and portable C. Every path gives the same bits; a process uses one path for every call. */
 #include "gguf_common.h"
 
 #if defined(ES_ARM) && defined(__linux__)
