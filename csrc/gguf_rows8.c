@@ -139,6 +139,32 @@ ES_AVX2 static inline __attribute__((always_inline)) void q6_k_registers(const u
         four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
     }
 }
+/* Q4_K's 6-bit scales SC[64] and minimums MN[64] (index 8s + i: sub-block s, output i) of a
+ * group block, from their 96 bytes, as bytes in registers: SC[0..31] in scales[0], SC[32..63]
+ * in scales[1], MN the same. Through a stack array, each 8-byte read of a 32-byte store cost
+ * more (12% of a one-row product in cache). */
+ES_AVX2 static inline __attribute__((always_inline)) void q4_k_group_factors(
+    const uint8_t *group, __m256i scales[2], __m256i minimums[2]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
+    const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
+    scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
+                                _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
+    scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
+                                _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
+    minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
+    minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
+                                  _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
+}
+/* Sub-block s's 8 factors (SC or MN, as q4_k_group_factors leaves them) as 32-bit lanes: bytes
+ * 8s .. 8s + 7 are in the 128-bit half (s & 2) of register s >> 2, low (s even) or high. */
+ES_AVX2 static inline __attribute__((always_inline)) __m256i q4_k_sub_block(const __m256i factors[2],
+                                                                            int s) {
+    const __m128i half = (s & 2) ? _mm256_extracti128_si256(factors[s >> 2], 1)
+                                 : _mm256_castsi256_si128(factors[s >> 2]);
+    return _mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(half, half) : half);
+}
 /* Eight int8 or uint8 factors (one per output) as 16-bit values in both halves of each
  * 32-bit lane: what madd multiplies a pair of 16-bit partial sums by. */
 ES_AVX2 static inline __m256i lane_factors(const uint8_t *eight, int is_signed) {

@@ -92,12 +92,16 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
 }
 
 #ifndef ES_ROWS8_K_LOOP_BEGIN
-#define ES_ROWS8_K_LOOP_BEGIN(GROUP)                                                            \
+/* A K-quant product's loops down to one group block b of group g, for every pass of rows:
+ * dots[r] (of type DOTS, zeroed as DOTS_ZERO) and offsets[r] start at zero for each block. */
+#define ES_ROWS8_K_LOOP_BEGIN(GROUP) ES_ROWS8_K_LOOP_WITH(GROUP, __m256i, _mm256_setzero_si256())
+#define ES_ROWS8_K_LOOP_WITH(GROUP, DOTS, DOTS_ZERO)                                             \
     const int64_t blocks = p->k / QK;                                                            \
     const __m256i ones = _mm256_set1_epi16(1);                                                   \
     (void)ones;                                                                                  \
     __m256 acc[ROWS_PER_PASS];                                                                   \
-    __m256i dots[ROWS_PER_PASS], offsets[ROWS_PER_PASS];                                         \
+    DOTS dots[ROWS_PER_PASS];                                                                    \
+    __m256i offsets[ROWS_PER_PASS];                                                              \
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
         for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
@@ -107,8 +111,10 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                 for (int line = 0; line < GROUP; line += 64)                                     \
                     _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0); \
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
-                for (int64_t r = 0; r < rows; r++)                                               \
-                    dots[r] = offsets[r] = _mm256_setzero_si256();
+                for (int64_t r = 0; r < rows; r++) {                                             \
+                    dots[r] = DOTS_ZERO;                                                         \
+                    offsets[r] = _mm256_setzero_si256();                                         \
+                }
 
 #define ES_ROWS8_K_LOOP_END                                                                      \
             }                                                                                    \
@@ -123,39 +129,18 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
 ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
     ES_ROWS8_K_LOOP_BEGIN(Q4_K_GROUP)
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    /* SC[64], MN[64] (index 8s + i) from their 96 bytes, kept in registers: SC[0..31] in
-     * scales[0], SC[32..63] in scales[1]. Through a stack array, each 8-byte read of a
-     * 32-byte store cost more (12% of a one-row product in cache). */
     __m256i scales[2], minimums[2];
-    {
-        const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-        const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
-        const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
-        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
-        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
-        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
-        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
-                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
-    }
+    q4_k_group_factors(group, scales, minimums);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m256i c[8];
         nibble_registers(group + Q4_K_CODES + 128 * s, c);
-        /* bytes 8s' .. 8s' + 15 (s' = s rounded down to even) of SC and MN: the 128-bit half
-         * (s & 2) of register s >> 2, sub-block s in its low (s even) or high 8 bytes */
-        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
-                                     : _mm256_castsi256_si128(scales[s >> 2]);
-        const __m256i scale32 = _mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16);
+        const __m256i scale32 = q4_k_sub_block(scales, s);
         /* each output's scale in both 16-bit halves of its lane */
-        const __m256i scale = _mm256_or_si256(scale32, _mm256_slli_epi32(scale32, 16));
+        const __m256i scale = factor_pairs(scale32);
         (void)scale; /* AVX2 multiplies by the 16-bit form, VNNI by scale32 */
         /* MN[8s + i] in both 16-bit halves of lane i, against sub-block s's two sums of 16 */
-        const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
-                                     : _mm256_castsi256_si128(minimums[s >> 2]);
-        const __m256i minimum = factor_pairs(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(mn16, mn16) : mn16));
+        const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;

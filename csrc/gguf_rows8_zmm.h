@@ -52,25 +52,7 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ZMM_DOT_FIRST(z, y), z[2], broadcast8((y) + 16)),     \
                         z[3], broadcast8((y) + 24))
 
-#define ZMM_K_LOOP_BEGIN(GROUP)                                                                  \
-    const int64_t blocks = p->k / QK;                                                            \
-    __m256 acc[ROWS_PER_PASS];                                                                   \
-    __m512i dots[ROWS_PER_PASS];                                                                 \
-    __m256i offsets[ROWS_PER_PASS];                                                              \
-    for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
-        const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
-        for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
-            for (int64_t r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();                     \
-            const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
-            for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
-                for (int line = 0; line < GROUP; line += 64)                                     \
-                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0); \
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
-                for (int64_t r = 0; r < rows; r++) {                                             \
-                    dots[r] = _mm512_setzero_si512();                                            \
-                    offsets[r] = _mm256_setzero_si256();                                         \
-                }
-
+#define ZMM_K_LOOP_BEGIN(GROUP) ES_ROWS8_K_LOOP_WITH(GROUP, __m512i, _mm512_setzero_si512())
 #define ZMM_K_LOOP_END ES_ROWS8_K_LOOP_END
 
 /* Q4_K as rows8_q4_k (gguf_rows8_x86.h), the dots on zmm. */
@@ -78,19 +60,7 @@ ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_BEGIN(Q4_K_GROUP)
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
     __m256i scales[2], minimums[2];
-    {
-        const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-        const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
-        const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
-        scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
-        scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45));
-        minimums[0] = _mm256_or_si256(_mm256_and_si256(mn, low4), _mm256_and_si256(hi, bits45));
-        minimums[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mn, 4), low4),
-                                      _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45));
-    }
+    q4_k_group_factors(group, scales, minimums);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
@@ -103,13 +73,8 @@ ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
         const __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
                               _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
                               _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
-        const __m128i sc16 = (s & 2) ? _mm256_extracti128_si256(scales[s >> 2], 1)
-                                     : _mm256_castsi256_si128(scales[s >> 2]);
-        const __m512i scale = pair_factors(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(sc16, sc16) : sc16));
-        /* MN[8s + i] in both 16-bit halves of lane i, against sub-block s's two sums of 16 */
-        const __m128i mn16 = (s & 2) ? _mm256_extracti128_si256(minimums[s >> 2], 1)
-                                     : _mm256_castsi256_si128(minimums[s >> 2]);
-        const __m256i minimum = factor_pairs(_mm256_cvtepu8_epi32((s & 1) ? _mm_unpackhi_epi64(mn16, mn16) : mn16));
+        const __m512i scale = pair_factors(q4_k_sub_block(scales, s));
+        const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
