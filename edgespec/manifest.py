@@ -28,6 +28,9 @@ from edgespec.records import decode_record
 from edgespec.verification import VerificationRecord
 
 SCHEMA_VERSION = 1
+#: The logit a graph gives a token outside a draft's reduced output vocabulary: softmax gives
+#: it exactly 0, and a runtime can tell the scored ids from it.
+UNSCORED_LOGIT = -1e9
 MANIFEST_NAME = "manifest.json"
 _HASH_CHUNK_BYTES = 1 << 20
 

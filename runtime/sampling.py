@@ -15,6 +15,9 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 
+#: Tokens per block of :func:`sample_at`'s two-level cumulative sum.
+CDF_BLOCK = 1024
+
 
 def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
     """Float64 probabilities [..., vocab] from logits [..., vocab], row-wise over the last axis.
@@ -48,7 +51,8 @@ def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
     # The top score is 0 and top-k keeps it, so exp cannot overflow: [..., vocab] in place.
     exp = np.exp(scores, out=scores)
     total = exp.sum(axis=-1, keepdims=True, dtype=np.float64)  # [..., 1]
-    probs: np.ndarray = exp.astype(np.float64) / total  # [..., vocab]
+    probs: np.ndarray = exp.astype(np.float64)  # [..., vocab]
+    probs /= total
     if sampling.top_p < 1.0:
         order = np.argsort(-probs, axis=-1, kind="stable")  # [..., vocab], most probable first
         sorted_probs = np.take_along_axis(probs, order, axis=-1)  # [..., vocab]
@@ -71,16 +75,31 @@ def greedy_token(logits: np.ndarray) -> int:
 def sample_at(probs: np.ndarray, u: float) -> int:
     """The inverse-CDF draw from a probability row [vocab] for a uniform ``u`` in [0, 1).
 
-    ``u`` is scaled by the row's total, so a cumulative sum ending slightly off 1 is harmless,
-    and a token of probability 0 is never returned.
+    ``u`` is scaled by the row's total, so a row summing slightly off 1 is harmless, and a
+    token of probability 0 is never returned. The cumulative sum runs over blocks of
+    ``CDF_BLOCK`` tokens first, then within the block the draw falls in: a full 151,936-token
+    cumulative sum cost 0.57 ms a draw, and is paid for every drafted and verified token.
     """
     if np.ndim(probs) != 1:
         raise ValueError(f"sample_at takes one row [vocab], got shape {np.shape(probs)}")
-    cdf = np.cumsum(probs, dtype=np.float64)  # [vocab]
-    index = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    if index >= cdf.shape[0]:  # u * total rounded up to the total
-        index = int(np.flatnonzero(probs)[-1])
-    return index
+    row = np.asarray(probs, dtype=np.float64)  # [vocab]
+    whole = len(row) // CDF_BLOCK * CDF_BLOCK
+    block_sums = row[:whole].reshape(-1, CDF_BLOCK).sum(axis=1)  # [vocab // CDF_BLOCK]
+    if whole < len(row):
+        block_sums = np.append(block_sums, row[whole:].sum())
+    block_cdf = np.cumsum(block_sums)  # [blocks]
+    point = u * block_cdf[-1]
+    block = int(np.searchsorted(block_cdf, point, side="right"))
+    if block >= len(block_cdf):  # u * total rounded up to the total
+        block = int(np.flatnonzero(block_sums)[-1])
+    start = block * CDF_BLOCK
+    piece = row[start : start + CDF_BLOCK]  # [<= CDF_BLOCK], its sum > 0
+    cdf = np.cumsum(piece)
+    before = block_cdf[block - 1] if block else 0.0  # the mass of the blocks before it
+    index = int(np.searchsorted(cdf, point - before, side="right"))
+    if index >= len(piece):  # the point at the block's end (rounding, or the clamp above)
+        index = int(np.flatnonzero(piece)[-1])
+    return start + index
 
 
 class Uniforms(Protocol):
@@ -112,6 +131,10 @@ def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
     p_target itself.
     """
     p = np.asarray(p_target, dtype=np.float64)  # [..., vocab]
-    excess = np.maximum(p - np.asarray(q_draft, dtype=np.float64), 0.0)  # [..., vocab]
+    excess = p - np.asarray(q_draft, dtype=np.float64)  # [..., vocab]
+    np.maximum(excess, 0.0, out=excess)
     total = excess.sum(axis=-1, keepdims=True)  # [..., 1]
+    if (total > 0.0).all():
+        excess /= total
+        return excess
     return np.where(total > 0.0, excess / np.where(total > 0.0, total, 1.0), p)

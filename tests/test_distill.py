@@ -230,7 +230,8 @@ def test_a_reduced_output_vocabulary_scores_only_its_tokens_and_keeps_speculatio
 
     from edgespec.export.distill.gguf_draft import reduce_output_vocabulary
     from edgespec.export.gguf.check import reference_logits
-    from edgespec.export.gguf.reader import UNSCORED_LOGIT, open_gguf
+    from edgespec.export.gguf.reader import open_gguf
+    from edgespec.manifest import UNSCORED_LOGIT
 
     out = tmp_path / "draft"
     command = ["distill", str(target), "--out", str(out), *SMALL, "--steps", "3"]

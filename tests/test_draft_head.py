@@ -59,7 +59,8 @@ def test_the_reduced_head_is_the_files_own_rows_and_scores_as_the_full_head(file
     from gguf import GGUFReader
 
     from edgespec.export.gguf.check import reference_logits
-    from edgespec.export.gguf.reader import UNSCORED_LOGIT, open_gguf
+    from edgespec.export.gguf.reader import open_gguf
+    from edgespec.manifest import UNSCORED_LOGIT
 
     reduced = open_gguf(files["reduced"])
     kept = np.array(reduced.architecture.output_vocabulary)
@@ -92,6 +93,35 @@ def test_speculation_with_the_reduced_head_equals_target_only(files: dict) -> No
         plain = engine.generate(prompt, drafter="none", max_new_tokens=24)
         result = engine.generate(prompt, drafter="model", k=4, max_new_tokens=24)
         assert result.tokens == plain.tokens and result.stats.drafted > 0
+
+
+def test_a_sampled_draft_forms_its_row_over_the_scored_ids_as_over_the_full_row(
+    files: dict,
+) -> None:
+    from edgespec.config import SamplingConfig
+    from edgespec.runtime.drafters.model import ModelDrafter
+    from edgespec.runtime.sampling import probabilities
+
+    engine = Engine.load(target=files["full-bundle"], draft=files["reduced-bundle"])
+    assert engine.draft is not None
+    sampling = SamplingConfig(temperature=0.8, top_k=20, seed=3)
+    drafter = ModelDrafter(engine.draft, vocab_size=engine.vocab_size)
+    prompt = engine.encode("def add(a, b):\n    return")
+    drafter.begin(prompt, sampling=sampling, rng=np.random.default_rng(5))
+    cache = engine.draft.new_cache()
+    engine.draft.start(prompt, cache)
+    draft = drafter.propose(4)
+    assert drafter._scored_ids is not None and len(drafter._scored_ids) == 48
+    assert draft.q_draft is not None and len(draft.tokens) == 4
+    feed = [prompt[-1]]
+    for token, q in zip(draft.tokens, draft.q_draft, strict=True):
+        full = probabilities(engine.draft.forward(feed, cache, last_only=True)[-1], sampling)
+        np.testing.assert_allclose(q, full, rtol=1e-6, atol=1e-12)
+        assert q[token] > 0 and set(np.flatnonzero(q)) <= set(drafter._scored_ids.tolist())
+        feed = [token]
+    # A sampled speculative generation through the reduced head ends as it should.
+    result = engine.generate(prompt, drafter="model", k=3, temperature=0.8, max_new_tokens=16)
+    assert result.stats.new_tokens == 16 and result.stats.drafted > 0
 
 
 def test_the_catalog_names_the_draft_head() -> None:

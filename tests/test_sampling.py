@@ -170,6 +170,29 @@ def test_sample_at_never_draws_a_zero_probability_token() -> None:
         sample_at(np.full((2, 2), 0.25), 0.5)
 
 
+def test_sample_at_over_blocks_is_the_inverse_cdf_of_a_long_row() -> None:
+    """Rows longer than one block: the draw is the full cumulative sum's, zeros are skipped
+    across block edges, and the end of the row clamps to the last token with mass."""
+    from edgespec.runtime.sampling import CDF_BLOCK
+
+    rng = np.random.default_rng(7)
+    for size in (CDF_BLOCK + 1, 3 * CDF_BLOCK, 5 * CDF_BLOCK + 17):
+        probs = rng.random(size) ** 6
+        probs[rng.random(size) < 0.6] = 0.0
+        probs /= probs.sum()
+        cdf = np.cumsum(probs)
+        for u in rng.random(200):
+            drawn = sample_at(probs, u)
+            assert probs[drawn] > 0 and cdf[drawn] - probs[drawn] <= u + 1e-12 < cdf[drawn] + 2e-12
+        assert sample_at(probs, np.nextafter(1.0, 0.0)) == np.flatnonzero(probs)[-1]
+    # Mass only in the first and the last block: everything between is skipped.
+    sparse = np.zeros(4 * CDF_BLOCK + 3)
+    last = 4 * CDF_BLOCK + 1
+    sparse[[5, last]] = [0.25, 0.75]
+    assert [sample_at(sparse, u) for u in (0.0, 0.2499, 0.25, 0.99)] == [5, 5, last, last]
+    assert sample_at(sparse * (1 - 1e-9), np.nextafter(1.0, 0.0)) == last
+
+
 def test_sample_is_reproducible_and_uses_one_uniform() -> None:
     probs = probabilities(_logits(1, 9, seed=4)[0], SamplingConfig(temperature=1.0))
     first_rng = np.random.default_rng(7)

@@ -28,7 +28,6 @@ import numpy as np
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.reader import (
-    UNSCORED_LOGIT,
     GGUFFile,
     WeightSource,
     float_rows,
@@ -38,7 +37,7 @@ from edgespec.export.gguf.reader import (
 from edgespec.export.invariance import check_batch_invariance
 from edgespec.graph.driver import GraphDriver, check_session
 from edgespec.graph.paths import GraphSizes
-from edgespec.manifest import GraphSpec
+from edgespec.manifest import UNSCORED_LOGIT, GraphSpec
 from edgespec.verification import BatchInvarianceResult, ParityResult
 
 PARITY_TEXTS = (

@@ -10,7 +10,8 @@ import numpy as np
 from edgespec.errors import UnsupportedModelError
 from edgespec.export.gguf.builder import GraphBuilder
 from edgespec.export.gguf.raw_blocks import RawBlocks
-from edgespec.export.gguf.reader import UNSCORED_LOGIT, WeightSource, tensor_rows
+from edgespec.export.gguf.reader import WeightSource, tensor_rows
+from edgespec.manifest import UNSCORED_LOGIT
 
 
 def lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any, *, logits: str) -> str:

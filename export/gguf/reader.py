@@ -28,8 +28,6 @@ INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": Fal
 GEMMA3_SWA_PATTERN = 6
 #: edgespec's metadata key for a draft's reduced output vocabulary (int32 token ids).
 OUTPUT_VOCABULARY_KEY = "edgespec.output_vocabulary"
-#: The logit of a token outside a reduced output vocabulary: softmax gives it exactly 0.
-UNSCORED_LOGIT = -1e9
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
 #: The tokenizer's arrays: the gguf reader keeps a numpy view of each entry (about 400 MB for
 #: a 151,936-token vocabulary and its merges), read once to build the tokenizer.

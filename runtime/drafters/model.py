@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgespec.config import SamplingConfig
+from edgespec.manifest import UNSCORED_LOGIT
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.sampling import keyed_uniform, probabilities, sample, sample_at
@@ -34,6 +35,8 @@ class ModelDrafter:
         self._seen = 0
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
+        #: The ids the draft's head scores, found at its first sampled step (empty: all).
+        self._scored_ids: np.ndarray | None = None
 
     def begin(
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
@@ -62,8 +65,7 @@ class ModelDrafter:
                 token, q = int(np.argmax(logits)), None
                 confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
             else:
-                q = probabilities(logits, self._sampling)
-                token = self._draw(q)
+                token, q = self._sampled(logits)
                 confidence = float(q[token])
             if tokens and confidence < self.stop_probability:
                 break
@@ -86,6 +88,24 @@ class ModelDrafter:
         if len(logits) >= self.vocab_size:
             return logits[: self.vocab_size]
         return np.concatenate([logits, np.full(self.vocab_size - len(logits), -np.inf)])
+
+    def _sampled(self, logits: np.ndarray) -> tuple[int, np.ndarray]:
+        """A token drawn from the draft's distribution, and that distribution [vocab_target].
+
+        A draft with a reduced output vocabulary scores N of the ids (32,768 of 151,936 for the
+        catalog's Qwen draft) and gives the rest ``UNSCORED_LOGIT``, whose probability is
+        exactly 0: the row is formed and drawn over the N scored ids, then spread back to full
+        width (0.3 ms a drafted token against 1.3 ms over the full row)."""
+        if self._scored_ids is None:
+            scored = np.flatnonzero(logits != np.float32(UNSCORED_LOGIT))  # [N]
+            self._scored_ids = scored if len(scored) < len(logits) else np.empty(0, np.int64)
+        if not len(self._scored_ids):
+            q = probabilities(logits, self._sampling)  # [vocab_target]
+            return self._draw(q), q
+        scored_q = probabilities(logits[self._scored_ids], self._sampling)  # [N]
+        q = np.zeros(len(logits), dtype=np.float64)
+        q[self._scored_ids] = scored_q
+        return int(self._scored_ids[self._draw(scored_q)]), q
 
     def _draw(self, q: np.ndarray) -> int:
         if self._sampling.mode == "match":
