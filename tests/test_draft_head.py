@@ -130,18 +130,18 @@ def test_the_catalog_names_the_draft_head() -> None:
     pair = catalog.find("qwen2.5-coder-1.5b")
     assert pair.draft_head_tokens > 0
     assert pair.draft_label == (
-        f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token head, 4-bit layers)"
+        f"qwen2.5-coder-0.5b ({pair.draft_head_tokens:,}-token 4-bit head, 4-bit layers)"
     )
     assert catalog.find("qwen2.5-coder-0.5b").draft_label == "prompt lookup"
 
 
-def test_a_catalog_draft_takes_4_bit_layers_and_stays_exact(
+def test_a_catalog_draft_takes_4_bit_layers_and_head_and_stays_exact(
     tiny_model: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """The catalog's draft form: the reduced head's copy also re-quantizes the layers' Q5_0
-    blocks as Q4_0 (the embedding, looked up a row at a time, keeps its own); speculation with
-    it over the Q5_0 target equals target-only decoding, with the draft on either form of
-    attention a GGUF import takes on the kernels."""
+    blocks and the head's rows as Q4_0 (the embedding, looked up a row at a time, keeps its
+    own); speculation with it over the Q5_0 target equals target-only decoding, with the draft
+    on either form of attention a GGUF import takes on the kernels."""
     from gguf import GGUFReader
     from gguf_model import write_llama_gguf
 
@@ -149,14 +149,20 @@ def test_a_catalog_draft_takes_4_bit_layers_and_stays_exact(
 
     full = write_llama_gguf(tiny_model("llama"), tmp_path / "full.gguf", weight_type="Q5_0")
     reduced, record = draft_head.reduced_head_gguf(
-        full, tmp_path / "reduced.gguf", 48, CORPUS, requantize=catalog.DRAFT_REQUANTIZE
+        full,
+        tmp_path / "reduced.gguf",
+        48,
+        CORPUS,
+        requantize=catalog.DRAFT_REQUANTIZE,
+        head_type=catalog.DRAFT_HEAD_TYPE,
     )
-    assert record["requantized"] == {"Q5_0": "Q4_0"}
+    assert record["requantized"] == catalog.DRAFT_REQUANTIZE and record["head_type"] == "Q4_0"
     before = {t.name: t.tensor_type.name for t in GGUFReader(str(full)).tensors}
     after = {t.name: t.tensor_type.name for t in GGUFReader(str(reduced)).tensors}
     assert after["token_embd.weight"] == before["token_embd.weight"]
     layers = [name for name, kind in before.items() if kind == "Q5_0" and name.startswith("blk.")]
     assert layers and {after[name] for name in layers} == {"Q4_0"}
+    assert before["output.weight"] != "Q4_0" and after["output.weight"] == "Q4_0"
     bundles = {}
     for name, path, attention in (
         ("target", full, "auto"),

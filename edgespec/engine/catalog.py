@@ -84,7 +84,7 @@ class CatalogModel:
         if self.packaged is not None and self.packaged.draft_file:
             return "shipped distilled draft"
         if self.draft and self.draft_head_tokens:
-            return f"{self.draft} ({self.draft_head_tokens:,}-token head, 4-bit layers)"
+            return f"{self.draft} ({self.draft_head_tokens:,}-token 4-bit head, 4-bit layers)"
         return self.draft or "prompt lookup"
 
 
@@ -92,14 +92,17 @@ def _parts(prefix: str, count: int) -> tuple[str, ...]:
     return tuple(f"{prefix}{i}" for i in range(1, count + 1))
 
 
-#: How a catalog draft is imported beside its reduced head: its layers' Q5_0 blocks become
-#: Q4_0 (read faster, and fewer bytes: 5.5 against 4.5 bits a weight). Its attention is the
-#: importer's default (edgespec's CacheAttention on the GGUF kernels, which also beat plain
-#: attention's nodes on the 0.5B's one-token draft steps). Measured in docs/benchmarks.md
-#: ("Drafts that cost less"). Exactness does not depend on the draft's weights.
-DRAFT_REQUANTIZE = {"Q5_0": "Q4_0"}
+#: How a catalog draft is imported beside its reduced head: its layers' 5-, 6- and 8-bit
+#: blocks (Q5_0, the Q6_K and Q8_0 that Q4_K_M files keep for some ffn_down and attn_v
+#: weights) become Q4_0, and so do its head's rows: 4.5 bits a weight. On Qwen2.5-Coder-0.5B
+#: this cut the step's bytes by 12% and its time by 6-12%, with the acceptance by the 1.5B
+#: unchanged (docs/benchmarks.md, "Drafts that cost less"). Its attention is the importer's
+#: default (edgespec's CacheAttention on the GGUF kernels). Exactness does not depend on the
+#: draft's weights.
+DRAFT_REQUANTIZE = {"Q5_0": "Q4_0", "Q6_K": "Q4_0", "Q8_0": "Q4_0"}
+DRAFT_HEAD_TYPE = "Q4_0"
 #: The draft form's mark in its cache entry's name.
-DRAFT_FORM = "q4"
+DRAFT_FORM = "q4h4"
 
 CATALOG: dict[str, CatalogModel] = {
     model.name: model
@@ -245,20 +248,25 @@ def _import_with_head(
     draft: CatalogModel, size: int, root: Path, cache: Path, notify: Notify
 ) -> Bundle:
     """Imports ``draft`` as a draft: a head over its ``size`` most used tokens and its layers'
-    5-bit blocks as 4-bit ones (a reduced copy of its GGUF, deleted once imported)."""
+    wider blocks and the head's rows as 4-bit ones (a reduced copy of its GGUF, deleted once
+    imported)."""
     from edgespec.export.draft_head import reduced_head_gguf
 
     path = joined_gguf(draft, cache / "downloads", notify)
     notify(
-        f"edgespec: giving {draft.title} a head over its {size:,} most used tokens and 4-bit "
-        "layers, as a draft ..."
+        f"edgespec: giving {draft.title} a 4-bit head over its {size:,} most used tokens and "
+        "4-bit layers, as a draft ..."
     )
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".head-") as folder:
         reduced, record = reduced_head_gguf(
-            path, Path(folder) / path.name, size, requantize=DRAFT_REQUANTIZE
+            path,
+            Path(folder) / path.name,
+            size,
+            requantize=DRAFT_REQUANTIZE,
+            head_type=DRAFT_HEAD_TYPE,
         )
         notify(f"edgespec: {record['output_vocabulary_made_by']}")
-        title = f"{draft.title} as a draft ({size:,}-token head, 4-bit layers)"
+        title = f"{draft.title} as a draft ({size:,}-token 4-bit head, 4-bit layers)"
         return convert_once(str(reduced), root, title, notify)
 
 

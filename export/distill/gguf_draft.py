@@ -146,13 +146,15 @@ def reduce_output_vocabulary(
     record: dict[str, Any] | None = None,
     *,
     requantize: dict[str, str] | None = None,
+    head_type: str | None = None,
 ) -> Path:
     """A copy of the draft GGUF at ``path`` whose head scores the ``kept`` token ids only:
     ``output.weight`` is its own head's rows of those tokens (the tied embedding's when it has
-    no separate head), byte for byte, so the draft's logits for them are unchanged and its
-    step skips the other rows. ``requantize`` maps block types to narrower ones for the
-    layers' weights (see :func:`requantized`)."""
-    from gguf import GGUFReader
+    no separate head), byte for byte unless ``head_type`` names another block type for them,
+    so the draft's logits for them are unchanged and its step skips the other rows.
+    ``requantize`` maps block types to narrower ones for the layers' weights (see
+    :func:`requantized`)."""
+    from gguf import GGMLQuantizationType, GGUFReader
 
     kept = np.unique(np.asarray(kept, np.int64))
     tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
@@ -164,6 +166,8 @@ def reduce_output_vocabulary(
         table = head
     rows = np.asarray(table.data)[kept]  # [N, row bytes] for block types, [N, hidden] float
     kept_rows = (rows, table.tensor_type, kept)
+    if head_type is not None and table.tensor_type != GGMLQuantizationType[head_type]:
+        kept_rows = (*requantized_blocks(rows, table.tensor_type, head_type), kept)
     return _copy_gguf(path, out, record=record, head=kept_rows, requantize=requantize)
 
 
@@ -172,9 +176,15 @@ def requantized(tensor: Any, kind: str) -> tuple[np.ndarray, Any]:
     quantized again by gguf-py's reference quantizer): a draft's layers at fewer bits read
     fewer bytes a step. Exactness does not depend on the draft's weights: the target checks
     every proposal."""
+    return requantized_blocks(np.asarray(tensor.data), tensor.tensor_type, kind)
+
+
+def requantized_blocks(data: np.ndarray, source_type: Any, kind: str) -> tuple[np.ndarray, Any]:
+    """Rows ``data`` of GGML type ``source_type`` ([rows, row bytes] for block types, [rows,
+    columns] for floats) in the block type ``kind``, and that type."""
     from gguf import GGMLQuantizationType, quants
 
-    values = quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
+    values = quants.dequantize(np.asarray(data), source_type).astype(np.float32)
     target = GGMLQuantizationType[kind]
     return quants.quantize(values, target), target
 
