@@ -118,7 +118,5 @@ def reduced_head_gguf(
     if head_type:
         record["head_type"] = head_type
     del source
-    reduced = reduce_output_vocabulary(
-        path, out, kept, requantize=requantize, head_type=head_type
-    )
+    reduced = reduce_output_vocabulary(path, out, kept, requantize=requantize, head_type=head_type)
     return reduced, record
