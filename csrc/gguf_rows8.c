@@ -236,7 +236,8 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
     dot = _mm256_add_epi32(_mm256_madd_epi16(sum16_avx2(c, y, 4), _mm256_set1_epi16(1)),          \
                            _mm256_madd_epi16(sum16_avx2(c + 4, y + 16, 4), _mm256_set1_epi16(1)))
 #define ES_DOT_SIGNED(dot, magnitude, c, y) ES_DOT_SIGNED_WITH(dot, magnitude, c, y, dpbusd_avx2)
-#define ES_DOT_SCALED(c, y, scale, scale32) _mm256_madd_epi16(sum16_avx2(c, y, 8), scale)
+#define ES_ADD_DOT_SCALED(acc, c, y, scale, scale32) _mm256_add_epi32(acc, _mm256_madd_epi16(sum16_avx2(c, y, 8), scale))
+#define ES_ADD_PAIRS(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 /* 2 * 2 * 63 * 127 < 2^15: 2 registers at a time */
 #define ES_DOT_HALVES(c, y, first, second, first32, second32)                                     \
     _mm256_add_epi32(                                                                             \
@@ -250,7 +251,8 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #undef ES_DOT_FOUR
 #undef ES_DOT_FIVE
 #undef ES_DOT_SIGNED
-#undef ES_DOT_SCALED
+#undef ES_ADD_DOT_SCALED
+#undef ES_ADD_PAIRS
 #undef ES_DOT_HALVES
 
 #ifdef ES_VNNI
@@ -259,7 +261,14 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #define ES_DOT_FOUR(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)
 #define ES_DOT_FIVE(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)
 #define ES_DOT_SIGNED(dot, magnitude, c, y) ES_DOT_SIGNED_WITH(dot, magnitude, c, y, ES_DPBUSD)
-#define ES_DOT_SCALED(c, y, scale, scale32) _mm256_mullo_epi32(ES_X86_NAME(dot8)(c, y), scale32)
+/* dpwssd multiplies each lane's low 16 bits by the scale's (its high half is 0) and adds in
+ * one instruction, where mullo took two: exact while a lane's dot fits in 16 bits, as dot4's 16
+ * products of 4-bit codes do (16 * 15 * 127 < 2^15). Chained from zero, then one add: a chain
+ * through the accumulator itself made a one-row pass wait on dpwssd's latency. */
+#define ES_ADD_DOT_SCALED(acc, c, y, scale, scale32)                                              \
+    _mm256_add_epi32(acc, ES_DPWSSD(ES_DPWSSD(_mm256_setzero_si256(), ES_X86_NAME(dot4)(c, y), scale32), \
+                                    ES_X86_NAME(dot4)(c + 4, y + 16), scale32))
+#define ES_ADD_PAIRS(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #define ES_DOT_HALVES(c, y, first, second, first32, second32)                                     \
     _mm256_add_epi32(_mm256_mullo_epi32(ES_X86_NAME(dot4)(c, y), first32),                        \
                      _mm256_mullo_epi32(ES_X86_NAME(dot4)(c + 4, y + 16), second32))
@@ -280,15 +289,18 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #define ES_X86_NAME(name) name##_avxvnni
 #define ES_X86_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define ES_DPBUSD _mm256_dpbusd_avx_epi32
+#define ES_DPWSSD _mm256_dpwssd_avx_epi32
 ES_VNNI_HELPERS
 #include "gguf_rows8_x86.h"
 #undef ES_X86_NAME
 #undef ES_X86_TARGET
 #undef ES_DPBUSD
+#undef ES_DPWSSD
 
 #define ES_X86_NAME(name) name##_avx512vnni
 #define ES_X86_TARGET __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl")))
 #define ES_DPBUSD _mm256_dpbusd_epi32
+#define ES_DPWSSD _mm256_dpwssd_epi32
 ES_VNNI_HELPERS
 #include "gguf_rows8_x86.h"
 #undef ES_X86_NAME

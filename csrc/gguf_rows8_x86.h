@@ -8,8 +8,10 @@
  *                                       4j .. 4j + 3 (int8), per lane i
  *   ES_DOT_FIVE(dot, c, y)              the same for 5-bit codes (below 32)
  *   ES_DOT_SIGNED(dot, magnitude, c, y) the same for Q8_0's signed codes (|c| in magnitude)
- *   ES_DOT_SCALED(c, y, scale, scale32) ES_DOT_FOUR times each output's integer scale (scale:
- *                                       16-bit in both halves of a lane; scale32: 32-bit)
+ *   ES_ADD_DOT_SCALED(acc, c, y, scale, scale32)
+ *                                       acc + ES_DOT_FOUR times each output's integer scale
+ *                                       (scale: 16-bit in both halves of a lane; scale32: 32-bit)
+ *   ES_ADD_PAIRS(acc, a, b)             acc + madd(a, b): each lane's two 16-bit products
  *   ES_DOT_HALVES(c, y, first, second, first32, second32)
  *                                       Q6_K's 6-bit codes: registers 0-3 times `first`,
  *                                       4-7 times `second` (16- and 32-bit forms)
@@ -144,8 +146,8 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_SCALED(c, y, scale, scale32));
-            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum, sums_of(p, row, b, 2 * s)));
+            dots[r] = ES_ADD_DOT_SCALED(dots[r], c, y, scale, scale32);
+            offsets[r] = ES_ADD_PAIRS(offsets[r], minimum, sums_of(p, row, b, 2 * s));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -177,7 +179,7 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, 
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
             const __m256i dot = ES_DOT_HALVES(c, y, first, second, first32, second32);
             dots[r] = _mm256_add_epi32(dots[r], dot);
-            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(pair, sums_of(p, row, b, 2 * chunk)));
+            offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }
     for (int64_t r = 0; r < rows; r++) {

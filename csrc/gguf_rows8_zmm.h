@@ -79,8 +79,10 @@ ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), scale));
-            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(minimum, sums_of(p, row, b, 2 * s)));
+            /* a lane's dot is 16 products (16 * 15 * 127 < 2^15): dpwssd by the scale (high
+             * half 0) multiplies and adds in one instruction, exactly */
+            dots[r] = _mm512_dpwssd_epi32(dots[r], ZMM_DOT_EIGHT(z, y), scale);
+            offsets[r] = _mm256_dpwssd_epi32(offsets[r], minimum, sums_of(p, row, b, 2 * s));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -109,7 +111,7 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
             dots[r] = _mm512_add_epi32(dots[r], _mm512_add_epi32(_mm512_mullo_epi32(ZMM_DOT_FIRST(z, y), first),
                                                                  _mm512_mullo_epi32(ZMM_DOT_SECOND(z, y), second)));
-            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(pair, sums_of(p, row, b, 2 * chunk)));
+            offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }
     for (int64_t r = 0; r < rows; r++) {

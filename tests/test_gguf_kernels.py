@@ -264,6 +264,26 @@ def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
     assert report["swiglu Q4_K/rows8"] <= 0.03 and report["swiglu Q5_1"] <= 0.03, report
 
 
+def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
+    """``blocks`` with every code byte (and the K-quants' sub-block scales) 0xFF, their
+    float16 factors kept: each product's integer terms at their largest."""
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
+    out = blocks.copy().reshape(-1, size)
+    if _type(kind) == "Q6_K":  # ql, qh, int8 scales, then d
+        out[:, : size - 2] = 0xFF
+    else:  # d (and dmin or m) first
+        out[:, 2 * (2 if _type(kind) in ("Q4_K", "Q4_1", "Q5_1") else 1) :] = 0xFF
+    return out.reshape(blocks.shape)
+
+
+def one_signed(rows: int) -> np.ndarray:
+    """Inputs [rows, INPUTS] that quantize to 127 (even rows) or -127 (odd rows) everywhere."""
+    signs = np.where(np.arange(rows) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    return np.repeat(signs[:, None], INPUTS, axis=1)
+
+
 X86_PATH_CHECK = """
 import hashlib, json, sys
 sys.path.insert(0, {tests!r})
@@ -277,6 +297,9 @@ for kind in t.KINDS:
     x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
     session = t._session("GgufMatMul", kind, blocks)
     ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 5, 20, t.ROWS)]
+    # every code at its largest and inputs of one sign: the widest integer sums a lane holds
+    extreme = t._session("GgufMatMul", kind, t.saturated(blocks, kind))
+    ys += [extreme.run(None, {{"x": t.one_signed(rows)}})[0] for rows in (1, 5)]
     out[kind] = hashlib.sha256(b"".join(y.tobytes() for y in ys)).hexdigest()
 print(json.dumps(out))
 """
@@ -287,8 +310,8 @@ def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
     """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd (the
     K-quants' several-row passes on 512 bits with AVX512-VNNI): each path forced in a fresh
     process, every kind's outputs at 1, 2, 5, 20 and 37 rows (a second pass of 32 rows among
-    them) are the AVX2 path's bits (the integer sums are exact whichever instructions add
-    them)."""
+    them), and with every code at its largest against inputs of one sign, are the AVX2 path's
+    bits (the integer sums are exact whichever instructions add them)."""
     if gguf_kernel_path() not in X86_PATHS:
         pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
     reports = []
