@@ -269,7 +269,7 @@ def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
     float16 factors kept: each product's integer terms at their largest."""
     import gguf
 
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
+    _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
     out = blocks.copy().reshape(-1, size)
     if _type(kind) == "Q6_K":  # ql, qh, int8 scales, then d
         out[:, : size - 2] = 0xFF
