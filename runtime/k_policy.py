@@ -41,6 +41,16 @@ class CostProfile:
         return self.draft_step_s / self.target_step_s
 
 
+#: How fast AutoK's α follows the rounds (the weight of the newest round). Greedy agreement
+#: comes in runs (a copied line, then a divergent one), which a quick estimate follows.
+#: Sampled acceptance is a draw per token around a slowly moving rate, so a quick estimate
+#: chases noise: simulating i.i.d. acceptance at the 1.5B pair's costs
+#: (``benchmarks/k_policy_sim.py``), α's weight 0.2 lost 5% of the best fixed k's speed at
+#: α 0.65-0.72 and 3% at 0.8, 0.05 lost 0-2%.
+GREEDY_ALPHA_SMOOTHING = 0.2
+SAMPLED_ALPHA_SMOOTHING = 0.05
+
+
 class AutoK:
     """Adapts k from running estimates of α and of the real cost of each kind of round.
 
@@ -48,7 +58,9 @@ class AutoK:
     over k + 1 positions), seeded from ``profile`` (measured in isolation, so optimistic: each k
     gets tried) and then blended with what rounds really cost. Measuring whole rounds keeps the
     model honest about fixed costs, such as the first draft step after a target pass running on
-    cold caches. α is accepted / tested draft tokens. When k = 0 wins for ``probe_every``
+    cold caches. α is accepted / tested draft tokens, blended with weight
+    ``alpha_smoothing`` (``smoothing`` when not given; :data:`SAMPLED_ALPHA_SMOOTHING` suits
+    sampled rounds). When k = 0 wins for ``probe_every``
     rounds in a row, one round drafts a single token so that a recovering α can be noticed.
     """
 
@@ -58,12 +70,14 @@ class AutoK:
         *,
         k_max: int = 8,
         alpha: float = 0.6,
-        smoothing: float = 0.2,
+        smoothing: float = GREEDY_ALPHA_SMOOTHING,
+        alpha_smoothing: float | None = None,
         probe_every: int = 16,
     ) -> None:
         self.k_max = min(k_max, len(profile.verify_cost) - 1)
         self.alpha = alpha
         self.smoothing = smoothing
+        self.alpha_smoothing = smoothing if alpha_smoothing is None else alpha_smoothing
         self.probe_every = probe_every
         self.round_s = [
             k * profile.draft_step_s + profile.verify_cost[k] * profile.target_step_s
@@ -76,8 +90,9 @@ class AutoK:
         self._accepted = alpha
         self._tested = 1.0
 
-    def _blend(self, old: float, new: float) -> float:
-        return (1.0 - self.smoothing) * old + self.smoothing * new
+    def _blend(self, old: float, new: float, weight: float | None = None) -> float:
+        weight = self.smoothing if weight is None else weight
+        return (1.0 - weight) * old + weight * new
 
     def next_k(self) -> int:
         best = max(
@@ -96,8 +111,8 @@ class AutoK:
     def observe(self, record: StepRecord) -> None:
         if record.drafted:
             tested = record.n_accepted + (record.n_accepted < record.drafted)
-            self._accepted = self._blend(self._accepted, record.n_accepted)
-            self._tested = self._blend(self._tested, tested)
+            self._accepted = self._blend(self._accepted, record.n_accepted, self.alpha_smoothing)
+            self._tested = self._blend(self._tested, tested, self.alpha_smoothing)
             self.alpha = self._accepted / self._tested
         if record.drafted <= self.k_max:
             spent = record.draft_s + record.verify_s

@@ -17,7 +17,14 @@ from edgespec.runtime.drafters.combined import CombinedDrafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
-from edgespec.runtime.k_policy import AutoK, CappedK, CostProfile, FixedK
+from edgespec.runtime.k_policy import (
+    GREEDY_ALPHA_SMOOTHING,
+    SAMPLED_ALPHA_SMOOTHING,
+    AutoK,
+    CappedK,
+    CostProfile,
+    FixedK,
+)
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
@@ -127,7 +134,13 @@ def k_policy(
     k = default_k if options.k is None else options.k
     if k != "auto":
         return FixedK(int(k))
-    auto = AutoK(profile()) if alpha is None else AutoK(profile(), alpha=alpha)
+    # Sampled rounds' acceptance is a draw per token: α follows them slowly.
+    smoothing = SAMPLED_ALPHA_SMOOTHING if options.temperature > 0 else GREEDY_ALPHA_SMOOTHING
+    auto = (
+        AutoK(profile(), alpha_smoothing=smoothing)
+        if alpha is None
+        else AutoK(profile(), alpha=alpha, alpha_smoothing=smoothing)
+    )
     return auto if cap is None else CappedK(auto, cap=cap)
 
 
