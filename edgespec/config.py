@@ -107,9 +107,9 @@ class SamplingConfig:
     ``temperature`` 0 means greedy. ``top_k`` 0 and ``top_p`` 1.0 disable those filters. The
     same transform applies to p_target and q_draft. ``mode`` picks the sampling verification:
     ``rejection`` (Leviathan et al.: output distribution equals the target's) or ``match``
-    (the target draws each absolute position from a stream keyed by (seed, position) and drafts
-    are accepted while they equal those draws: output token-identical to plain target sampling
-    with the same seed).
+    (the target draws each absolute position by a race of Exp(1) variables keyed by (seed,
+    position, token id) and drafts are accepted while they equal those draws: output
+    token-identical to plain target sampling with the same seed).
     """
 
     temperature: float = 0.0

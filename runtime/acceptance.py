@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.runtime.sampling import Uniforms, keyed_uniform, residual, sample, sample_at
+from edgespec.runtime.sampling import Uniforms, keyed_race, residual, sample
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,14 +95,14 @@ def accept_match(
 
     ``p_target`` [k + 1, vocab]; ``position`` is the absolute position of draft_tokens[0] (the
     one after the last committed token). The target's token at position + i is
-    ``sample_at(p_target[i], keyed_uniform(seed, position + i))``; ``next_token`` is that draw
+    ``keyed_race(p_target[i], seed, position + i)``; ``next_token`` is that draw
     at the first mismatch, or at i = k. The output is token-identical to plain target sampling
     with the same keyed draws, whatever the draft proposed.
     """
     k = len(draft_tokens)
     _check_rows("p_target", p_target, k + 1)
     for i, token in enumerate(draft_tokens):
-        drawn = sample_at(p_target[i], keyed_uniform(seed, position + i))
+        drawn = keyed_race(p_target[i], seed, position + i)
         if token != drawn:
             return _accepted(draft_tokens, i, drawn)
-    return _accepted(draft_tokens, k, sample_at(p_target[k], keyed_uniform(seed, position + k)))
+    return _accepted(draft_tokens, k, keyed_race(p_target[k], seed, position + k))

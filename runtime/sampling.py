@@ -2,13 +2,16 @@
 
 ``probabilities`` is the one transform (temperature, then top-k, then top-p) applied to both
 p_target and q_draft: it is deterministic, so the same logits always give the same row.
-Draws use the inverse CDF of one uniform number, so a draw is fixed by that number alone:
-``sample`` takes it from a ``numpy.random.Generator``, and the ``match`` mode takes it from
-``keyed_uniform(seed, position)`` so a position is drawn the same with or without speculation.
+``sample`` draws by the inverse CDF of one uniform number from a ``numpy.random.Generator``
+(rejection sampling). The ``match`` mode draws by ``keyed_race``: each token's exponential
+variable is keyed by (seed, position, token id), so a position is drawn the same with or
+without speculation, and a draft that races its own distribution with the same variables
+proposes the target's token as often as a shared Gumbel noise couples the two.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -114,14 +117,60 @@ def sample(probs: np.ndarray, rng: Uniforms) -> int:
     return sample_at(probs, float(rng.random()))
 
 
-def keyed_uniform(seed: int, position: int) -> float:
-    """A uniform in [0, 1) that depends only on (seed, absolute position).
+#: The race's uniforms lie on a grid of 2^-RACE_BITS, strictly inside (0, 1).
+RACE_BITS = 24
+#: The smallest exponential the race draws: -log of the largest uniform, 1 - 2^-(RACE_BITS + 1).
+RACE_FLOOR = -math.log1p(-(2.0 ** -(RACE_BITS + 1)))
+#: A token this far below the row's top starts the race's first round (a best value to beat).
+RACE_FIRST = 1e-3
+_MASK64 = (1 << 64) - 1
 
-    It is the first double of a Philox counter-based generator with key ``seed`` and counter
-    ``position`` (``Generator(Philox(key=seed, counter=position)).random()``), so each position
-    has its own stream and no state is carried between draws. ``seed`` must be in [0, 2**128).
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 [n], wrapping: a bijection that scatters every bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def keyed_exponentials(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
+    """Exp(1) variables float64 [len(ids)], one per token id, each a function of (seed,
+    absolute position, id) alone: -log u, u on a grid of 2^-RACE_BITS in (0, 1), from a
+    splitmix64 hash. ``seed`` must be in [0, 2**128)."""
+    key = _mix64(np.array([seed & _MASK64], dtype=np.uint64))
+    key = _mix64(key ^ np.uint64(seed >> 64))
+    key = _mix64(key ^ np.uint64(position & _MASK64))  # [1]
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    bits = _mix64(key + np.asarray(ids, dtype=np.uint64) * golden)  # [n]
+    u = ((bits >> np.uint64(64 - RACE_BITS)).astype(np.float64) + 0.5) * 2.0**-RACE_BITS
+    return -np.log(u)
+
+
+def keyed_race(probs: np.ndarray, seed: int, position: int, ids: np.ndarray | None = None) -> int:
+    """An exact draw from a probability row [n] for the token at absolute ``position``: the
+    index of the largest probs[i] / E(ids[i]) (the exponential race, the form of Gumbel-max
+    that needs no logarithm of the row), with E from :func:`keyed_exponentials` and ``ids``
+    the row's token ids (its indices when None).
+
+    The same (seed, position) draws the same token from the same row, whoever asks, and two
+    close rows over the same ids mostly draw the same token. Only tokens that can win are
+    keyed: a first round over the likeliest tokens gives a best value v, and a token with
+    probs[i] < v * RACE_FLOOR <= v * E cannot beat it, so the index is the full race's.
     """
-    return float(np.random.Generator(np.random.Philox(key=seed, counter=position)).random())
+    if np.ndim(probs) != 1:
+        raise ValueError(f"keyed_race takes one row [n], got shape {np.shape(probs)}")
+    row = np.asarray(probs, dtype=np.float64)  # [n]
+    top = float(row.max())
+    if not top > 0.0:
+        raise ValueError("keyed_race needs a row with positive mass")
+    keys = np.arange(len(row)) if ids is None else np.asarray(ids)
+    first = np.flatnonzero(row >= top * RACE_FIRST)  # [m], the top token among them
+    best = float(np.max(row[first] / keyed_exponentials(seed, position, keys[first])))
+    contenders = np.flatnonzero(row >= best * RACE_FLOOR)  # [c], every token that can win
+    values = row[contenders] / keyed_exponentials(seed, position, keys[contenders])
+    return int(contenders[int(np.argmax(values))])
 
 
 def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.runtime.acceptance import Acceptance, accept_greedy, accept_match, accept_sampled
-from edgespec.runtime.sampling import keyed_uniform, probabilities, sample, sample_at
+from edgespec.runtime.sampling import keyed_race, probabilities, sample
 
 VOCAB = 8
 
@@ -91,7 +91,7 @@ def test_match_is_token_identical_to_plain_keyed_sampling(sampling: SamplingConf
     plain = list(prompt)
     while len(plain) < length:
         p = _fake_target(plain, sampling)
-        plain.append(sample_at(p, keyed_uniform(sampling.seed, len(plain))))
+        plain.append(keyed_race(p, sampling.seed, len(plain)))
 
     # Drafts mix right guesses (copied from the plain run) with random tokens, k from 0 to 5.
     chooser = np.random.default_rng(99)

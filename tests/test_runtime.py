@@ -89,8 +89,8 @@ def test_io_bound_engine_equals_default_engine(exported: Callable[..., Path]) ->
 
 
 def test_match_mode_draft_shares_the_targets_draws(exported: Callable[..., Path]) -> None:
-    """The draft draws each position with the target's keyed uniform: a self-draft is always
-    accepted in match mode, and the text equals target-only sampling."""
+    """The draft races each position with the target's keyed variables: a self-draft is always
+    accepted in match mode (the default), and the text equals target-only sampling."""
     bundle = exported("llama", "fp32")
     engine = Engine.load(target=bundle, draft=bundle)
     options = dict(temperature=0.9, top_p=0.95, seed=11, max_new_tokens=33)
@@ -98,6 +98,9 @@ def test_match_mode_draft_shares_the_targets_draws(exported: Callable[..., Path]
     result = engine.generate(PROMPTS[0], k=4, sampling_mode="match", **options)
     assert result.tokens == expected.tokens
     assert result.stats.accepted == result.stats.drafted > 0
+    # match is the default: speculation at any k, or k chosen per round, gives the same text
+    for k in (1, "auto"):
+        assert engine.generate(PROMPTS[0], k=k, **options).tokens == expected.tokens
 
 
 def test_draft_with_a_larger_model_vocabulary(
@@ -256,9 +259,10 @@ def test_rejection_sampling_is_reproducible_and_seeded(
     engines: Callable[[str, str], Engine],
 ) -> None:
     engine = engines("llama", "fp32")
-    first = engine.generate(PROMPTS[1], temperature=0.8, seed=5, max_new_tokens=30)
-    again = engine.generate(PROMPTS[1], temperature=0.8, seed=5, max_new_tokens=30)
-    other = engine.generate(PROMPTS[1], temperature=0.8, seed=6, max_new_tokens=30)
+    options = dict(temperature=0.8, max_new_tokens=30, sampling_mode="rejection")
+    first = engine.generate(PROMPTS[1], seed=5, **options)
+    again = engine.generate(PROMPTS[1], seed=5, **options)
+    other = engine.generate(PROMPTS[1], seed=6, **options)
     assert first.tokens == again.tokens
     assert first.tokens != other.tokens
     assert first.stats.drafted > 0

@@ -1,4 +1,4 @@
-"""Unit tests for edgespec.runtime.sampling: transforms, draws and keyed uniforms. No models."""
+"""Unit tests for edgespec.runtime.sampling: transforms, draws and keyed races. No models."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.runtime.sampling import (
+    RACE_FLOOR,
     greedy_token,
-    keyed_uniform,
+    keyed_exponentials,
+    keyed_race,
     probabilities,
     residual,
     sample,
@@ -205,29 +207,73 @@ def test_sample_is_reproducible_and_uses_one_uniform() -> None:
     assert rng.random() == mirror.random()  # both consumed exactly 50 uniforms
 
 
-# --- keyed_uniform -----------------------------------------------------------------------------
+# --- keyed_race --------------------------------------------------------------------------------
 
 
-def test_keyed_uniform_depends_only_on_seed_and_position() -> None:
-    assert keyed_uniform(3, 17) == keyed_uniform(3, 17)
-    philox = np.random.Generator(np.random.Philox(key=3, counter=17)).random()
-    assert keyed_uniform(3, 17) == philox
-    by_position = {keyed_uniform(3, position) for position in range(200)}
-    by_seed = {keyed_uniform(seed, 17) for seed in range(200)}
-    assert len(by_position) == 200
-    assert len(by_seed) == 200
-    assert all(0.0 <= u < 1.0 for u in by_position | by_seed)
+def test_keyed_exponentials_depend_on_seed_position_and_id_alone() -> None:
+    ids = np.arange(200)
+    e = keyed_exponentials(3, 17, ids)
+    assert np.array_equal(e, keyed_exponentials(3, 17, ids))
+    assert np.array_equal(e[[5, 150]], keyed_exponentials(3, 17, np.array([5, 150])))
+    assert len(set(e)) == 200
+    assert not np.array_equal(e, keyed_exponentials(3, 18, ids))
+    assert not np.array_equal(e, keyed_exponentials(4, 17, ids))
+    assert not np.array_equal(e, keyed_exponentials(3 + 2**64, 17, ids))  # the seed's high bits
+    assert (e >= RACE_FLOOR).all()
 
 
-def test_keyed_uniform_is_uniform_over_positions() -> None:
-    """Kolmogorov–Smirnov over 20,000 positions at α = 1e-4 (fixed seed: it cannot flake).
-
-    Critical value: sqrt(ln(2 / α) / (2 n)) = sqrt(9.903 / 40,000) ≈ 0.01573.
-    """
+def test_keyed_exponentials_are_exponential() -> None:
+    """Kolmogorov–Smirnov of 1 - exp(-E) against uniform over 20,000 (position, id) keys at
+    α = 1e-4 (fixed seed: it cannot flake). Critical value sqrt(ln(2 / α) / (2 n)) ≈ 0.01573."""
     n = 20_000
-    u = np.sort([keyed_uniform(12345, position) for position in range(n)])
+    e = np.concatenate(
+        [keyed_exponentials(12345, position, np.arange(100)) for position in range(200)]
+    )
+    u = np.sort(1.0 - np.exp(-e))
     ks = max((np.arange(1, n + 1) / n - u).max(), (u - np.arange(n) / n).max())
     assert ks < math.sqrt(math.log(2 / 1e-4) / (2 * n))
+
+
+def test_keyed_race_is_the_full_race_over_every_token() -> None:
+    """Keying only the tokens that can win gives the index of the largest probs / E over the
+    whole row, on rows with long tails of tiny probabilities and with zeros."""
+    rng = np.random.default_rng(8)
+    for trial in range(200):
+        logits = rng.normal(scale=rng.uniform(1.0, 6.0), size=3000)
+        probs = _softmax(logits)
+        probs[rng.integers(0, 3000, 50)] = 0.0
+        full = int(np.argmax(probs / keyed_exponentials(9, trial, np.arange(3000))))
+        assert keyed_race(probs, 9, trial) == full
+
+
+def test_keyed_race_over_a_subset_keys_its_token_ids() -> None:
+    """A row over some ids (a reduced draft head) draws the token the full row draws when the
+    full row has no mass elsewhere: the variables follow the ids, not the row's indices."""
+    rng = np.random.default_rng(10)
+    ids = np.sort(rng.choice(5000, 400, replace=False))
+    for position in range(100):
+        sub = _softmax(rng.normal(scale=3.0, size=400))
+        full = np.zeros(5000)
+        full[ids] = sub
+        assert ids[keyed_race(sub, 2, position, ids)] == keyed_race(full, 2, position)
+
+
+def test_keyed_race_draws_the_rows_distribution() -> None:
+    """Chi-square over 20,000 positions at α = 1e-4: a draw per position from one row."""
+    probs = np.array([0.5, 0.2, 0.15, 0.1, 0.04, 0.01, 0.0])
+    n = 20_000
+    counts = np.bincount([keyed_race(probs, 77, position) for position in range(n)], minlength=7)
+    assert counts[6] == 0
+    expected = probs[:6] * n
+    statistic = float(((counts[:6] - expected) ** 2 / expected).sum())
+    assert statistic < 25.74  # chi-square, 5 degrees of freedom, α = 1e-4
+
+
+def test_keyed_race_rejects_rows_it_cannot_draw_from() -> None:
+    with pytest.raises(ValueError, match="one row"):
+        keyed_race(np.ones((2, 3)) / 3, 0, 0)
+    with pytest.raises(ValueError, match="positive mass"):
+        keyed_race(np.zeros(4), 0, 0)
 
 
 # --- residual ----------------------------------------------------------------------------------

@@ -154,8 +154,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--sampling-mode",
         default=None,
         choices=("rejection", "match"),
-        help="rejection (model drafter default) or match (reproducible: "
-        "same seed, same text with or without speculation)",
+        help="match (the default: the same seed gives target-only sampling's text, with or "
+        "without speculation) or rejection (Leviathan et al.'s rejection sampling)",
     )
     parser.add_argument(
         "--stop",

@@ -52,7 +52,7 @@ class GenerationOptions:
 
     ``drafter`` None picks ``model`` when a draft is loaded, else ``ngram``; ``k`` None
     takes the pair's recommended k (else ``DEFAULT_K``); ``sampling_mode`` None picks
-    ``rejection`` for the model drafter and ``match`` otherwise. ``draft_min_probability``
+    ``match`` (the same text as target-only sampling with the seed). ``draft_min_probability``
     ends a proposal early when the draft's own probability of its next token falls below it.
     """
 
@@ -97,8 +97,11 @@ class GenerationOptions:
         return self.drafter or preferred or ("model" if has_draft else "ngram")
 
     def sampling(self, drafter: str) -> SamplingConfig:
-        """The sampling record for ``drafter`` (the mode's default depends on it)."""
-        mode = self.sampling_mode or ("rejection" if drafter == "model" else "match")
+        """The sampling record for ``drafter``: ``match`` unless another mode is asked for.
+        A draft model races the target's keyed draws about as often as rejection sampling
+        accepts (0.86 against 0.86 on code, 0.68 against 0.70 on chat for Qwen2.5-Coder-1.5B
+        with its 0.5B draft), and the text is target-only sampling's, whatever k."""
+        mode = self.sampling_mode or "match"
         sampling = SamplingConfig(
             temperature=self.temperature,
             top_k=self.top_k,
@@ -109,7 +112,7 @@ class GenerationOptions:
         if not sampling.greedy and mode == "rejection" and drafter == "ngram":
             raise ConfigError(
                 "the ngram drafter has no draft probabilities, so it cannot use rejection sampling",
-                fix="use sampling_mode 'match' (the default for ngram)",
+                fix="use sampling_mode 'match' (the default)",
             )
         return sampling
 

@@ -11,7 +11,7 @@ from edgespec.config import SamplingConfig
 from edgespec.manifest import UNSCORED_LOGIT
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.sampling import keyed_uniform, probabilities, sample, sample_at
+from edgespec.runtime.sampling import keyed_race, probabilities, sample
 
 
 class ModelDrafter:
@@ -105,14 +105,16 @@ class ModelDrafter:
         scored_q = probabilities(logits[self._scored_ids], self._sampling)  # [N]
         q = np.zeros(len(logits), dtype=np.float64)
         q[self._scored_ids] = scored_q
-        return int(self._scored_ids[self._draw(scored_q)]), q
+        return int(self._scored_ids[self._draw(scored_q, self._scored_ids)]), q
 
-    def _draw(self, q: np.ndarray) -> int:
+    def _draw(self, q: np.ndarray, ids: np.ndarray | None = None) -> int:
+        """An index into ``q`` (its token ids ``ids``, else its indices)."""
         if self._sampling.mode == "match":
-            # The token lands at absolute position cache.length; drawing it with the target's
-            # keyed uniform for that position makes draft and target draws coincide whenever
-            # their distributions are close, which is what match verification accepts.
-            return sample_at(q, keyed_uniform(self._sampling.seed, self.cache.length))
+            # The token lands at absolute position cache.length; racing with the target's
+            # keyed variables for that position (keyed by token id) makes the draws coincide
+            # whenever the two distributions are close, which is what match verification
+            # accepts.
+            return keyed_race(q, self._sampling.seed, self.cache.length, ids)
         return sample(q, self._rng)
 
     @staticmethod
