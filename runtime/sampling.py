@@ -165,11 +165,12 @@ def keyed_race(probs: np.ndarray, seed: int, position: int, ids: np.ndarray | No
     top = float(row.max())
     if not top > 0.0:
         raise ValueError("keyed_race needs a row with positive mass")
-    keys = np.arange(len(row)) if ids is None else np.asarray(ids)
+    # A row's indices are its ids unless named: no [n] id array is built on this hot path.
+    keys = (lambda at: at) if ids is None else (lambda at: np.asarray(ids)[at])
     first = np.flatnonzero(row >= top * RACE_FIRST)  # [m], the top token among them
-    best = float(np.max(row[first] / keyed_exponentials(seed, position, keys[first])))
+    best = float(np.max(row[first] / keyed_exponentials(seed, position, keys(first))))
     contenders = np.flatnonzero(row >= best * RACE_FLOOR)  # [c], every token that can win
-    values = row[contenders] / keyed_exponentials(seed, position, keys[contenders])
+    values = row[contenders] / keyed_exponentials(seed, position, keys(contenders))
     return int(contenders[int(np.argmax(values))])
 
 
