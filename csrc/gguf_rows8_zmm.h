@@ -56,41 +56,63 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
 #define ZMM_K_LOOP_BEGIN(GROUP) ES_ROWS8_K_LOOP_WITH(GROUP, __m512i, _mm512_setzero_si512())
 #define ZMM_K_LOOP_END ES_ROWS8_K_LOOP_END
 
-/* Q4_K as rows8_q4_k (gguf_rows8_x86.h), the dots on zmm. */
-ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
-    ZMM_K_LOOP_BEGIN(Q4_K_GROUP)
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    __m256i scales[2], minimums[2];
-    q4_k_group_factors(group, scales, minimums);
+/* Q4_K for R rows m .. m + R - 1 (R at most ZMM_TILE, a constant at each call) and the 8
+ * outputs of group g, over all of K: the rows' dots, minimum terms and float sums stay in
+ * registers from the first block to the last (the 32-row passes of the other types keep them
+ * in memory, a load and a store per row and sub-block), and the group's blocks (1,152 bytes
+ * each, in L1 after the first tile) are unpacked once per tile. Per output and row the
+ * arithmetic is rows8_q4_k's: the same exact integers per block, then the same two float
+ * steps in block order, so the bits do not depend on R or on which rows share a tile.
+ * Measured against the 32-row passes (benchmarks/kernel_builds.py, one thread, this Xeon):
+ * 2 to 6 rows 0.80-0.89x, 8 rows 0.99-1.02x, 128 rows 0.86-0.96x. Q6_K's tiles measured no
+ * faster (its scales multiply by vpmulld, two uops, whichever loop order), so it keeps them. */
+#define ZMM_TILE 6
+ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Product *p, int64_t g,
+                                                                        int64_t m, const int R) {
+    const int64_t blocks = p->k / QK;
+    const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
+    const int8_t *x = p->x.q + m * p->k;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m256 acc[ZMM_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++, group += Q4_K_GROUP) {
+        for (int line = 0; line < Q4_K_GROUP; line += 64)
+            _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
+        __m256i scales[2], minimums[2];
+        q4_k_group_factors(group, scales, minimums);
+        __m512i dots[ZMM_TILE];
+        __m256i offsets[ZMM_TILE];
+        for (int r = 0; r < R; r++) dots[r] = _mm512_setzero_si512(), offsets[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        const uint8_t *at = group + Q4_K_CODES + 128 * s;
-        /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 */
-        const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
-                                              _mm256_loadu_si256((const __m256i *)(at + 32)));
-        const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
-                                               _mm256_loadu_si256((const __m256i *)(at + 96)));
-        const __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
-                              _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
-                              _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
-        const __m512i scale = pair_factors(q4_k_sub_block(scales, s));
-        const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            /* a lane's dot is 16 products (16 * 15 * 127 < 2^15): dpwssd by the scale (high
-             * half 0) multiplies and adds in one instruction, exactly */
-            dots[r] = _mm512_dpwssd_epi32(dots[r], ZMM_DOT_EIGHT(z, y), scale);
-            offsets[r] = _mm256_dpwssd_epi32(offsets[r], minimum, sums_of(p, row, b, 2 * s));
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *at = group + Q4_K_CODES + 128 * s;
+            /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 */
+            const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
+                                                  _mm256_loadu_si256((const __m256i *)(at + 32)));
+            const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
+                                                   _mm256_loadu_si256((const __m256i *)(at + 96)));
+            const __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
+                                  _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
+                                  _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
+            const __m512i scale = pair_factors(q4_k_sub_block(scales, s));
+            const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
+            for (int r = 0; r < R; r++) {
+                const int8_t *y = x + r * p->k + b * QK + 32 * s;
+                /* a lane's dot is 16 products (16 * 15 * 127 < 2^15): dpwssd by the scale
+                 * (high half 0) multiplies and adds in one instruction, exactly */
+                dots[r] = _mm512_dpwssd_epi32(dots[r], ZMM_DOT_EIGHT(z, y), scale);
+                offsets[r] = _mm256_dpwssd_epi32(offsets[r], minimum, sums_of(p, m + r, b, 2 * s));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
+        for (int r = 0; r < R; r++) {
+            const __m256 scale = _mm256_set1_ps(p->x.scale[(m + r) * blocks + b]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(dots[r])), _mm256_mul_ps(d, scale), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
         }
     }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(dots[r])), _mm256_mul_ps(d, scale), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
-    }
-    ZMM_K_LOOP_END
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(p->y + (m + r) * p->n + 8 * g, acc[r]);
 }
 
 /* Q6_K as rows8_q6_k (gguf_rows8_x86.h), the dots on zmm. */
@@ -121,6 +143,27 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     }
     ZMM_K_LOOP_END
 }
+
+/* Every row of groups n0 / 8 .. n1 / 8 - 1 in the fewest tiles of at most ZMM_TILE rows, their
+ * sizes within one of each other (8 rows: 4 + 4, not 6 + 2: a tile's unpacking is paid per
+ * tile, its rows' products per row). */
+#define ZMM_TILES(TILE)                                                                          \
+    const int64_t tiles = (p->rows + ZMM_TILE - 1) / ZMM_TILE;                                   \
+    for (int64_t g = n0 / 8; g < n1 / 8; g++)                                                    \
+        for (int64_t t = 0, m = 0; t < tiles; t++) {                                             \
+            const int64_t size = p->rows / tiles + (t < p->rows % tiles);                        \
+            switch (size) {                                                                      \
+            case 6: TILE(p, g, m, 6); break;                                                     \
+            case 5: TILE(p, g, m, 5); break;                                                     \
+            case 4: TILE(p, g, m, 4); break;                                                     \
+            case 3: TILE(p, g, m, 3); break;                                                     \
+            case 2: TILE(p, g, m, 2); break;                                                     \
+            default: TILE(p, g, m, 1); break;                                                    \
+            }                                                                                    \
+            m += size;                                                                           \
+        }
+
+ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) { ZMM_TILES(q4_k_zmm_tile) }
 
 void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 
