@@ -63,10 +63,9 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
  * each, in L1 after the first tile) are unpacked once per tile. Per output and row the
  * arithmetic is rows8_q4_k's: the same exact integers per block, then the same two float
  * steps in block order, so the bits do not depend on R or on which rows share a tile.
- * Measured against the 32-row passes (benchmarks/kernel_builds.py, one thread, this Xeon):
- * 2 to 6 rows 0.80-0.89x, 8 rows 0.99-1.02x, 128 rows 0.86-0.96x. Q6_K's tiles measured no
- * faster (its scales multiply by vpmulld, two uops, whichever loop order), so it keeps them. */
-#define ZMM_TILE 6
+ * Q6_K's tiles measured no faster (its scales multiply by vpmulld, two uops, whichever loop
+ * order), so it keeps the 32-row passes. */
+#define ZMM_TILE 8
 ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Product *p, int64_t g,
                                                                         int64_t m, const int R) {
     const int64_t blocks = p->k / QK;
@@ -144,15 +143,18 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
-/* Every row of groups n0 / 8 .. n1 / 8 - 1 in the fewest tiles of at most ZMM_TILE rows, their
- * sizes within one of each other (8 rows: 4 + 4, not 6 + 2: a tile's unpacking is paid per
- * tile, its rows' products per row). */
+/* Every row of groups n0 / 8 .. n1 / 8 - 1 in the fewest tiles of at most 8 rows (6 past 16
+ * rows, which measured faster there), their sizes within one of each other (10 rows: 5 + 5,
+ * not 8 + 2: a tile's unpacking is paid per tile, its rows' products per row). */
 #define ZMM_TILES(TILE)                                                                          \
-    const int64_t tiles = (p->rows + ZMM_TILE - 1) / ZMM_TILE;                                   \
+    const int64_t most = p->rows > 16 ? 6 : ZMM_TILE;                                            \
+    const int64_t tiles = (p->rows + most - 1) / most;                                           \
     for (int64_t g = n0 / 8; g < n1 / 8; g++)                                                    \
         for (int64_t t = 0, m = 0; t < tiles; t++) {                                             \
             const int64_t size = p->rows / tiles + (t < p->rows % tiles);                        \
             switch (size) {                                                                      \
+            case 8: TILE(p, g, m, 8); break;                                                     \
+            case 7: TILE(p, g, m, 7); break;                                                     \
             case 6: TILE(p, g, m, 6); break;                                                     \
             case 5: TILE(p, g, m, 5); break;                                                     \
             case 4: TILE(p, g, m, 4); break;                                                     \

@@ -296,7 +296,7 @@ for kind in t.KINDS:
     blocks = t._blocks(rng, kind)
     x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
     session = t._session("GgufMatMul", kind, blocks)
-    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 3, 4, 5, 8, 20, t.ROWS)]
+    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 3, 4, 5, 7, 8, 20, t.ROWS)]
     # every code at its largest and inputs of one sign: the widest integer sums a lane holds
     extreme = t._session("GgufMatMul", kind, t.saturated(blocks, kind))
     ys += [extreme.run(None, {{"x": t.one_signed(rows)}})[0] for rows in (1, 5)]
@@ -309,9 +309,9 @@ print(json.dumps(out))
 def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
     """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd (the
     K-quants' several-row passes on 512 bits with AVX512-VNNI): each path forced in a fresh
-    process, every kind's outputs at 1, 2, 3, 4, 5, 8, 20 and 37 rows (each size of the 512-bit
-    tiles, several tiles, a second pass of 32 rows), and with every code at its largest against
-    inputs of one sign, are the AVX2 path's bits (the integer sums are exact whichever
+    process, every kind's outputs at 1, 2, 3, 4, 5, 7, 8, 20 and 37 rows (the 512-bit
+    tiles' sizes, several tiles, a second pass of 32 rows), and with every code at its largest
+    against inputs of one sign, are the AVX2 path's bits (the integer sums are exact whichever
     instructions add them)."""
     if gguf_kernel_path() not in X86_PATHS:
         pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
