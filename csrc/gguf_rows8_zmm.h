@@ -143,29 +143,29 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
-/* Every row of groups n0 / 8 .. n1 / 8 - 1 in the fewest tiles of at most 8 rows (6 past 16
- * rows, which measured faster there), their sizes within one of each other (10 rows: 5 + 5,
- * not 8 + 2: a tile's unpacking is paid per tile, its rows' products per row). */
-#define ZMM_TILES(TILE)                                                                          \
-    const int64_t most = p->rows > 16 ? 6 : ZMM_TILE;                                            \
-    const int64_t tiles = (p->rows + most - 1) / most;                                           \
-    for (int64_t g = n0 / 8; g < n1 / 8; g++)                                                    \
-        for (int64_t t = 0, m = 0; t < tiles; t++) {                                             \
-            const int64_t size = p->rows / tiles + (t < p->rows % tiles);                        \
-            switch (size) {                                                                      \
-            case 8: TILE(p, g, m, 8); break;                                                     \
-            case 7: TILE(p, g, m, 7); break;                                                     \
-            case 6: TILE(p, g, m, 6); break;                                                     \
-            case 5: TILE(p, g, m, 5); break;                                                     \
-            case 4: TILE(p, g, m, 4); break;                                                     \
-            case 3: TILE(p, g, m, 3); break;                                                     \
-            case 2: TILE(p, g, m, 2); break;                                                     \
-            default: TILE(p, g, m, 1); break;                                                    \
-            }                                                                                    \
-            m += size;                                                                           \
+/* Q4_K as rows8_q4_k (gguf_rows8_x86.h), the dots on zmm: every row of groups n0 / 8 ..
+ * n1 / 8 - 1 in the fewest tiles of at most ZMM_TILE rows (6 past 16 rows, which measured
+ * faster there), their sizes within one of each other (10 rows: 5 + 5, not 8 + 2: a tile's
+ * unpacking is paid per tile, its rows' products per row). */
+ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
+    const int64_t most = p->rows > 16 ? 6 : ZMM_TILE;
+    const int64_t tiles = (p->rows + most - 1) / most;
+    for (int64_t g = n0 / 8; g < n1 / 8; g++)
+        for (int64_t t = 0, m = 0; t < tiles; t++) {
+            const int64_t size = p->rows / tiles + (t < p->rows % tiles);
+            switch (size) { /* R a constant in each call: the tile's arrays stay in registers */
+            case 8: q4_k_zmm_tile(p, g, m, 8); break;
+            case 7: q4_k_zmm_tile(p, g, m, 7); break;
+            case 6: q4_k_zmm_tile(p, g, m, 6); break;
+            case 5: q4_k_zmm_tile(p, g, m, 5); break;
+            case 4: q4_k_zmm_tile(p, g, m, 4); break;
+            case 3: q4_k_zmm_tile(p, g, m, 3); break;
+            case 2: q4_k_zmm_tile(p, g, m, 2); break;
+            default: q4_k_zmm_tile(p, g, m, 1); break;
+            }
+            m += size;
         }
-
-ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) { ZMM_TILES(q4_k_zmm_tile) }
+}
 
 void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 
