@@ -67,7 +67,7 @@ class StatsCollector:
         k_counts = Counter(r.k for r in records)
         # "drafted,accepted,model" per round (model 1 when a draft model ran): what the
         # profile replays to price each k without assuming tokens are accepted independently.
-        outcomes = Counter(f"{r.drafted},{r.n_accepted},{int(r.draft_steps > 0)}" for r in records)
+        outcomes = Counter(f"{r.drafted},{r.n_accepted},{r.draft_steps}" for r in records)
         overhead_s = max(decode_s - draft_s - verify_s, 0.0)
         return {
             "new_tokens": new_tokens,

@@ -120,3 +120,111 @@ def test_a_point_mass_draft_keeps_the_target_distribution(proposed: int) -> None
         counts[accept_sampled((proposed,), q, p_rows, rng).tokens[0]] += 1
     statistic, df = chi_square(counts, p)
     assert statistic < chi_square_critical(df), (statistic, df)
+
+
+def _set_acceptance(drafter: CombinedDrafter, *, model: float, lookup: float) -> None:
+    drafter._model_acceptance._accepted, drafter._model_acceptance._tested = model, 1.0
+    drafter._lookup_acceptance._accepted, drafter._lookup_acceptance._tested = lookup, 1.0
+
+
+def test_rejected_copies_lower_the_lookups_acceptance_alone() -> None:
+    drafter = _drafter()
+    drafter.begin([5, 6, 7, 8, 5, 6], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    model_before, lookup_before = drafter.model_acceptance, drafter.lookup_acceptance
+    draft = drafter.propose(3)
+    assert drafter.lookups == 1 and draft.tokens == (7, 8, 5)
+    drafter.commit(0, 30)
+    assert drafter.lookup_acceptance < lookup_before
+    assert drafter.model_acceptance == model_before
+
+
+def test_a_lookup_is_cut_to_its_best_length() -> None:
+    """At a middling lookup acceptance a longer proposal costs more verify than it returns:
+    the round drafts the best length of the match, and commit takes its tokens from it."""
+    drafter = _drafter()
+    prompt = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6]
+    drafter.begin(prompt, sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    _set_acceptance(drafter, model=0.0, lookup=0.5)  # the model's best round: a plain step
+    draft = drafter.propose(6)
+    # E(0.5, j) / T(j + 1) with COSTS: 1.50, 1.59, 1.56, 1.49 for j = 1..4.
+    assert draft.tokens == (7, 8) and drafter.lookup.proposal == (7, 8)
+    drafter.commit(2, 40)
+    assert list(drafter.lookup.context)[-3:] == [7, 8, 40]
+
+
+def _model_drafter() -> ModelDrafter:
+    bundle = load_bundle(TOY_PAIR / "draft")
+    return ModelDrafter(OnnxModel(bundle), vocab_size=bundle.manifest.model.vocab_size)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingConfig(), SamplingConfig(temperature=0.8, seed=3, mode="match")],
+    ids=["greedy", "match"],
+)
+@pytest.mark.parametrize("parts_at", [0, 1, 2, None])
+@pytest.mark.parametrize("accept_all", [False, True])
+def test_drafting_along_a_match_gives_the_models_own_tokens(
+    sampling: SamplingConfig, parts_at: int | None, accept_all: bool
+) -> None:
+    """One pass over a guess proposes what step-by-step drafting proposes, up to and
+    including the first token where the model parts from the guess (all 4 when it never
+    does), and leaves the draft's cache where step-by-step drafting leaves it: the next
+    rounds of both drafters agree."""
+    prompt = [3, 9, 14, 5, 22, 7]
+    stepwise, along = _model_drafter(), _model_drafter()
+    for drafter in (stepwise, along):
+        drafter.begin(prompt, sampling=sampling, rng=np.random.default_rng(0))
+    own = stepwise.propose(4).tokens
+    guess = list(own[:3])
+    if parts_at is not None:
+        guess[parts_at] = (guess[parts_at] + 1) % 40  # a copy that goes wrong there
+    proposal = along.propose_along(guess)
+    expected = own[: 4 if parts_at is None else parts_at + 1]
+    assert proposal.tokens == expected
+    assert (proposal.q_draft is None) == sampling.greedy
+    # Both commit the same tokens; their next proposals are then the same.
+    accepted = len(expected) if accept_all else min(len(expected) - 1, 1)
+    for drafter in (stepwise, along):
+        drafter.commit(accepted, 11)
+    assert along.propose(3).tokens == stepwise.propose(3).tokens
+
+
+def test_a_match_below_the_models_round_is_drafted_along_and_scored() -> None:
+    """With the lookup priced below the model's round, a match is drafted along by the
+    model (one pass), and the lookup's acceptance is still scored from what the round
+    committed: a match the target would have accepted raises it."""
+    drafter = _drafter()
+    drafter.begin([5, 6, 7, 8, 5, 6], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    _set_acceptance(drafter, model=0.95, lookup=0.1)
+    draft = drafter.propose(4)
+    assert drafter.along_rounds == 1 and drafter.lookups == 0 and 1 <= len(draft.tokens) <= 4
+    before = drafter.lookup_acceptance
+    committed = [7, 8]  # what the lookup's match (7, 8, 5) begins with: two would have passed
+    accepted = 1 if draft.tokens[0] == 7 else 0
+    drafter.commit(accepted, committed[accepted])
+    if accepted:  # the target's tokens are (7, 8): the match's first two tokens
+        assert drafter.lookup_acceptance > before
+
+
+def test_auto_k_leaves_the_combined_drafter_to_price_its_rounds() -> None:
+    """k "auto" with the combined drafter hands it the most tokens a round may verify (its
+    own pricing picks each round's length); a fixed k stays a cap, and so does a server's."""
+    from edgespec.engine import assembly
+    from edgespec.engine.options import MAX_K, GenerationOptions
+    from edgespec.events import KPolicy
+    from edgespec.runtime.k_policy import AutoK
+
+    def policy(k: int | str, drafter: str, cap: int | None = None) -> KPolicy:
+        return assembly.k_policy(
+            GenerationOptions(k=k),
+            drafter_name=drafter,
+            default_k="auto",
+            profile=lambda: COSTS,
+            cap=None if cap is None else (lambda: cap),
+        )
+
+    assert policy("auto", "combined").next_k() == MAX_K
+    assert policy("auto", "combined", cap=3).next_k() == 3
+    assert policy(2, "combined").next_k() == 2
+    assert isinstance(policy("auto", "model"), AutoK)

@@ -18,7 +18,7 @@ def test_rounds_without_a_draft_cost_a_step_for_one_token() -> None:
     nothing. Replayed at k 4, 10 empty rounds give 10 tokens for 10 steps and 10 full ones 50
     tokens for 10 five-token passes; alpha alone (every drafted token accepted) would promise
     5 tokens per 1.4-step round."""
-    rounds = Counter({(0, 0, False): 10, (4, 4, False): 10})
+    rounds = Counter({(0, 0, 0): 10, (4, 4, 0): 10})
     replayed = replayed_speedup(rounds, c=0.0, verify_cost=VERIFY_COST, k=4)
     assert replayed == pytest.approx(60 / (10 * 1.0 + 10 * 1.4))
     assert replayed < expected_speedup(1.0, 0.0, VERIFY_COST, 4)
@@ -27,16 +27,24 @@ def test_rounds_without_a_draft_cost_a_step_for_one_token() -> None:
 def test_a_draft_model_round_stopped_at_k_pays_k_draft_steps() -> None:
     """Rounds drafted at k 8 by a model, replayed at k 2: min(accepted, 2) + 1 tokens for two
     draft steps (c each) and a 3-token pass; at k 0 every round is one plain step."""
-    rounds = Counter({(8, 5, True): 3, (8, 0, True): 1})
+    rounds = Counter({(8, 5, 8): 3, (8, 0, 8): 1})
     at_two = replayed_speedup(rounds, c=0.4, verify_cost=VERIFY_COST, k=2)
     assert at_two == pytest.approx((3 * 3 + 1 * 1) / (4 * (2 * 0.4 + 1.2)))
     assert replayed_speedup(rounds, c=0.4, verify_cost=VERIFY_COST, k=0) == pytest.approx(1.0)
 
 
+def test_a_round_drafted_along_a_match_pays_one_draft_pass() -> None:
+    """The combined drafter's rounds along a lookup match propose several tokens from one
+    draft pass: replayed at any k they cost one draft step, not one per token."""
+    rounds = Counter({(4, 4, 1): 2})
+    at_three = replayed_speedup(rounds, c=0.4, verify_cost=VERIFY_COST, k=3)
+    assert at_three == pytest.approx((2 * 4) / (2 * (1 * 0.4 + 1.3)))
+
+
 def test_acceptance_by_position_is_a_share_of_the_rounds_that_reached_it() -> None:
     """Drafts of different lengths (prompt lookup's) never make a position's acceptance
     exceed 1: position i counts the rounds that drafted past i and accepted position i - 1."""
-    rounds = Counter({(1, 1, False): 5, (4, 0, False): 5, (4, 4, False): 1})
+    rounds = Counter({(1, 1, 0): 5, (4, 0, 0): 5, (4, 4, 0): 1})
     by_position = alpha_by_position(rounds)
     assert by_position == pytest.approx([6 / 11, 1.0, 1.0, 1.0])
     assert all(0.0 <= a <= 1.0 for a in by_position)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgespec.engine.options import REMOTE_APIS, GenerationOptions, RemoteOptions
+from edgespec.engine.options import MAX_K, REMOTE_APIS, GenerationOptions, RemoteOptions
 from edgespec.engine.remote import MeteredVerifier, RemoteRun, RemoteTarget
 from edgespec.errors import ConfigError
 from edgespec.events import KPolicy
@@ -134,6 +134,12 @@ def k_policy(
     k = default_k if options.k is None else options.k
     if k != "auto":
         return FixedK(int(k))
+    if drafter_name == "combined":
+        # The combined drafter prices each round itself (lookup or model, and how many
+        # tokens) from the same costs and each side's own acceptance. AutoK would price every
+        # round at the mix of both sides' acceptance and at a draft step per token, and cut
+        # free lookup rounds short (docs/benchmarks.md, "Sampled speculation").
+        return FixedK(MAX_K) if cap is None else CappedK(FixedK(MAX_K), cap=cap)
     # Sampled rounds' acceptance is a draw per token: α follows them slowly.
     smoothing = SAMPLED_ALPHA_SMOOTHING if options.temperature > 0 else GREEDY_ALPHA_SMOOTHING
     auto = (

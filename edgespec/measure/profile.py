@@ -180,11 +180,11 @@ def _acceptance(results: list[Any], *, c: float, verify_cost: list[float]) -> di
     these generations ran at k = MAX_K, replayed as if drafts stopped at k."""
     tested = sum(r.stats.tested for r in results)
     alpha = sum(r.stats.accepted for r in results) / tested if tested else 0.0
-    rounds: Counter[tuple[int, int, bool]] = Counter()
+    rounds: Counter[tuple[int, int, int]] = Counter()
     for result in results:
         for key, count in result.stats.round_outcomes.items():
-            drafted, accepted, model = (int(part) for part in key.split(","))
-            rounds[drafted, accepted, bool(model)] += count
+            drafted, accepted, steps = (int(part) for part in key.split(","))
+            rounds[drafted, accepted, steps] += count
     speedups = [
         replayed_speedup(rounds, c=c, verify_cost=verify_cost, k=k) for k in range(MAX_K + 1)
     ]
@@ -208,7 +208,7 @@ def draft_step_cost(results: list[Any], profile: CostProfile) -> float:
     return sum(r.stats.draft_ms for r in results) / 1e3 / steps / profile.target_step_s
 
 
-def alpha_by_position(rounds: Counter[tuple[int, int, bool]]) -> list[float]:
+def alpha_by_position(rounds: Counter[tuple[int, int, int]]) -> list[float]:
     """Position i's acceptance given the draft reached it and position i - 1 was accepted:
     over rounds that drafted more than i tokens, accepted past i / accepted past i - 1."""
     longest = max((drafted for drafted, _, _ in rounds), default=0)
@@ -221,17 +221,18 @@ def alpha_by_position(rounds: Counter[tuple[int, int, bool]]) -> list[float]:
 
 
 def replayed_speedup(
-    rounds: Counter[tuple[int, int, bool]], *, c: float, verify_cost: list[float], k: int
+    rounds: Counter[tuple[int, int, int]], *, c: float, verify_cost: list[float], k: int
 ) -> float:
     """Tokens per target step, had each round's draft stopped at k tokens: a round that
-    drafted d and had a accepted yields min(a, k) + 1 tokens for min(d, k) draft steps (when
-    a draft model proposed it; prompt lookup's cost nothing) and a verify pass over
-    min(d, k) + 1 positions. Rounds that drafted nothing (no lookup match) count as one
-    target step for one token, which an estimate from alpha alone leaves out. (At a smaller
-    k the text would fall into rounds differently: a replay, not a rerun.)"""
+    drafted d in s draft passes and had a accepted yields min(a, k) + 1 tokens for
+    min(s, k) draft steps (a model drafting step by step runs d; along a lookup match, one;
+    prompt lookup, none) and a verify pass over min(d, k) + 1 positions. Rounds that drafted
+    nothing (no lookup match) count as one target step for one token, which an estimate from
+    alpha alone leaves out. (At a smaller k the text would fall into rounds differently: a
+    replay, not a rerun.)"""
     tokens = cost = 0.0
-    for (drafted, accepted, model), n in rounds.items():
+    for (drafted, accepted, steps), n in rounds.items():
         width = min(drafted, k)
         tokens += n * (min(accepted, width) + 1)
-        cost += n * ((width * c if model else 0.0) + verify_cost[width])
+        cost += n * (min(steps, width) * c + verify_cost[width])
     return tokens / cost if cost else 1.0

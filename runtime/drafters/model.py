@@ -65,7 +65,7 @@ class ModelDrafter:
                 token, q = int(np.argmax(logits)), None
                 confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
             else:
-                token, q = self._sampled(logits)
+                token, q = self._sampled(logits, self.cache.length)
                 confidence = float(q[token])
             if tokens and confidence < self.stop_probability:
                 break
@@ -83,13 +83,62 @@ class ModelDrafter:
             steps=steps,
         )
 
+    def propose_along(self, guess: Sequence[int]) -> Draft:
+        """The draft's own proposal as far as it follows ``guess`` (a lookup's tokens), from
+        one pass instead of a step per token.
+
+        The pending tokens and the guess [g] go through the model at once; row i of the last
+        g + 1 rows scores the token after guess[:i], and its draw is the draft's own token
+        there. The proposal is the draws up to and including the first that differs from its
+        guess token (g + 1 when none does): the tokens ``propose`` would draft one step at a
+        time, since each draw sees the same context, at the cost of one pass over 1-2 + g
+        positions. The cache keeps the guess tokens the proposal shares.
+        """
+        started = time.perf_counter()
+        room = self.model.max_length - self.cache.length - len(self._pending)
+        guess = [int(t) for t in guess[: max(room, 0)]]
+        if not guess:
+            return self.propose(1)
+        fed = len(self._pending) + len(guess)
+        rows = self.model.forward([*self._pending, *guess], self.cache)  # [fed, vocab]
+        position = self.cache.length - len(guess)  # of the token after the pending ones
+        tokens: list[int] = []
+        q_rows: list[np.ndarray] = []
+        for i in range(len(guess) + 1):
+            logits = self._target_width(rows[fed - len(guess) - 1 + i])
+            if self._sampling.greedy:
+                token, q = int(np.argmax(logits)), None
+                confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
+            else:
+                token, q = self._sampled(logits, position + i)
+                confidence = float(q[token])
+            if tokens and confidence < self.stop_probability:
+                break
+            tokens.append(token)
+            if q is not None:
+                q_rows.append(q)
+            if i == len(guess) or token != guess[i]:
+                break
+        # Every proposed token but the last is a guess token the cache holds (a step-by-step
+        # proposal never feeds its last token either); the guess tokens after them go.
+        seen = len(tokens) - 1
+        self.cache.crop(self.cache.length - (len(guess) - seen))
+        self._pending = []
+        self._proposed, self._seen = tuple(tokens), seen
+        return Draft(
+            tokens=self._proposed,
+            q_draft=np.stack(q_rows) if q_rows else None,
+            elapsed_s=time.perf_counter() - started,
+            steps=1,
+        )
+
     def _target_width(self, logits: np.ndarray) -> np.ndarray:
         """The draft's logits [vocab_draft] as [vocab_target]: cut, or padded with -inf."""
         if len(logits) >= self.vocab_size:
             return logits[: self.vocab_size]
         return np.concatenate([logits, np.full(self.vocab_size - len(logits), -np.inf)])
 
-    def _sampled(self, logits: np.ndarray) -> tuple[int, np.ndarray]:
+    def _sampled(self, logits: np.ndarray, position: int) -> tuple[int, np.ndarray]:
         """A token drawn from the draft's distribution, and that distribution [vocab_target].
 
         A draft with a reduced output vocabulary scores N of the ids (32,768 of 151,936 for the
@@ -101,20 +150,20 @@ class ModelDrafter:
             self._scored_ids = scored if len(scored) < len(logits) else np.empty(0, np.int64)
         if not len(self._scored_ids):
             q = probabilities(logits, self._sampling)  # [vocab_target]
-            return self._draw(q), q
+            return self._draw(q, position), q
         scored_q = probabilities(logits[self._scored_ids], self._sampling)  # [N]
         q = np.zeros(len(logits), dtype=np.float64)
         q[self._scored_ids] = scored_q
-        return int(self._scored_ids[self._draw(scored_q, self._scored_ids)]), q
+        return int(self._scored_ids[self._draw(scored_q, position, self._scored_ids)]), q
 
-    def _draw(self, q: np.ndarray, ids: np.ndarray | None = None) -> int:
-        """An index into ``q`` (its token ids ``ids``, else its indices)."""
+    def _draw(self, q: np.ndarray, position: int, ids: np.ndarray | None = None) -> int:
+        """An index into ``q`` (its token ids ``ids``, else its indices) for the token at
+        absolute ``position``."""
         if self._sampling.mode == "match":
-            # The token lands at absolute position cache.length; racing with the target's
-            # keyed variables for that position (keyed by token id) makes the draws coincide
-            # whenever the two distributions are close, which is what match verification
-            # accepts.
-            return keyed_race(q, self._sampling.seed, self.cache.length, ids)
+            # Racing with the target's keyed variables for that position (keyed by token id)
+            # makes the draws coincide whenever the two distributions are close, which is
+            # what match verification accepts.
+            return keyed_race(q, self._sampling.seed, position, ids)
         return sample(q, self._rng)
 
     @staticmethod
