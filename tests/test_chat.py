@@ -45,7 +45,7 @@ def test_piped_messages_get_one_answer_each_and_commands_work(tmp_path: Path) ->
     assert notes[1].startswith(f"[unknown command /frobnicate; {commands}")
     assert notes[2] == "[answer cut at 8 tokens; pass --max-new-tokens N for longer answers]"
     assert notes[3].startswith("[8 tokens, ") and "% of draft tokens accepted" in notes[3]
-    assert "tokens drafted per round: k=" in notes[3] and "×" not in notes[3]
+    assert "tokens drafted per round: " in notes[3] and "×" not in notes[3]
     assert notes[4].startswith(f"[{commands}") and "/exit leaves" in notes[4]
     assert notes[5] == "[conversation reset]"
     engine = Engine.load()
@@ -59,12 +59,11 @@ def test_piped_messages_get_one_answer_each_and_commands_work(tmp_path: Path) ->
 def test_stats_say_what_alpha_and_k_are() -> None:
     from edgespec.cli.chat import stats_line
 
-    stats = SimpleNamespace(
-        new_tokens=128, tokens_per_s=181.04, alpha=0.8, k_counts={"0": 1, "2": 1, "6": 58}
-    )
+    outcomes = {"0,0,0": 1, "2,1,2": 1, "6,6,6": 30, "6,2,1": 28}  # drafted,accepted,steps
+    stats = SimpleNamespace(new_tokens=128, tokens_per_s=181.04, alpha=0.8, round_outcomes=outcomes)
     assert stats_line(stats) == (
         "[128 tokens, 181.0 tokens/s, alpha 80% of draft tokens accepted; tokens drafted per "
-        "round: k=6 in 58 rounds, k=2 in 1 round, k=0 in 1 round]"
+        "round: 6 in 58 rounds, 2 in 1 round, 0 in 1 round]"
     )
 
 

@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -134,12 +135,16 @@ def turn(
 
 def stats_line(stats: Any) -> str:
     """The last answer's figures in words: alpha is the share of the tested draft tokens the
-    target accepted, k the tokens drafted per round (most frequent first)."""
+    target accepted, then how many tokens the rounds drafted (most frequent first; a drafter
+    that prices its own rounds drafts less than its k)."""
     if stats is None:
         return "[no answer yet]"
     alpha = "n/a" if stats.alpha is None else f"{stats.alpha:.0%} of draft tokens accepted"
-    counts = sorted(stats.k_counts.items(), key=lambda item: (-item[1], -int(item[0])))
-    rounds = ", ".join(f"k={k} in {n} round{'s' * (n != 1)}" for k, n in counts) or "n/a"
+    drafted: Counter[int] = Counter()
+    for outcome, n in stats.round_outcomes.items():  # "drafted,accepted,draft steps"
+        drafted[int(outcome.split(",")[0])] += n
+    counts = sorted(drafted.items(), key=lambda item: (-item[1], -item[0]))
+    rounds = ", ".join(f"{k} in {n} round{'s' * (n != 1)}" for k, n in counts) or "n/a"
     return (
         f"[{stats.new_tokens} tokens, {stats.tokens_per_s or 0:.1f} tokens/s, alpha {alpha}; "
         f"tokens drafted per round: {rounds}]"
