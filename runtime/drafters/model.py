@@ -60,13 +60,7 @@ class ModelDrafter:
             steps += 1
             self._pending = []
             seen = len(tokens)
-            if self._sampling.greedy:
-                # The hot path: no probability row is needed to pick the argmax.
-                token, q = int(np.argmax(logits)), None
-                confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
-            else:
-                token, q = self._sampled(logits, self.cache.length)
-                confidence = float(q[token])
+            token, q, confidence = self._pick(logits, self.cache.length)
             if tokens and confidence < self.stop_probability:
                 break
             tokens.append(token)
@@ -106,12 +100,7 @@ class ModelDrafter:
         q_rows: list[np.ndarray] = []
         for i in range(len(guess) + 1):
             logits = self._target_width(rows[fed - len(guess) - 1 + i])
-            if self._sampling.greedy:
-                token, q = int(np.argmax(logits)), None
-                confidence = self._softmax_at(logits, token) if self.stop_probability else 1.0
-            else:
-                token, q = self._sampled(logits, position + i)
-                confidence = float(q[token])
+            token, q, confidence = self._pick(logits, position + i)
             if tokens and confidence < self.stop_probability:
                 break
             tokens.append(token)
@@ -131,6 +120,17 @@ class ModelDrafter:
             elapsed_s=time.perf_counter() - started,
             steps=1,
         )
+
+    def _pick(self, logits: np.ndarray, position: int) -> tuple[int, np.ndarray | None, float]:
+        """The draft's token at absolute ``position`` from its logits [vocab_target], its
+        distribution when sampling (None when greedy) and its own probability of the token
+        (1.0 when greedy without ``stop_probability``)."""
+        if self._sampling.greedy:
+            # The hot path: no probability row is needed to pick the argmax.
+            token = int(np.argmax(logits))
+            return token, None, self._softmax_at(logits, token) if self.stop_probability else 1.0
+        token, q = self._sampled(logits, position)
+        return token, q, float(q[token])
 
     def _target_width(self, logits: np.ndarray) -> np.ndarray:
         """The draft's logits [vocab_draft] as [vocab_target]: cut, or padded with -inf."""
