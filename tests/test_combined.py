@@ -228,3 +228,13 @@ def test_auto_k_leaves_the_combined_drafter_to_price_its_rounds() -> None:
     assert policy("auto", "combined", cap=3).next_k() == 3
     assert policy(2, "combined").next_k() == 2
     assert isinstance(policy("auto", "model"), AutoK)
+
+
+def test_a_round_of_k_0_drafts_nothing_even_when_a_probe_is_due() -> None:
+    """k 0 (a server's suggested k, the end of the context) is a plain step: neither a
+    lookup match nor the model's one-token probe drafts past it."""
+    drafter = _drafter()
+    drafter.begin([5, 6, 5, 6], sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    for index in range(2 * PROBE_EVERY):
+        assert drafter.propose(0).tokens == ()
+        drafter.commit(0, [5, 6][index % 2])

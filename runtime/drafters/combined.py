@@ -164,7 +164,7 @@ class CombinedDrafter:
                 return Draft(tokens=tokens, q_draft=q)
             return Draft(tokens=tokens)
         self._match = match
-        length = self._probed(model_length)
+        length = min(k, self._probed(model_length))  # a probe never exceeds the round's k
         # Drafting along costs one pass whatever the match's length, and the proposal stops
         # where the model parts from the match: the whole match is worth guessing, up to a
         # proposal of k tokens and the longest pass the verify curve prices.
