@@ -51,6 +51,33 @@ GREEDY_ALPHA_SMOOTHING = 0.2
 SAMPLED_ALPHA_SMOOTHING = 0.05
 
 
+class RunningAcceptance:
+    """Acceptance as accepted / tested draft tokens, two running sums that each round blends
+    into with weight ``smoothing``: a round tests n_accepted + 1 draft tokens when one is
+    rejected, n_accepted when all pass (accepted / drafted would be biased low for k > 1)."""
+
+    def __init__(self, prior: float, smoothing: float = GREEDY_ALPHA_SMOOTHING) -> None:
+        self.prior = prior
+        self.smoothing = smoothing
+        self.reset()
+
+    def reset(self) -> None:
+        self._accepted, self._tested = self.prior, 1.0
+
+    @property
+    def rate(self) -> float:
+        return self._accepted / self._tested
+
+    def update(self, drafted: int, n_accepted: int) -> None:
+        """A round that drafted ``drafted`` tokens kept ``n_accepted``; the token after the
+        last accepted one was tested too, unless every token was accepted."""
+        if drafted:
+            tested = n_accepted + (n_accepted < drafted)
+            keep = 1.0 - self.smoothing
+            self._accepted = keep * self._accepted + self.smoothing * n_accepted
+            self._tested = keep * self._tested + self.smoothing * tested
+
+
 class AutoK:
     """Adapts k from running estimates of α and of the real cost of each kind of round.
 
@@ -84,15 +111,10 @@ class AutoK:
             for k in range(self.k_max + 1)
         ]
         self._zero_rounds = 0
-        # alpha = accepted / tested, as two running sums: a round tests n_accepted + 1 draft
-        # tokens when one is rejected, n_accepted when all pass (accepted / drafted would be
-        # biased low for k > 1).
-        self._accepted = alpha
-        self._tested = 1.0
+        self._acceptance = RunningAcceptance(alpha, self.alpha_smoothing)
 
-    def _blend(self, old: float, new: float, weight: float | None = None) -> float:
-        weight = self.smoothing if weight is None else weight
-        return (1.0 - weight) * old + weight * new
+    def _blend(self, old: float, new: float) -> float:
+        return (1.0 - self.smoothing) * old + self.smoothing * new
 
     def next_k(self) -> int:
         best = max(
@@ -110,10 +132,8 @@ class AutoK:
 
     def observe(self, record: StepRecord) -> None:
         if record.drafted:
-            tested = record.n_accepted + (record.n_accepted < record.drafted)
-            self._accepted = self._blend(self._accepted, record.n_accepted, self.alpha_smoothing)
-            self._tested = self._blend(self._tested, tested, self.alpha_smoothing)
-            self.alpha = self._accepted / self._tested
+            self._acceptance.update(record.drafted, record.n_accepted)
+            self.alpha = self._acceptance.rate
         if record.drafted <= self.k_max:
             spent = record.draft_s + record.verify_s
             self.round_s[record.drafted] = self._blend(self.round_s[record.drafted], spent)

@@ -37,6 +37,7 @@ from edgespec.runtime.k_policy import (
     GREEDY_ALPHA_SMOOTHING,
     SAMPLED_ALPHA_SMOOTHING,
     CostProfile,
+    RunningAcceptance,
     expected_tokens,
 )
 
@@ -57,32 +58,6 @@ PRIOR_LOOKUP_ACCEPTANCE = 0.8
 #: that an acceptance that recovers is seen. (The lookup needs no probe: a match that was not
 #: drafted is scored against the tokens the round committed.)
 PROBE_EVERY = 16
-
-
-class RunningAcceptance:
-    """A side's accepted / tested draft tokens as two running sums, as AutoK keeps them:
-    each round blends in with weight ``smoothing``."""
-
-    def __init__(self, prior: float, smoothing: float = GREEDY_ALPHA_SMOOTHING) -> None:
-        self.prior = prior
-        self.smoothing = smoothing
-        self.reset()
-
-    def reset(self) -> None:
-        self._accepted, self._tested = self.prior, 1.0
-
-    @property
-    def rate(self) -> float:
-        return self._accepted / self._tested
-
-    def update(self, drafted: int, n_accepted: int) -> None:
-        """A round that drafted ``drafted`` tokens kept ``n_accepted``; the token after the
-        last accepted one was tested too, unless every token was accepted."""
-        if drafted:
-            tested = n_accepted + (n_accepted < drafted)
-            keep = 1.0 - self.smoothing
-            self._accepted = keep * self._accepted + self.smoothing * n_accepted
-            self._tested = keep * self._tested + self.smoothing * tested
 
 
 class CombinedDrafter:
