@@ -5,10 +5,11 @@
 
 Runs ``python -m edgespec export FILE.gguf --out DIR --force`` in a subprocess (with
 ``EDGESPEC_SKIP_MEMORY_CHECK=1``, so the importer's own estimate does not refuse the run being
-measured), samples its RSS every ``--interval`` seconds and reads its progress lines: each
-stage's peak RSS is the highest sample between its line and the next. RSS counts the pages of
-the GGUF that are mapped and resident (file-backed, the ``shared`` column) as well as the
-process's own (``anonymous``). Then prints the peak, the peak over the file's size, the bundle's
+measured), samples its RSS and its children's (the llama.cpp check runs in a child process),
+summed, every ``--interval`` seconds and reads its progress lines: each stage's peak RSS is the
+highest sample between its line and the next. RSS counts the pages of the GGUF that are mapped
+and resident (file-backed, the ``shared`` column) as well as the processes' own
+(``anonymous``). Then prints the peak, the peak over the file's size, the bundle's
 weight bytes over the file's size, and the manifest's parameter count and checks.
 """
 
@@ -28,6 +29,21 @@ from typing import Any
 import psutil
 
 MB = 1024 * 1024
+
+
+def tree_memory(process: psutil.Process) -> tuple[int, int]:
+    """RSS and its file-backed part, summed over ``process`` and its children (the llama.cpp
+    check runs in a child of the import)."""
+    rss = shared = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            info = member.memory_info()
+        except psutil.NoSuchProcess:
+            if member is process:
+                raise
+            continue
+        rss, shared = rss + info.rss, shared + info.shared
+    return rss, shared
 
 
 def measure(gguf: Path, out: Path, interval: float, extra: list[str]) -> dict[str, Any]:
@@ -64,13 +80,13 @@ def measure(gguf: Path, out: Path, interval: float, extra: list[str]) -> dict[st
     reader.start()
     while process.poll() is None:
         try:
-            info = watched.memory_info()
+            rss, shared = tree_memory(watched)
         except psutil.NoSuchProcess:
             break
         current = stages[-1]
-        current["peak_rss"] = max(current["peak_rss"], info.rss)
-        current["peak_shared"] = max(current["peak_shared"], info.shared)
-        current["peak_anonymous"] = max(current["peak_anonymous"], info.rss - info.shared)
+        current["peak_rss"] = max(current["peak_rss"], rss)
+        current["peak_shared"] = max(current["peak_shared"], shared)
+        current["peak_anonymous"] = max(current["peak_anonymous"], rss - shared)
         time.sleep(interval)
     reader.join()
     elapsed = time.perf_counter() - started
@@ -116,8 +132,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="bundle directory (default: temp)")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between samples")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
-    parser.add_argument("extra", nargs="*", help="more export arguments (after --)")
-    args = parser.parse_args()
+    # Everything after "--" goes to the export as it stands (argparse would take it for this
+    # script's own positionals).
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.extra = argv[split + 1 :]
     with tempfile.TemporaryDirectory() as scratch:
         out = args.out or Path(scratch) / "bundle"
         result = measure(args.gguf, out, args.interval, args.extra)

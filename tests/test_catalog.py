@@ -144,6 +144,12 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
     assert main(["export", str(source), "--out", str(tmp_path / "out")]) == 1
     assert "needs about" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    assert import_peak_bytes(491_400_064) > 1282 * 2**20  # the measured 0.5B peak is covered
-    assert import_peak_bytes(1_117_320_768) > 3120 * 2**20  # and the 1.5B's
-    assert import_peak_bytes(4_683_074_240) < 22e9  # a 7B Q4_K_M fits a 24 GB machine
+    # The peaks measured on the GGUF kernels (docs/benchmarks.md) are covered: the 0.5B's,
+    # the 1.5B's and a 7B-shaped Q4_K_M file's; and a 7B Q4_K_M fits a 16 GB laptop.
+    assert import_peak_bytes(491_400_064) > 954 * 2**20
+    assert import_peak_bytes(1_117_320_768) > 1639 * 2**20
+    assert import_peak_bytes(4_683_074_240) < 8e9
+    # On MatMulNBits (--kernels mlas) the session packs a second copy: the 1.5B's 3,120 MB.
+    assert import_peak_bytes(1_117_320_768, path="matmul-nbits") > 3120 * 2**20
+    # Dequantized to float32, SmolLM2's 98 MB file peaked at 1,072 MB.
+    assert import_peak_bytes(98_362_432, path="float32") > 1072 * 2**20

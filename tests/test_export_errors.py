@@ -290,3 +290,20 @@ def test_a_llama_cpp_that_dies_costs_a_gguf_import_its_agreement_only(
     assert record["checked"] is False
     reason = record["reason"]
     assert "died of SIGILL" in reason and "CMAKE_ARGS" in reason and "\n" not in reason
+
+
+def test_llama_cpps_check_loads_the_file_without_its_repacked_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The agreement check's llama.cpp leaves out its repacked copy of the weights (another
+    0.6 GB for the 1.5B, 3 GB for a 7B beside the mapped file), so the import stays within
+    its memory bound."""
+    low = pytest.importorskip("llama_cpp.llama_cpp")
+    from edgespec.export.gguf.agreement import _without_weight_repacking
+
+    if "use_extra_bufts" not in {name for name, _ in low.llama_model_default_params()._fields_}:
+        pytest.skip("this llama-cpp-python has no use_extra_bufts")
+    monkeypatch.setattr(low, "llama_model_default_params", low.llama_model_default_params)
+    assert low.llama_model_default_params().use_extra_bufts
+    _without_weight_repacking()
+    assert not low.llama_model_default_params().use_extra_bufts

@@ -66,6 +66,7 @@ def llama_cpp_logits(path: str, prompts: list[list[int]], out_dir: str) -> None:
     """llama.cpp's logits of each prompt into ``out_dir``: ``batched-{i}.npy`` from one
     ``eval`` of the whole prompt (its prompt path), ``one-token-{i}.npy`` from an ``eval`` per
     token (its decode path); [tokens, vocab] float32 each. Runs in a child process."""
+    _without_weight_repacking()
     from llama_cpp import Llama
 
     # A context just long enough for the prompts: its logits buffer is n_ctx x vocab floats.
@@ -81,6 +82,29 @@ def llama_cpp_logits(path: str, prompts: list[list[int]], out_dir: str) -> None:
             llm.eval([token])
             one_token.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
         np.save(Path(out_dir) / f"one-token-{i}.npy", np.stack(one_token))
+
+
+def _without_weight_repacking() -> None:
+    """Loads llama.cpp's model without its repacked copy of the weights (its CPU "extra
+    buffer types": Q4_0, Q4_K and others interleaved for its batched kernels, held beside the
+    file's mapped pages: 0.6 GB for Qwen2.5-Coder-1.5B Q4_K_M, 3 GB for a 7B), so that this
+    check stays inside the import's memory bound. Its logits then come from its plain dot
+    products, for the batched and the one-token path alike. Older llama-cpp-python has no
+    such field (and repacks less)."""
+    try:
+        import llama_cpp.llama_cpp as low
+    except ImportError:  # a llama-cpp-python laid out otherwise: its defaults stand
+        return
+    defaults = low.llama_model_default_params
+    if "use_extra_bufts" not in {name for name, _ in defaults().__class__._fields_}:
+        return
+
+    def without_repacking() -> Any:
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = without_repacking
 
 
 def _llama_cpp_failure(exitcode: int | None) -> str:

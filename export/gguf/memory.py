@@ -13,30 +13,37 @@ import psutil
 
 from edgespec.errors import ExportError
 
-#: The import's peak memory: this many times the file, plus a fixed part (see
-#: :func:`import_peak_bytes`).
-IMPORT_PEAK_PER_FILE_BYTE = 3.0
-IMPORT_BASE_BYTES = 300 << 20
+#: The part of an import's peak that does not grow with the weights: the tokenizer's arrays
+#: while it is built (1 GB for Gemma 3's 262,144 tokens), the reference forward's float64
+#: logits, the llama.cpp check's own buffers.
+IMPORT_BASE_BYTES = 1000 << 20
+#: Times the file, by what the graph's products run on. On edgespec's GGUF kernels the graph
+#: reads the file's blocks as stored, so the checks' session holds about the file once
+#: more while the file's own pages are released. On ONNX Runtime's MatMulNBits (``--kernels
+#: mlas``, or where the kernels did not build) the session packs a second copy of every
+#: 4-bit weight and stores 5- and 6-bit blocks as 8-bit. Dequantized (``--quant fp32``) the
+#: bundle is about 5.5-7x the file, and the session holds it again.
+IMPORT_PEAK_PER_FILE_BYTE = {"kernels": 1.1, "matmul-nbits": 3.0, "float32": 12.0}
 SKIP_MEMORY_CHECK_ENV = "EDGESPEC_SKIP_MEMORY_CHECK"
 
 
-def import_peak_bytes(file_bytes: int) -> int:
-    """The import's expected peak memory for a GGUF of ``file_bytes``: the checks' ONNX Runtime
-    session (its initializers and MatMulNBits' packed copies: 1.1x the bundle for 8-bit
-    codes, 2x for 4-bit ones; the bundle is up to 1.3x the file) beside the reference
-    forward's float64 logits; the tokenizer's arrays are dropped once it is built, the file's
-    pages are released as they are read, and llama.cpp's check runs after the session is
-    closed (measured peaks: 2.74x the file for Qwen2.5-Coder 0.5B Q4_K_M, 2.93x for the
-    1.5B, benchmarks/import_memory.py)."""
-    return int(IMPORT_PEAK_PER_FILE_BYTE * file_bytes) + IMPORT_BASE_BYTES
+def import_peak_bytes(file_bytes: int, *, path: str = "kernels") -> int:
+    """The import's expected peak memory, its llama.cpp check's child process counted, for a
+    GGUF of ``file_bytes`` whose graph runs on ``path`` (``kernels``, ``matmul-nbits`` or
+    ``float32``). Measured peaks over the file (benchmarks/import_memory.py, MB of 2^20 bytes):
+    on the kernels, SmolLM2-135M Q4_1 + 440 MB, Gemma 3 270M + 861, Qwen2.5-Coder 0.5B + 500
+    and 1.5B + 576, a Qwen2.5-7B-shaped Q4_K_M file (4,466 MB) + 661; dequantized, SmolLM2
+    11.4x the file."""
+    factor = IMPORT_PEAK_PER_FILE_BYTE[path]
+    return int(factor * file_bytes) + IMPORT_BASE_BYTES
 
 
-def check_import_memory(path: Path) -> None:
+def check_import_memory(path: Path, *, graph_path: str = "kernels") -> None:
     """Refuses, before anything is written, an import that would not fit in the memory
     available now; ``EDGESPEC_SKIP_MEMORY_CHECK=1`` tries anyway."""
     if os.environ.get(SKIP_MEMORY_CHECK_ENV) == "1":
         return
-    needed = import_peak_bytes(path.stat().st_size)
+    needed = import_peak_bytes(path.stat().st_size, path=graph_path)
     available = int(psutil.virtual_memory().available)
     if needed > available:
         raise ExportError(

@@ -48,7 +48,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         gguf_path(config.model) as path,
         staging_directory(config.out, force=config.force) as staging,
     ):
-        check_import_memory(path)
+        check_import_memory(path, graph_path=_graph_path(kernel_types, dequantize))
         observe(ProgressEvent(stage="gguf", message=f"reading {path.name}"))
         source = open_gguf(path)
         arch = source.architecture
@@ -115,6 +115,13 @@ def _kernel_types(choice: str, dequantize: bool) -> frozenset[str]:
         # MatMulNBits runs on the GPU instead.
         return frozenset()
     return kernel_types(choice) if built else frozenset()
+
+
+def _graph_path(kernel_types: frozenset[str], dequantize: bool) -> str:
+    """What the graph's products run on, for the import's memory estimate."""
+    if dequantize:
+        return "float32"
+    return "kernels" if kernel_types else "matmul-nbits"
 
 
 def _file_records(source: GGUFFile) -> dict[str, Any]:
