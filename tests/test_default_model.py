@@ -111,6 +111,10 @@ def test_the_draft_converts_showing_progress_into_files_of_one_mode(tmp_path: Pa
     built = f"  graph: layers built {bundle.manifest.model.num_layers}/"
     assert any(line.startswith(built) for line in notices), notices
     assert any(line.startswith("  verify: batch invariance") for line in notices), notices
+    # The checks count their work too: the reference forward's layers, the widths.
+    layers = f"  verify: numpy reference, layers {bundle.manifest.model.num_layers}/"
+    assert any(line.startswith(layers) for line in notices), notices
+    assert any(line.startswith("  verify: batch invariance, width 9 8/8") for line in notices)
     assert not any("about" in line for line in notices)
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in bundle.root.iterdir()}
     assert "model.onnx.data" in modes and set(modes.values()) == {0o640}, modes

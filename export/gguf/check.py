@@ -76,7 +76,10 @@ def reference_logits(source: WeightSource, tokens: Sequence[int]) -> np.ndarray:
 
 
 def reference_logits_batch(
-    source: WeightSource, sequences: Sequence[Sequence[int]]
+    source: WeightSource,
+    sequences: Sequence[Sequence[int]],
+    *,
+    observe: ProgressObserver = ignore_progress,
 ) -> list[np.ndarray]:
     """:func:`reference_logits` of each sequence, computed layer by layer for all of them at
     once: each weight is dequantized a slice of rows at a time (``REFERENCE_SLICE``
@@ -126,6 +129,14 @@ def reference_logits_batch(
         if arch.gemma:
             outs = [_rms(out, vector("post_ffw_norm.weight"), eps) for out in outs]
         xs = [x + out for x, out in zip(xs, outs, strict=True)]
+        observe(
+            ProgressEvent(
+                stage="verify",
+                message="numpy reference, layers",
+                step=layer + 1,
+                total=arch.num_layers,
+            )
+        )
     norm = float_tensor(source.tensor("output_norm.weight")).astype(np.float64)
     lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
     logits = _times(source, lm_head, [_rms(x, norm, eps) for x in xs])
@@ -217,14 +228,19 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) ->
 
 
 def check_parity(
-    driver: GraphDriver, source: WeightSource, prompts: Sequence[Sequence[int]], *, min_top1: float
+    driver: GraphDriver,
+    source: WeightSource,
+    prompts: Sequence[Sequence[int]],
+    *,
+    min_top1: float,
+    observe: ProgressObserver = ignore_progress,
 ) -> ParityResult:
     diffs, agree, positions, greedy_match = [], 0, 0, 0
     graph = [driver.forward(prompt, driver.new_cache()) for prompt in prompts]
     greedy = [driver.greedy(prompt, GREEDY_TOKENS) for prompt in prompts]
     # One reference pass over every sequence: each weight is dequantized once.
     continued = [[*prompt, *made[:-1]] for prompt, made in zip(prompts, greedy, strict=True)]
-    references = reference_logits_batch(source, [*prompts, *continued])
+    references = reference_logits_batch(source, [*prompts, *continued], observe=observe)
     for i, prompt in enumerate(prompts):
         expected, got, produced = references[i], graph[i], greedy[i]
         diffs.append(float(np.abs(got - expected).max()))
@@ -268,12 +284,14 @@ def batch_invariance(
     only their argmax."""
     sample = [t for prompt in prompts for t in prompt] + driver.greedy(prompts[0], 48)
     stream = [sample[: INVARIANCE_PREFILL + INVARIANCE_POSITIONS]]
-    invariance = check_batch_invariance(driver, stream, prefill=INVARIANCE_PREFILL)
+    invariance = check_batch_invariance(driver, stream, prefill=INVARIANCE_PREFILL, observe=observe)
     differs = not invariance.passed or (exact_unpadded and invariance.max_abs_logit_diff > 0)
     if differs and driver.graph.min_pass_width == 1:
         observe(ProgressEvent(stage="verify", message="single steps padded to two positions"))
         driver = check_driver(driver.session, source, replace(driver.graph, min_pass_width=2))
-        invariance = check_batch_invariance(driver, stream, prefill=INVARIANCE_PREFILL)
+        invariance = check_batch_invariance(
+            driver, stream, prefill=INVARIANCE_PREFILL, observe=observe
+        )
     return invariance, driver
 
 
@@ -304,7 +322,7 @@ def check_graph(
     lives only in this call, so that llama.cpp's check maps the file without it beside."""
     driver = check_driver(check_session(graph_path), source, graph)
     observe(ProgressEvent(stage="verify", message="parity with the file's weights (numpy)"))
-    parity = check_parity(driver, source, prompts, min_top1=min_top1)
+    parity = check_parity(driver, source, prompts, min_top1=min_top1, observe=observe)
     observe(ProgressEvent(stage="verify", message="batch invariance, widths 2-9"))
     invariance, driver = batch_invariance(
         driver, source, prompts, exact_unpadded=exact_unpadded, observe=observe
