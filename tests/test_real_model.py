@@ -124,17 +124,23 @@ def test_fast_path_equals_reference_path(smollm2: Path, engine: Engine) -> None:
         assert np.array_equal(got[0], got[1])
 
 
-def test_the_shipped_draft_speculates_exactly(smollm2: Path) -> None:
+def test_the_shipped_draft_speculates_exactly(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The draft the package ships for the default model: converted from its GGUF, paired
     with the target, its record's recommendation (combined drafter, k 6) is the engine's
-    default, and greedy speculation equals target-only decoding with it."""
-    from edgespec.engine.default_model import default_draft_bundle
+    default where no choice was measured on the device, and greedy speculation equals
+    target-only decoding with it."""
+    from edgespec.engine.default_model import CACHE_ENV, default_draft_bundle
 
     draft = default_draft_bundle(cache=CACHE / "edgespec-cache")
     assert draft is not None
     record = draft.manifest.extra["distillation"]
     assert record["recommended"] == {"drafter": "combined", "k": 6}
     assert sum(f.size for f in draft.manifest.files) <= 25e6
+    # A cache without profiles: `edgespec pair --profile` on this machine stores a measured
+    # choice that would stand in for the recommendation.
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     engine = Engine.load(target=smollm2, draft=draft.root, measure_energy=False)
     assert (engine.default_drafter, engine.default_k) == ("combined", 6)
     for text in (EDIT_REQUEST, "Explain what a rainbow is."):
