@@ -28,22 +28,9 @@ from typing import Any
 
 import psutil
 
+from edgespec.export.gguf.memory import process_tree_memory
+
 MB = 1024 * 1024
-
-
-def tree_memory(process: psutil.Process) -> tuple[int, int]:
-    """RSS and its file-backed part, summed over ``process`` and its children (the llama.cpp
-    check runs in a child of the import)."""
-    rss = shared = 0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            info = member.memory_info()
-        except psutil.NoSuchProcess:
-            if member is process:
-                raise
-            continue
-        rss, shared = rss + info.rss, shared + info.shared
-    return rss, shared
 
 
 def measure(gguf: Path, out: Path, interval: float, extra: list[str]) -> dict[str, Any]:
@@ -80,7 +67,7 @@ def measure(gguf: Path, out: Path, interval: float, extra: list[str]) -> dict[st
     reader.start()
     while process.poll() is None:
         try:
-            rss, shared = tree_memory(watched)
+            rss, shared = process_tree_memory(watched)
         except psutil.NoSuchProcess:
             break
         current = stages[-1]

@@ -171,18 +171,16 @@ def peak_tree_rss(command: list[str], **popen: Any) -> tuple[subprocess.Complete
     import checks agreement with llama.cpp in a child process): the run and the highest sum."""
     import psutil
 
+    from edgespec.export.gguf.memory import process_tree_memory
+
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
     )
     watched, peak = psutil.Process(process.pid), 0
     reader = ThreadPoolExecutor(max_workers=1).submit(process.communicate)
     while process.poll() is None:
-        total = 0
         with contextlib.suppress(psutil.NoSuchProcess):
-            for member in [watched, *watched.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    total += member.memory_info().rss
-        peak = max(peak, total)
+            peak = max(peak, process_tree_memory(watched)[0])
         time.sleep(0.02)
     stdout, stderr = reader.result()
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), peak

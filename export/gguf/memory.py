@@ -54,6 +54,22 @@ def check_import_memory(path: Path, *, graph_path: str = "kernels") -> None:
         )
 
 
+def process_tree_memory(process: psutil.Process) -> tuple[int, int]:
+    """RSS and its file-backed part (0 where the platform does not say), summed over
+    ``process`` and its children: what an import holds, its llama.cpp check's child process
+    counted. Raises ``psutil.NoSuchProcess`` once ``process`` itself has ended."""
+    rss = shared = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            info = member.memory_info()
+        except psutil.NoSuchProcess:
+            if member is process:
+                raise
+            continue  # a child that ended between the listing and the reading
+        rss, shared = rss + info.rss, shared + getattr(info, "shared", 0)
+    return rss, shared
+
+
 def release_freed_memory() -> None:
     """Collects what an import's stage left unreferenced and hands the freed heap back to the
     system (glibc keeps freed small blocks otherwise), between stages."""
