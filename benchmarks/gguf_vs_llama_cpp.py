@@ -6,6 +6,7 @@ one process.
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --contexts 64,1024,3000 [--tokens 32]
         [--rounds 2]
     python benchmarks/gguf_vs_llama_cpp.py BUNDLE GGUF --agreement [--also FP32_BUNDLE]
+        [--agreement-tokens 700]
 
 BUNDLE is ``edgespec export GGUF --out BUNDLE``. For each edit-style chat prompt (rewrite a
 given function: answers repeat the prompt, where prompt lookup pays), in turn: llama.cpp
@@ -19,7 +20,8 @@ speculative output equalled its own target-only output on every prompt.
 
 With ``--agreement``, teacher-forced top-1 agreement with llama.cpp's logits over 1,400
 positions (``agreement_texts.json``: the start of this project's README and runtime guide,
-700 tokens each),
+700 tokens each; ``--agreement-tokens 1800`` takes 1,800 of each, nearly all of their 8,000
+characters, for a count with less sampling noise),
 for the bundle and any ``--also`` bundles of the same file (a ``--quant fp32`` import shows
 what exact float arithmetic on the same weights reaches: llama.cpp rounds its activations
 to 8 bits, so no engine agrees with it everywhere). llama.cpp's logits are taken both ways
@@ -123,7 +125,7 @@ def context_scaling(
         print(json.dumps(summary), flush=True)
 
 
-def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
+def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int = 700) -> None:
     """Top-1 agreement of each bundle with llama.cpp's logits from both of its paths: one
     ``eval`` of the whole text (its batched prompt path, the reference the export's check
     uses) and one ``eval`` per token (its decoding path). First line: the two paths against
@@ -134,9 +136,9 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
     from edgespec.manifest import load_bundle
     from edgespec.runtime.model import ModelOptions, OnnxModel
 
-    texts = agreement_texts(3000)
+    texts = agreement_texts(3000 if tokens_per_text <= 700 else 1 << 20)
     tokenizer = Tokenizer.from_file(str(bundles[0] / "tokenizer.json"))
-    sequences = [tokenizer.encode(text).ids[:700] for text in texts]
+    sequences = [tokenizer.encode(text).ids[:tokens_per_text] for text in texts]
     batched, one_by_one = [], []
     for ids in sequences:
         llm.reset()
@@ -149,15 +151,18 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
             rows.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
         one_by_one.append(np.stack(rows))
 
-    def top1(ours: list[Any], theirs: list[Any]) -> float:
+    def agreeing(ours: list[Any], theirs: list[Any]) -> int:
         pairs = zip(ours, theirs, strict=True)
-        agree = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in pairs)
-        return agree / sum(len(ids) for ids in sequences)
+        return sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in pairs)
+
+    def top1(ours: list[Any], theirs: list[Any]) -> float:
+        return agreeing(ours, theirs) / sum(len(ids) for ids in sequences)
 
     positions = sum(len(ids) for ids in sequences)
     gap = max(float(np.abs(a - b).max()) for a, b in zip(batched, one_by_one, strict=True))
     line: dict[str, Any] = {
         "llama.cpp batched vs one token at a time": top1(batched, one_by_one),
+        "agreeing_positions": agreeing(batched, one_by_one),
         "max_abs_logit_diff": gap,
         "positions": positions,
     }
@@ -176,6 +181,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int) -> None:
             "bundle": str(bundle),
             "top1_agreement": top1(ours, batched),
             "top1_agreement_one_token_path": top1(ours, one_by_one),
+            "agreeing_positions": [agreeing(ours, batched), agreeing(ours, one_by_one)],
             "positions": positions,
         }
         print(json.dumps(line), flush=True)
@@ -206,6 +212,9 @@ def main() -> None:
     parser.add_argument("--agreement", action="store_true", help="top-1 agreement with llama.cpp")
     parser.add_argument("--also", type=Path, nargs="*", default=[], help="more bundles to compare")
     parser.add_argument(
+        "--agreement-tokens", type=int, default=700, help="tokens of each agreement text"
+    )
+    parser.add_argument(
         "--f32-cache", action="store_true", help="llama.cpp with a float32 KV cache (else f16)"
     )
     args = parser.parse_args()
@@ -225,7 +234,7 @@ def main() -> None:
         verbose=False,
     )
     if args.agreement:
-        agreement(llm, [args.bundle, *args.also], args.threads)
+        agreement(llm, [args.bundle, *args.also], args.threads, args.agreement_tokens)
         return
     if args.contexts:
         contexts = [int(c) for c in args.contexts.split(",")]

@@ -25,7 +25,15 @@
  * partials merge in block order: the same arithmetic whatever the pass's width, the thread
  * count or which other rows share the call. Paths: AVX2 + FMA where the GGUF kernels run
  * AVX2, NEON where they run NEON (the same bits as AVX2's), portable C otherwise; one path per
- * process. */
+ * process.
+ *
+ * edgespec.gguf::CacheAttentionHalf: the same with float16 caches (past_key, past_value,
+ * present_key, present_value), as llama.cpp keeps its cache: half the memory and half the
+ * bytes read per position. A new row's key and value are rounded to float16 (to nearest even)
+ * as they are written, and so is the query (the key products then multiply float16 numbers,
+ * as llama.cpp's over its float16 cache do); a block's keys and values are widened to float
+ * exactly before the same float arithmetic, so a row's bits still depend on its query and the
+ * cache only. */
 #include "gguf_common.h"
 
 #define ATTENTION_BLOCK 128 /* positions per task */
@@ -34,16 +42,19 @@
 typedef struct {
     const OrtApiTable *api;
     int64_t heads, kv_heads, window;
+    int half; /* float16 caches */
 } AttentionKernel;
 
 /* One call's operands; partial [kv_heads, blocks, R, group, D + 2]: each block's maximum,
  * sum of exponentials and weighted values for one (row, query head). */
 typedef struct {
-    const float *query, *keys, *values; /* query [S, heads × D]; caches [kv_heads, C, D] */
+    const float *query;        /* [S, heads × D] */
+    const void *keys, *values; /* caches [kv_heads, C, D], float or float16 (half) */
     float *partial, *output;
     int64_t rows, past, heads, kv_heads, group, d, capacity, window, first_block, blocks;
     float scale;
-    int vectorized;
+    int vectorized, half;
+    volatile int out_of_memory; /* a task could not get its scratch */
 } Attention;
 
 static OrtStatus *attention_fail(const OrtApiTable *api, const char *message) {
@@ -312,11 +323,101 @@ static void weighted_values_neon(float *acc, int64_t stride, const float *p, int
 #define ES_ATTENTION_VECTOR(name) name##_avx2
 #endif
 
+/* ---- float16 caches ------------------------------------------------------------- */
+
+/* A calling thread's scratch of at least `floats` floats, grown as needed and kept between
+ * calls (a prefill pass's would otherwise be mapped and faulted in afresh each call): *buffer
+ * and *capacity are the caller's thread-local state. NULL when out of memory. */
+static float *thread_buffer(float **buffer, size_t *capacity, size_t floats) {
+    if (floats > *capacity) {
+        free(*buffer);
+        *buffer = malloc(sizeof(float) * floats);
+        *capacity = *buffer ? floats : 0;
+    }
+    return *buffer;
+}
+
+/* A block's keys or values widened to float (exact). */
+
+static void widen_portable(const uint16_t *h, float *f, int64_t n) {
+    for (int64_t i = 0; i < n; i++) f[i] = half_to_float(h[i]);
+}
+
+#ifdef ES_X86
+ES_AVX2 static void widen_avx2(const uint16_t *h, float *f, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    widen_portable(h + i, f + i, n - i);
+}
+#endif
+#ifdef ES_ARM
+static void widen_neon(const uint16_t *h, float *f, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(f + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+    widen_portable(h + i, f + i, n - i);
+}
+#endif
+
+/* The query rounded to float16 and back, n floats: the key products then multiply two
+ * float16 numbers, as llama.cpp's products over its float16 cache do (its matrix product
+ * converts the float operand to the cache's type). Rounding to nearest even on every path. */
+static void round_to_half_portable(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = half_to_float(float_to_half(x[i]));
+}
+
+#ifdef ES_X86
+ES_AVX2 static void round_to_half_avx2(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    round_to_half_portable(x + i, y + i, n - i);
+}
+#endif
+#ifdef ES_ARM
+static void round_to_half_neon(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    round_to_half_portable(x + i, y + i, n - i);
+}
+#endif
+
 static void block_task(void *data, size_t task) {
     const Attention *a = (const Attention *)data;
     const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
     const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
-    const float *keys = a->keys + h * a->capacity * d, *values = a->values + h * a->capacity * d;
+    const float *keys, *values; /* position p's key at keys + p * d */
+    if (a->half) {
+        /* positions begin .. end - 1 as floats; keys and values point ``begin`` rows before */
+        const int64_t end = a->past + a->rows < begin + ATTENTION_BLOCK ? a->past + a->rows
+                                                                        : begin + ATTENTION_BLOCK;
+        /* this thread's 2 × ATTENTION_BLOCK × D floats: the block's keys, then its values */
+        static __thread float *widened_state;
+        static __thread size_t widened_capacity;
+        float *widened = thread_buffer(&widened_state, &widened_capacity,
+                                       (size_t)(2 * ATTENTION_BLOCK * d));
+        if (!widened) {
+            ((Attention *)data)->out_of_memory = 1;
+            return;
+        }
+        const uint16_t *k16 = (const uint16_t *)a->keys + (h * a->capacity + begin) * d;
+        const uint16_t *v16 = (const uint16_t *)a->values + (h * a->capacity + begin) * d;
+        const int64_t n = (end - begin) * d;
+        float *wide_values = widened + ATTENTION_BLOCK * d;
+#if defined(ES_X86)
+        if (a->vectorized) widen_avx2(k16, widened, n), widen_avx2(v16, wide_values, n);
+        else
+#elif defined(ES_ARM)
+        if (a->vectorized) widen_neon(k16, widened, n), widen_neon(v16, wide_values, n);
+        else
+#endif
+            widen_portable(k16, widened, n), widen_portable(v16, wide_values, n);
+        keys = widened - begin * d, values = wide_values - begin * d;
+    } else {
+        keys = (const float *)a->keys + h * a->capacity * d;
+        values = (const float *)a->values + h * a->capacity * d;
+    }
     float scores[MAX_GROUP * ATTENTION_BLOCK]; /* [group, positions], padded with -inf to 8 */
     for (int64_t r = 0; r < a->rows; r++) {
         const int64_t t = a->past + r;
@@ -405,33 +506,41 @@ static OrtStatus *shape_of(const OrtApiTable *api, const OrtValue *value, int64_
     return status;
 }
 
-/* The calling thread's scratch for the partial sums, kept between calls: a prefill pass's is
- * megabytes, which malloc would map and fault in afresh each call. Per thread, so sessions run
- * from several threads never share one. */
-static float *partial_buffer(size_t floats) {
-    static __thread float *buffer;
-    static __thread size_t capacity;
-    if (floats > capacity) {
-        free(buffer);
-        buffer = malloc(sizeof(float) * floats);
-        capacity = buffer ? floats : 0;
-    }
-    return buffer;
-}
+/* The calling thread's scratch for the partial sums (megabytes for a prefill pass), then,
+ * with float16 caches, the rounded query. Per thread, so sessions run from several threads
+ * never share one. */
+static __thread float *partial_state;
+static __thread size_t partial_capacity;
 
-/* One call's operands: query [rows, heads × D], the caches [kv_heads, capacity, D] holding
- * positions 0 .. past + rows - 1, output [rows, heads × D]; the blocks of positions any row's
- * window reaches; partial NULL when out of memory. */
-static Attention attention_of(const float *query, const float *keys, const float *values,
+/* One call's operands: query [rows, heads × D], the caches [kv_heads, capacity, D] (float16
+ * if half) holding positions 0 .. past + rows - 1, output [rows, heads × D]; the blocks of
+ * positions any row's window reaches; partial NULL when out of memory. */
+static Attention attention_of(const float *query, const void *keys, const void *values,
                               float *output, int64_t rows, int64_t past, int64_t heads,
-                              int64_t kv_heads, int64_t d, int64_t capacity, int64_t window) {
+                              int64_t kv_heads, int64_t d, int64_t capacity, int64_t window,
+                              int half) {
     const int64_t start = window && past - window + 1 > 0 ? past - window + 1 : 0;
     const int64_t first_block = start / ATTENTION_BLOCK;
     const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
     Attention a = {query, keys, values, NULL, output, rows, past, heads, kv_heads, heads / kv_heads,
-                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0};
+                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0, 0, 0};
     a.vectorized = strcmp(edgespec_gguf_kernel_path(), "portable") != 0 && d % 8 == 0;
-    a.partial = partial_buffer((size_t)(kv_heads * blocks * rows * a.group * (d + 2)));
+    const size_t partial = (size_t)(kv_heads * blocks * rows * a.group * (d + 2));
+    const int64_t query_floats = half ? rows * heads * d : 0;
+    a.partial = thread_buffer(&partial_state, &partial_capacity, partial + (size_t)query_floats);
+    a.half = half;
+    if (half && a.partial) {
+        float *rounded = a.partial + partial;
+#if defined(ES_X86)
+        if (a.vectorized) round_to_half_avx2(query, rounded, query_floats);
+        else
+#elif defined(ES_ARM)
+        if (a.vectorized) round_to_half_neon(query, rounded, query_floats);
+        else
+#endif
+            round_to_half_portable(query, rounded, query_floats);
+        a.query = rounded;
+    }
     return a;
 }
 
@@ -445,7 +554,7 @@ ES_EXPORT int edgespec_cache_attention(const float *query, const float *keys, co
         past + rows > capacity || window < 0)
         return -1;
     Attention a = attention_of(query, keys, values, output, rows, past, heads, kv_heads, d,
-                               capacity, window);
+                               capacity, window, 0);
     if (!a.partial) return -1;
     for (size_t task = 0; task < (size_t)(kv_heads * a.blocks); task++) block_task(&a, task);
     for (size_t r = 0; r < (size_t)rows; r++) merge_task(&a, r);
@@ -491,38 +600,49 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
         (status = output(context, 1, cdims, 4, &out[1])) ||
         (status = output(context, 2, cdims, 4, &out[2])))
         return status;
-    float *y, *caches[2];
-    if ((status = data_of(out[0], (void **)&y)) || (status = data_of(out[1], (void **)&caches[0])) ||
-        (status = data_of(out[2], (void **)&caches[1])))
+    float *y;
+    void *caches[2];
+    if ((status = data_of(out[0], (void **)&y)) || (status = data_of(out[1], &caches[0])) ||
+        (status = data_of(out[2], &caches[1])))
         return status;
+    const size_t item = kernel->half ? sizeof(uint16_t) : sizeof(float); /* a cache element */
     for (int kind = 0; kind < 2; kind++) { /* the new rows into the cache, after its past */
-        const float *past_cache = (const float *)ptr[3 + kind], *fresh = (const float *)ptr[1 + kind];
-        float *cache = caches[kind];
+        const char *past_cache = (const char *)ptr[3 + kind];
+        const float *fresh = (const float *)ptr[1 + kind];
+        char *cache = (char *)caches[kind];
         for (int64_t h = 0; h < kv_heads; h++) {
-            float *head = cache + h * capacity * d;
+            char *head = cache + (size_t)(h * capacity * d) * item;
             if (cache != past_cache) {
-                memcpy(head, past_cache + h * capacity * d, sizeof(float) * (size_t)(past * d));
-                memset(head + (past + rows) * d, 0,
-                       sizeof(float) * (size_t)((capacity - past - rows) * d));
+                memcpy(head, past_cache + (size_t)(h * capacity * d) * item, item * (size_t)(past * d));
+                memset(head + (size_t)((past + rows) * d) * item, 0,
+                       item * (size_t)((capacity - past - rows) * d));
             }
-            for (int64_t r = 0; r < rows; r++)
-                memcpy(head + (past + r) * d, fresh + (r * kv_heads + h) * d, sizeof(float) * (size_t)d);
+            for (int64_t r = 0; r < rows; r++) {
+                const float *row = fresh + (r * kv_heads + h) * d;
+                if (kernel->half) {
+                    uint16_t *to = (uint16_t *)head + (past + r) * d;
+                    for (int64_t i = 0; i < d; i++) to[i] = float_to_half(row[i]);
+                } else {
+                    memcpy((float *)head + (past + r) * d, row, sizeof(float) * (size_t)d);
+                }
+            }
         }
     }
     if (rows < s) memset(y + rows * heads * d, 0, sizeof(float) * (size_t)((s - rows) * heads * d));
     Attention a = attention_of((const float *)ptr[0], caches[0], caches[1], y, rows, past, heads,
-                               kv_heads, d, capacity, kernel->window);
+                               kv_heads, d, capacity, kernel->window, kernel->half);
     if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
     status = parallel_for(context, block_task, (size_t)(kv_heads * a.blocks), ES_BATCHES, &a);
+    if (!status && a.out_of_memory)
+        return attention_fail(api, "CacheAttention: out of memory for a block's widened cache");
     if (!status) status = parallel_for(context, merge_task, (size_t)rows, ES_BATCHES, &a);
     return status;
 }
 
 static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
                                    const OrtKernelInfo *info, void **out) {
-    (void)op;
     AttentionKernel *kernel = calloc(1, sizeof *kernel);
     if (!kernel) return attention_fail(api, "CacheAttention: out of memory");
     es_kernel_info_get_attribute_int64_fn attribute = ES_ORT_CALL(
@@ -542,6 +662,7 @@ static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
                                    "(at most 16 query heads per KV head), window 0 or more");
     }
     kernel->api = api;
+    kernel->half = op == (const void *)&es_cache_attention_half_op;
     *out = kernel;
     return NULL;
 }
@@ -555,6 +676,15 @@ static int attention_input_type(const void *op, size_t i) {
 }
 static size_t attention_input_count(const void *op) { (void)op; return 7; }
 static int attention_output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
+static const char *attention_half_name(const void *op) { (void)op; return "CacheAttentionHalf"; }
+static int attention_half_input_type(const void *op, size_t i) {
+    (void)op;
+    return i >= 5 ? ES_ORT_INT32 : i >= 3 ? ES_ORT_FLOAT16 : ES_ORT_FLOAT;
+}
+static int attention_half_output_type(const void *op, size_t i) {
+    (void)op;
+    return i ? ES_ORT_FLOAT16 : ES_ORT_FLOAT;
+}
 static size_t attention_output_count(const void *op) { (void)op; return 3; }
 static int attention_required(const void *op, size_t i) { (void)op, (void)i; return 0; }
 static int attention_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
@@ -566,4 +696,11 @@ const OrtCustomOpV16 es_cache_attention_op = {
     attention_output_type, attention_output_count, NULL, attention_destroy, attention_required,
     attention_required, attention_memory, attention_one, attention_zero, attention_one,
     attention_zero, attention_create, attention_compute,
+};
+
+const OrtCustomOpV16 es_cache_attention_half_op = {
+    16, NULL, attention_half_name, attention_provider, attention_half_input_type,
+    attention_input_count, attention_half_output_type, attention_output_count, NULL,
+    attention_destroy, attention_required, attention_required, attention_memory, attention_one,
+    attention_zero, attention_one, attention_zero, attention_create, attention_compute,
 };

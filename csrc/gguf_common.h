@@ -86,6 +86,26 @@ static inline float half_to_float(uint16_t h) {
     return out;
 }
 
+/* float to float16, rounding to nearest even (IEEE's conversion: what F16C and NEON compute);
+ * overflow gives infinity, NaN stays NaN. */
+static inline uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000, magnitude = x & 0x7FFFFFFF;
+    if (magnitude > 0x7F800000) return (uint16_t)(sign | 0x7E00 | ((magnitude >> 13) & 0x3FF));
+    if (magnitude >= 0x477FF000) return (uint16_t)(sign | 0x7C00); /* 65520 and up: infinity */
+    if (magnitude < 0x33000000) return (uint16_t)sign;             /* 2^-25 and below: zero */
+    uint32_t q, rest, half;
+    if (magnitude < 0x38800000) { /* a float16 subnormal: units of 2^-24 */
+        const uint32_t shift = 126 - (magnitude >> 23), m = (magnitude & 0x7FFFFF) | 0x800000;
+        q = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    } else { /* the exponent rebiased from 127 to 15, 13 mantissa bits dropped */
+        q = (magnitude - 0x38000000) >> 13, rest = magnitude & 0x1FFF, half = 0x1000;
+    }
+    if (rest > half || (rest == half && (q & 1))) q++; /* a carry into the exponent is right */
+    return (uint16_t)(sign | q);
+}
+
 static inline uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static inline size_t block_bytes(int ggml_type) {
     switch (ggml_type) {
@@ -261,5 +281,7 @@ void es_swiglu_neon(const float *both, int64_t rows, float *y, int64_t y_stride)
 ES_EXPORT const char *edgespec_gguf_kernel_path(void);
 /* cache_attention.c's operator, registered beside the products. */
 extern const OrtCustomOpV16 es_cache_attention_op;
+/* The same with float16 caches (past and present), query, key, value and output float. */
+extern const OrtCustomOpV16 es_cache_attention_half_op;
 
 #endif

@@ -1025,7 +1025,8 @@ ES_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiB
         es_custom_op_domain_add_fn add =
             ES_ORT_CALL(api, ES_ORT_SLOT_CUSTOM_OP_DOMAIN_ADD, es_custom_op_domain_add_fn);
         if ((status = add(domain, &gguf_matmul_op)) || (status = add(domain, &gguf_gather_op)) ||
-            (status = add(domain, &es_cache_attention_op)))
+            (status = add(domain, &es_cache_attention_op)) ||
+            (status = add(domain, &es_cache_attention_half_op)))
             return status;
     }
     return ES_ORT_CALL(api, ES_ORT_SLOT_ADD_CUSTOM_OP_DOMAIN, es_add_custom_op_domain_fn)(options,

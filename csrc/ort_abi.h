@@ -90,7 +90,7 @@ typedef OrtStatus *(*es_kernel_context_parallel_for_fn)(const OrtKernelContext *
 #define ES_ORT_CALL(api, index, type) ((type)((api)->slot[(index)]))
 
 /* ONNX element types and error codes used here. */
-enum { ES_ORT_FLOAT = 1, ES_ORT_UINT8 = 2, ES_ORT_INT32 = 6, ES_ORT_INT64 = 7 };
+enum { ES_ORT_FLOAT = 1, ES_ORT_UINT8 = 2, ES_ORT_INT32 = 6, ES_ORT_INT64 = 7, ES_ORT_FLOAT16 = 10 };
 enum { ES_ORT_FAIL = 1, ES_ORT_INVALID_ARGUMENT = 2 };
 
 /* The custom operator description ONNX Runtime reads. Its layout is frozen like the API

@@ -25,6 +25,7 @@ def resolve_quant(quant: str, parameters: int) -> str:
 
 ATTENTION_CHOICES = ("auto", "kernel", "folded", "plain")
 KERNEL_CHOICES = ("auto", "gguf", "mlas")
+KV_CACHE_CHOICES = ("auto", "float16", "float32")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +59,9 @@ class ExportConfig:
     #: Q4_K, Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built
     #: them; "mlas" runs none (ONNX Runtime's MatMulNBits).
     kernels: str = "auto"
+    #: The KV cache's type: "float16" (half the memory; edgespec's CacheAttention kernel
+    #: only), "float32", or "auto": float16 where that kernel attends, else float32.
+    kv_cache: str = "auto"
     #: More ``Manifest.extra`` entries (``edgespec distill`` records its training there).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -83,6 +87,11 @@ class ExportConfig:
             raise ConfigError(
                 f"unknown kernels {self.kernels!r}",
                 fix=f"use one of {', '.join(KERNEL_CHOICES)}",
+            )
+        if self.kv_cache not in KV_CACHE_CHOICES:
+            raise ConfigError(
+                f"unknown KV cache type {self.kv_cache!r}",
+                fix=f"use one of {', '.join(KV_CACHE_CHOICES)}",
             )
         if self.attention not in ATTENTION_CHOICES:
             raise ConfigError(

@@ -2,7 +2,8 @@
 KV cache against a float64 reference (with and without a sliding window, several query heads
 per KV head), the same bits for a row at any pass width, thread count or cache binding, on
 both code paths (AVX2 and portable C), padding rows kept out of the cache, and bad lengths
-refused in one line."""
+refused in one line; the float16-cache operator (CacheAttentionHalf) the same over keys and
+values rounded to float16 as they are written, its rounding IEEE's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN, gguf_kernel_library
+from edgespec.graph.kernels import (
+    CACHE_ATTENTION,
+    CACHE_ATTENTION_HALF,
+    GGUF_DOMAIN,
+    gguf_kernel_library,
+)
 
 pytestmark = pytest.mark.skipif(
     gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
@@ -29,14 +35,17 @@ POSITIONS = 600  # crosses four of the kernel's 128-position blocks
 SHAPES = [(4, 1, 64, 200), (12, 2, 32, 0), (9, 3, 16, 0), (4, 2, 12, 50)]
 
 
-def attention_session(heads: int, kv_heads: int, d: int, window: int, threads: int = 2) -> object:
+def attention_session(
+    heads: int, kv_heads: int, d: int, window: int, threads: int = 2, *, half: bool = False
+) -> object:
     from onnx import TensorProto, helper
 
     from edgespec.graph.kernels import register_gguf_kernels
 
     cache = [1, kv_heads, CAPACITY, d]
+    cache_type = TensorProto.FLOAT16 if half else TensorProto.FLOAT
     node = helper.make_node(
-        CACHE_ATTENTION,
+        CACHE_ATTENTION_HALF if half else CACHE_ATTENTION,
         ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total"],
         ["y", "present_k", "present_v"],
         domain=GGUF_DOMAIN,
@@ -52,15 +61,15 @@ def attention_session(heads: int, kv_heads: int, d: int, window: int, threads: i
             helper.make_tensor_value_info("q", floats, [1, "s", heads * d]),
             helper.make_tensor_value_info("k", floats, [1, "s", kv_heads * d]),
             helper.make_tensor_value_info("v", floats, [1, "s", kv_heads * d]),
-            helper.make_tensor_value_info("past_k", floats, cache),
-            helper.make_tensor_value_info("past_v", floats, cache),
+            helper.make_tensor_value_info("past_k", cache_type, cache),
+            helper.make_tensor_value_info("past_v", cache_type, cache),
             helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
             helper.make_tensor_value_info("total", TensorProto.INT32, []),
         ],
         [
             helper.make_tensor_value_info("y", floats, [1, "s", heads * d]),
-            helper.make_tensor_value_info("present_k", floats, cache),
-            helper.make_tensor_value_info("present_v", floats, cache),
+            helper.make_tensor_value_info("present_k", cache_type, cache),
+            helper.make_tensor_value_info("present_v", cache_type, cache),
         ],
     )
     model = helper.make_model(
@@ -81,10 +90,14 @@ def inputs(heads: int, kv_heads: int, d: int) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def reference(heads: int, kv_heads: int, d: int, window: int) -> np.ndarray:
+def reference(heads: int, kv_heads: int, d: int, window: int, *, half: bool = False) -> np.ndarray:
     """Causal attention in float64; position i sees i - window + 1 .. i with a window
-    (llama.cpp's), query head h reading KV head h // (heads / kv_heads)."""
-    q, k, v = (x.astype(np.float64) for x in inputs(heads, kv_heads, d))
+    (llama.cpp's), query head h reading KV head h // (heads / kv_heads); with ``half``, the
+    query, keys and values rounded to float16 first."""
+    q, k, v = inputs(heads, kv_heads, d)
+    if half:
+        q, k, v = q.astype(np.float16), k.astype(np.float16), v.astype(np.float16)
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
     group = heads // kv_heads
     i, j = np.arange(POSITIONS)[:, None], np.arange(POSITIONS)[None, :]
     hidden = (j > i) | ((window > 0) & (i - j >= window))
@@ -105,13 +118,15 @@ def run_passes(
     widths: list[int],
     *,
     in_place: bool = True,
+    half: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The POSITIONS rows in passes of ``widths``; returns the outputs [POSITIONS, heads × D]
     and the key cache [kv_heads, CAPACITY, D] after them. ``in_place``: present bound to
     past's buffers (the runtime's path); else fresh outputs copied back (the plain path)."""
     heads, kv_heads, d, _ = shape
     q, k, v = inputs(heads, kv_heads, d)
-    caches = [np.zeros((1, kv_heads, CAPACITY, d), np.float32) for _ in range(2)]
+    cache_type = np.float16 if half else np.float32
+    caches = [np.zeros((1, kv_heads, CAPACITY, d), cache_type) for _ in range(2)]
     outputs, position = [], 0
     for width in widths:
         end = position + width
@@ -144,26 +159,84 @@ def run_passes(
     return np.concatenate(outputs), caches[0][0]
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32-cache", "float16-cache"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "q{}-kv{}-d{}-w{}".format(*s))
 def test_attention_matches_the_reference_and_gives_a_row_the_same_bits_in_any_pass(
-    shape: tuple[int, int, int, int],
+    shape: tuple[int, int, int, int], half: bool
 ) -> None:
     heads, kv_heads, d, _ = shape
-    two_threads = attention_session(*shape)
-    whole, keys = run_passes(two_threads, shape, [POSITIONS])
-    expected = reference(*shape)
+    two_threads = attention_session(*shape, half=half)
+    whole, keys = run_passes(two_threads, shape, [POSITIONS], half=half)
+    expected = reference(*shape, half=half)
     assert np.abs(whole - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
-    # The cache holds the keys at their positions, nothing past them.
+    # The cache holds the keys at their positions (rounded as numpy rounds them to float16),
+    # nothing past them.
     _, k, _ = inputs(heads, kv_heads, d)
-    assert np.array_equal(keys[:, :POSITIONS], k.reshape(POSITIONS, kv_heads, d).transpose(1, 0, 2))
+    stored = k.reshape(POSITIONS, kv_heads, d).transpose(1, 0, 2).astype(keys.dtype)
+    assert np.array_equal(
+        keys[:, :POSITIONS].view(np.uint16 if half else np.uint32),
+        stored.view(np.uint16 if half else np.uint32),
+    )
     assert not keys[:, POSITIONS:].any()
     # One-token steps, verify-sized passes, prefill chunks, one thread, the plain path.
-    steps, _ = run_passes(two_threads, shape, [1] * POSITIONS)
-    mixed, _ = run_passes(two_threads, shape, [5, 1, 9, 2, 128, 3, 200, 252])
-    one_thread, _ = run_passes(attention_session(*shape, threads=1), shape, [128] * 4 + [88])
-    plain, _ = run_passes(two_threads, shape, [3, 7, 300, 290], in_place=False)
+    steps, _ = run_passes(two_threads, shape, [1] * POSITIONS, half=half)
+    mixed, _ = run_passes(two_threads, shape, [5, 1, 9, 2, 128, 3, 200, 252], half=half)
+    one_thread, _ = run_passes(
+        attention_session(*shape, threads=1, half=half), shape, [128] * 4 + [88], half=half
+    )
+    plain, _ = run_passes(two_threads, shape, [3, 7, 300, 290], in_place=False, half=half)
     for other in (steps, mixed, one_thread, plain):
         assert np.array_equal(whole, other)
+
+
+def test_the_float16_cache_rounds_every_float_as_ieee_does() -> None:
+    """Keys written through the operator against numpy's float16 rounding, bit for bit: ties
+    at every exponent, float16 subnormals and their ties, the overflow edge, zeros, infinities."""
+    d = 64
+    rng = np.random.default_rng(7)
+    exponents = rng.integers(-40, 17, size=4096).astype(np.float32)
+    mantissas = (1 + rng.integers(0, 1 << 23, size=4096) / (1 << 23)).astype(np.float32)
+    ties = np.float32(1 + 2.0**-11) * np.exp2(np.arange(-24, 16, dtype=np.float32))
+    edges = np.array(
+        [
+            65504,
+            65519.99,
+            65520,
+            1e6,
+            2.0**-24,
+            3 * 2.0**-25,
+            2.0**-25,
+            2.0**-26,
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+        ],
+        np.float32,
+    )
+    values = np.concatenate([mantissas * np.exp2(exponents), ties, ties * 3, edges])
+    values *= np.where(rng.random(values.size) < 0.5, -1, 1).astype(np.float32)
+    rows = -(-values.size // d)
+    keys = np.zeros(rows * d, np.float32)
+    keys[: values.size] = values
+    keys = keys.reshape(1, rows, d)
+    session = attention_session(1, 1, d, 0, half=True)
+    zeros = np.zeros((1, 1, CAPACITY, d), np.float16)
+    _, written, _ = session.run(  # type: ignore[attr-defined]
+        None,
+        {
+            "q": np.zeros_like(keys),
+            "k": keys,
+            "v": np.zeros_like(keys),
+            "past_k": zeros,
+            "past_v": zeros,
+            "seqlens_k": np.array([rows - 1], np.int32),
+            "total": np.array(rows, np.int32),
+        },
+    )
+    with np.errstate(over="ignore"):  # the overflow edge rounds to infinity, as it should
+        expected = keys[0].astype(np.float16)
+    assert np.array_equal(written[0, 0, :rows].view(np.uint16), expected.view(np.uint16))
 
 
 def test_padding_rows_stay_out_of_the_cache_and_output_zeros() -> None:
@@ -213,11 +286,12 @@ from edgespec.graph.kernels import gguf_kernel_path
 from test_cache_attention import SHAPES, attention_session, reference, run_passes
 errors, invariant = [], []
 for shape in SHAPES:
-    session = attention_session(*shape)
-    whole, _ = run_passes(session, shape, [600])
-    mixed, _ = run_passes(session, shape, [1, 2, 9, 128, 460])
-    errors.append(float(np.abs(whole - reference(*shape)).max()))
-    invariant.append(bool(np.array_equal(whole, mixed)))
+    for half in (False, True):
+        session = attention_session(*shape, half=half)
+        whole, _ = run_passes(session, shape, [600], half=half)
+        mixed, _ = run_passes(session, shape, [1, 2, 9, 128, 460], half=half)
+        errors.append(float(np.abs(whole - reference(*shape, half=half)).max()))
+        invariant.append(bool(np.array_equal(whole, mixed)))
 print(json.dumps({{"path": gguf_kernel_path(), "errors": errors, "invariant": invariant}}))
 """
 

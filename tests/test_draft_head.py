@@ -13,7 +13,7 @@ import pytest
 from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.export import draft_head
-from edgespec.graph.kernels import CACHE_ATTENTION
+from edgespec.graph.kernels import attends_on_kernel
 from edgespec.manifest import load_bundle
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ def test_speculation_with_the_reduced_head_equals_target_only(files: dict) -> No
     # attention on edgespec's kernel does not need (ONNX Runtime's plain attention does).
     assert engine.draft is not None and engine.target is not None
     assert engine.draft.driver.graph.min_pass_width == 1
-    on_kernel = CACHE_ATTENTION in load_bundle(files["full-bundle"]).manifest.quantization.op_types
+    on_kernel = attends_on_kernel(load_bundle(files["full-bundle"]).manifest.quantization.op_types)
     assert engine.target.driver.graph.min_pass_width == (1 if on_kernel else 2)
     for prompt in ("def add(a, b):\n    return", "import os\nimport sys\n\n"):
         plain = engine.generate(prompt, drafter="none", max_new_tokens=24)

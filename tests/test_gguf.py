@@ -763,7 +763,7 @@ def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
     are needed."""
     from gguf_model import write_gemma3_gguf
 
-    from edgespec.graph.kernels import CACHE_ATTENTION
+    from edgespec.graph.kernels import attends_on_kernel
     from edgespec.runtime.model import OnnxModel
 
     if gguf_kernel_library() is None:
@@ -776,7 +776,9 @@ def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
     on_kernel = attention == "auto"
     assert graph.kv_positions_per_token == (1 if on_kernel else 4)
     assert graph.attention_boundaries == () and graph.min_pass_width == 1
-    assert (CACHE_ATTENTION in bundle.manifest.quantization.op_types) == on_kernel
+    assert attends_on_kernel(bundle.manifest.quantization.op_types) == on_kernel
+    # The kernel keeps a float16 cache, as llama.cpp does; the folded graph a float32 one.
+    assert graph.kv_dtype == ("float16" if on_kernel else "float32")
     invariance = bundle.manifest.verification.batch_invariance
     assert invariance is not None and invariance.max_abs_logit_diff == 0.0
     model = OnnxModel(bundle)

@@ -14,7 +14,7 @@ from edgespec.cli.models import add_model_argument, resolve_model
 from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError
-from edgespec.graph.kernels import CACHE_ATTENTION, gguf_kernel_path
+from edgespec.graph.kernels import attends_on_kernel, gguf_kernel_path
 from edgespec.manifest import Bundle, load_bundle
 
 ORT_DISTRIBUTIONS = (
@@ -219,8 +219,8 @@ def _passes_line(m: Any) -> str:
         "multi-row one)",
         "gguf_blocks": f"edgespec's GGUF kernels ({gguf_kernel_path()} here) and ONNX Runtime's",
     }.get(m.quantization.scheme, "ONNX Runtime's CPU kernels")
-    if CACHE_ATTENTION in m.quantization.op_types:
-        kernels += " (attention: edgespec's CacheAttention)"
+    if attends_on_kernel(m.quantization.op_types):
+        kernels += f" (attention: edgespec's CacheAttention, {graph.kv_dtype} cache)"
     if graph.min_pass_width <= 1 and not graph.attention_boundaries:
         return f"passes      {kernels}; every pass as it comes, target or draft"
     cut = (

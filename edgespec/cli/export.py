@@ -147,6 +147,14 @@ def add_export_command(commands: Any) -> None:
         "kernels, else folded when --max-length exceeds 2048)",
     )
     export.add_argument(
+        "--kv-cache",
+        choices=("auto", "float16", "float32"),
+        default="auto",
+        help="the KV cache's type: 'float16' (half the memory, as llama.cpp keeps it; "
+        "edgespec's CacheAttention kernel only), 'float32', or 'auto' (float16 where that "
+        "kernel attends, else float32)",
+    )
+    export.add_argument(
         "--kernels",
         choices=("auto", "gguf", "mlas"),
         default="auto",
@@ -238,6 +246,7 @@ def export_config(args: argparse.Namespace) -> ExportConfig:
         allow_batch_variance=args.allow_batch_variance,
         attention=args.attention,
         kernels=args.kernels,
+        kv_cache=args.kv_cache,
         min_top1_agreement=args.min_top1_agreement,
         trust_remote_code=args.trust_remote_code,
         system_prompt=args.system_prompt,

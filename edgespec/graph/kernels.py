@@ -32,6 +32,14 @@ GGUF_GATHER = "GgufGather"
 #: Attention over an in-place KV cache (``csrc/cache_attention.c``): the same bits for a row
 #: at any pass width, a sliding window's positions outside it never read.
 CACHE_ATTENTION = "CacheAttention"
+#: The same over float16 caches (past and present), as llama.cpp keeps its cache.
+CACHE_ATTENTION_HALF = "CacheAttentionHalf"
+ATTENTION_KERNELS = (CACHE_ATTENTION, CACHE_ATTENTION_HALF)
+
+
+def attends_on_kernel(op_types: tuple[str, ...] | list[str]) -> bool:
+    """Whether a graph's attention runs on edgespec's CacheAttention (either cache type)."""
+    return any(op in op_types for op in ATTENTION_KERNELS)
 
 
 class KernelType(NamedTuple):
@@ -123,7 +131,7 @@ def cuda_available() -> bool:
 
 
 def uses_gguf_kernels(op_types: tuple[str, ...] | list[str]) -> bool:
-    return GGUF_MATMUL in op_types or GGUF_GATHER in op_types
+    return GGUF_MATMUL in op_types or GGUF_GATHER in op_types or attends_on_kernel(op_types)
 
 
 def register_gguf_kernels(options: Any, *, required: bool) -> bool:

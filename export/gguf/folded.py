@@ -30,20 +30,30 @@ class KVLayout:
     #: The attention runs on edgespec's CacheAttention kernel (``cache_attention``), which
     #: gives a row the same bits at any pass width: no padding, no rounding boundaries.
     kernel: bool = False
+    #: The kernel's caches hold float16 (``CacheAttentionHalf``): half the memory, as
+    #: llama.cpp keeps its cache.
+    half_cache: bool = False
 
     @property
     def folded(self) -> bool:
         return self.positions_per_token > 1
 
+    @property
+    def kv_dtype(self) -> str:
+        return "float16" if self.half_cache else "float32"
 
-def kv_layout(arch: Any, capacity: int, *, quantized: bool, attention: str = "auto") -> KVLayout:
-    """Folded attention for block-quantized graphs of models whose query heads share KV heads
-    (and whose heads are whole blocks of 32, so the output projection's blocks can be
-    reordered), when ``attention`` asks for it ("folded", or "auto" past ``FOLDED_FROM``
-    positions); plain otherwise (float graphs, whose one-row pass needs no padding, and
-    sliding-window layers)."""
+
+def kv_layout(
+    arch: Any, capacity: int, *, quantized: bool, attention: str = "auto", kv_cache: str = "auto"
+) -> KVLayout:
+    """The kernel's layout for ``attention`` "kernel" (its caches float16 unless ``kv_cache``
+    is "float32"). Folded attention for block-quantized graphs of models whose query heads
+    share KV heads (and whose heads are whole blocks of 32, so the output projection's blocks
+    can be reordered), when ``attention`` asks for it ("folded", or "auto" past
+    ``FOLDED_FROM`` positions); plain otherwise (float graphs, whose one-row pass needs no
+    padding, and sliding-window layers). Only the kernel keeps a float16 cache."""
     if attention == "kernel":
-        return KVLayout(buffer_length=capacity, kernel=True)
+        return KVLayout(buffer_length=capacity, kernel=True, half_cache=kv_cache != "float32")
     group = arch.num_heads // arch.num_kv_heads
     wanted = attention == "folded" or (attention == "auto" and capacity > FOLDED_FROM)
     if not wanted or not quantized or group == 1 or arch.head_dim % 32:
@@ -326,27 +336,30 @@ def cache_attention(
     lengths: tuple[str, str],
     *,
     sliding: bool = False,
+    half_cache: bool = False,
 ) -> None:
     """Rotary on Q [1, S, heads × D] and K [1, S, kv_heads × D] from ``position`` (the pass's
-    first position [1]), then edgespec's CacheAttention over the layer's in-place cache (its
-    window for a ``sliding`` layer, whose rotary tables are the local ones), as
+    first position [1]), then edgespec's CacheAttention over the layer's in-place cache
+    (CacheAttentionHalf over a float16 one with ``half_cache``; its window for a ``sliding``
+    layer, whose rotary tables are the local ones), as
     ``l{layer}.attn`` [1, S, heads × D]; ``kv``: the layer's past and present key and value.
     The kernel reads the pass's real rows from ``lengths``, the graph's seqlens_k and
     total_sequence_length (GroupQueryAttention's)."""
     from onnx import helper
 
-    from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN
+    from edgespec.graph.kernels import CACHE_ATTENTION, CACHE_ATTENTION_HALF, GGUF_DOMAIN
 
     query, key, value = qkv
     rotated = rotated_query_key(
         builder, arch, (query, key), layer, caches, position, sliding=sliding
     )
-    builder.kernel_ops.add(CACHE_ATTENTION)
+    op = CACHE_ATTENTION_HALF if half_cache else CACHE_ATTENTION
+    builder.kernel_ops.add(op)
     past_key, past_value, present_key, present_value = kv
     attended = f"l{layer}.attn"
     builder.nodes.append(
         helper.make_node(
-            CACHE_ATTENTION,
+            op,
             [*rotated, value, past_key, past_value, *lengths],
             [attended, present_key, present_value],
             name=attended,

@@ -67,8 +67,9 @@ OPSET = 21
 #: output's input order inside the GGUF kernels (no Split, Sigmoid, Mul or Gather nodes);
 #: 11: sliding-window layers folded too (Gemma 3), their window an attention bias; 12: a
 #: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``);
-#: 13: attention on edgespec's CacheAttention kernel wherever the GGUF kernels run.
-GRAPH_REVISION = 13
+#: 13: attention on edgespec's CacheAttention kernel wherever the GGUF kernels run; 14: its
+#: caches in float16 (CacheAttentionHalf).
+GRAPH_REVISION = 14
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -94,9 +95,11 @@ def _attention(
     caches: dict[str, str],
     folding: dict[str, str] | None,
     position: str | None = None,
+    half_cache: bool = False,
 ) -> str:
     """The layer's attention block; ``folding``: folded attention's shared inputs, or
-    ``position`` (the pass's first position): the CacheAttention kernel; neither: plain."""
+    ``position`` (the pass's first position): the CacheAttention kernel (over float16 caches
+    with ``half_cache``); neither: plain."""
     arch = source.architecture
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "attn_norm")
@@ -139,6 +142,7 @@ def _attention(
             (past_key, past_value, present_key, present_value),
             (IO["seqlens_k"], IO["total_sequence_length"]),
             sliding=arch.is_sliding(layer),
+            half_cache=half_cache,
         )
     elif folding is not None:
         folded_attention(
@@ -279,12 +283,14 @@ def build_graph(
     dequantize: bool = False,
     kernel_types: frozenset[str] = frozenset(),
     attention: str = "auto",
+    kv_cache: str = "auto",
     observe: ProgressObserver = ignore_progress,
     data: ExternalData | None = None,
 ) -> tuple[Any, GraphBuilder, KVLayout]:
     """The ONNX ModelProto, the builder (which knows what was quantized how) and the graph's
     KV layout; ``observe`` hears of each layer built. With ``data``, the large initializers
-    are written there as they are made and the ModelProto refers to them."""
+    are written there as they are made and the ModelProto refers to them. ``kv_cache``:
+    "float16", "float32" or "auto" (float16 where the kernel attends, else float32)."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
@@ -308,7 +314,13 @@ def build_graph(
             "(a float or --kernels mlas graph, or an install where they did not build)",
             fix="leave --attention at auto, or import a GGUF file with --kernels gguf",
         )
-    layout = kv_layout(arch, capacity, quantized=quantized, attention=attention)
+    if kv_cache == "float16" and attention != "kernel":
+        raise ConfigError(
+            "--kv-cache float16 needs edgespec's CacheAttention kernel, which this graph does "
+            f"not use (attention {attention!r})",
+            fix="leave --kv-cache at auto, or import a GGUF file with --kernels gguf",
+        )
+    layout = kv_layout(arch, capacity, quantized=quantized, attention=attention, kv_cache=kv_cache)
     capacity = layout.buffer_length
     cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
     caches = {
@@ -344,7 +356,7 @@ def build_graph(
         else None
     )
     for layer in range(arch.num_layers):
-        x = _attention(builder, source, x, layer, caches, folding, position)
+        x = _attention(builder, source, x, layer, caches, folding, position, layout.half_cache)
         x = _mlp(builder, source, x, layer)
         source.release_pages()  # the layer's weights are in the data file
         observe(
@@ -358,6 +370,7 @@ def build_graph(
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = lm_head(builder, source, x, tied, logits=IO["logits"])
     kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
+    kv_type = TensorProto.FLOAT16 if layout.half_cache else TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
         helper.make_tensor_value_info(IO["seqlens_k"], TensorProto.INT32, [1]),
@@ -368,12 +381,8 @@ def build_graph(
         helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "rows", arch.vocab_size])
     ]
     for layer in range(arch.num_layers):
-        inputs += [
-            helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in past_names(layer)
-        ]
-        outputs += [
-            helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in present_names(layer)
-        ]
+        inputs += [helper.make_tensor_value_info(n, kv_type, kv) for n in past_names(layer)]
+        outputs += [helper.make_tensor_value_info(n, kv_type, kv) for n in present_names(layer)]
     # Only a float graph fuses: with 8-bit activations (MatMulNBits at accuracy level 4) the
     # fused kernel's last-bit differences in the norm change how activations round, which
     # flipped a near-tie in the default model's answer to "What is the capital of France?".

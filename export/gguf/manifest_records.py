@@ -71,7 +71,11 @@ def write_gguf_manifest(
         verification=verification,
         memory=MemoryEstimate(
             weight_bytes=weight_bytes,
-            kv_bytes_per_token=2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * 4,
+            kv_bytes_per_token=2
+            * arch.num_layers
+            * arch.num_kv_heads
+            * arch.head_dim
+            * (2 if layout.half_cache else 4),
             logits_bytes_per_position=arch.vocab_size * 4,
             file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
         ),
@@ -179,10 +183,11 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         TensorSpec(name=IO["total_sequence_length"], dtype="int32", shape=()),
         TensorSpec(name=IO["logits_rows"], dtype="int64", shape=("rows",)),
     ]
-    inputs += [TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in past_names(i)]
+    kv_dtype = layout.kv_dtype
+    inputs += [TensorSpec(name=n, dtype=kv_dtype, shape=kv) for i in layers for n in past_names(i)]
     outputs = [TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "rows", arch.vocab_size))]
     outputs += [
-        TensorSpec(name=n, dtype="float32", shape=kv) for i in layers for n in present_names(i)
+        TensorSpec(name=n, dtype=kv_dtype, shape=kv) for i in layers for n in present_names(i)
     ]
     return GraphSpec(
         attention_boundaries=attention_boundaries(arch, layout),
@@ -198,7 +203,7 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         past_value=tuple(past_names(i)[1] for i in layers),
         present_key=tuple(present_names(i)[0] for i in layers),
         present_value=tuple(present_names(i)[1] for i in layers),
-        kv_dtype="float32",
+        kv_dtype=kv_dtype,
         logits_dtype="float32",
         kv_sharing="shared",
         kv_capacity=layout.buffer_length,

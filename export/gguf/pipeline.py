@@ -66,6 +66,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             dequantize=dequantize,
             kernel_types=kernel_types,
             attention=config.attention,
+            kv_cache=config.kv_cache,
             observe=observe,
         )
         observe(
@@ -139,6 +140,7 @@ def write_graph(
     dequantize: bool = False,
     kernel_types: frozenset[str] = frozenset(),
     attention: str = "auto",
+    kv_cache: str = "auto",
     observe: ProgressObserver = ignore_progress,
 ) -> tuple[Any, KVLayout]:
     """Builds the in-place graph of ``source`` into ``staging`` (graph and one data file) and
@@ -156,6 +158,7 @@ def write_graph(
             dequantize=dequantize,
             kernel_types=kernel_types,
             attention=attention,
+            kv_cache=kv_cache,
             observe=observe,
             data=ExternalData(stream=stream, location=DATA_FILE),
         )
