@@ -1,6 +1,7 @@
-"""edgespec's CacheAttention kernel against ONNX Runtime's GroupQueryAttention alone, on the
-same in-place caches: ``--layers`` nodes of each, every one over its own cache (so the caches
-exceed the last-level cache, as in a model), the two graphs alternating in one process.
+"""edgespec's CacheAttention kernel (float32 and float16 caches) against ONNX Runtime's
+GroupQueryAttention alone, on the same in-place caches: ``--layers`` nodes of each, every one
+over its own cache (so the caches exceed the last-level cache, as in a model), the three
+graphs alternating in one process.
 
     python benchmarks/cache_attention.py [--shapes 4x1x256,12x2x128,14x2x64,9x3x64]
         [--contexts 64,1500] [--widths 1,128] [--window 0] [--layers 8] [--threads 2]
@@ -8,8 +9,9 @@ exceed the last-level cache, as in a model), the two graphs alternating in one p
 A shape is query heads x KV heads x head width (Gemma 3 270M, Qwen2.5-Coder-1.5B, -0.5B,
 SmolLM2-135M). For each shape, context and pass width, prints one JSON line: the median time
 of a pass per layer in milliseconds for each operator, over ``--rounds`` alternating rounds
-of 15 passes (the fastest round's median). GroupQueryAttention runs unfolded (one thread per
-query head); ``--window`` gives both operators a sliding window.
+of 15 passes (the fastest round's median), and GroupQueryAttention's time over each kernel's.
+GroupQueryAttention runs unfolded (one thread per query head); ``--window`` gives every
+operator a sliding window.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ def attention_session(kind: str, heads: int, kv_heads: int, d: int, args: Any) -
     import onnxruntime
     from onnx import TensorProto, helper
 
-    from edgespec.graph.kernels import CACHE_ATTENTION, GGUF_DOMAIN, register_gguf_kernels
+    from edgespec.graph.kernels import ATTENTION_KERNELS, GGUF_DOMAIN, register_gguf_kernels
 
     floats = TensorProto.FLOAT
+    cache_type = TensorProto.FLOAT16 if kind == "CacheAttentionHalf" else floats
     inputs = [
         helper.make_tensor_value_info("q", floats, [1, "s", heads * d]),
         helper.make_tensor_value_info("k", floats, [1, "s", kv_heads * d]),
@@ -44,9 +47,9 @@ def attention_session(kind: str, heads: int, kv_heads: int, d: int, args: Any) -
     for layer in range(args.layers):
         names = ["q", "k", "v", f"pk{layer}", f"pv{layer}", "seqlens_k", "total"]
         results = [f"y{layer}", f"ck{layer}", f"cv{layer}"]
-        if kind == "CacheAttention":
+        if kind in ATTENTION_KERNELS:
             node = helper.make_node(
-                CACHE_ATTENTION,
+                kind,
                 names,
                 results,
                 domain=GGUF_DOMAIN,
@@ -66,9 +69,9 @@ def attention_session(kind: str, heads: int, kv_heads: int, d: int, args: Any) -
                 **window,
             )
         nodes.append(node)
-        inputs += [helper.make_tensor_value_info(n, floats, cache) for n in names[3:5]]
+        inputs += [helper.make_tensor_value_info(n, cache_type, cache) for n in names[3:5]]
         outputs += [helper.make_tensor_value_info(results[0], floats, [1, "s", heads * d])]
-        outputs += [helper.make_tensor_value_info(n, floats, cache) for n in results[1:]]
+        outputs += [helper.make_tensor_value_info(n, cache_type, cache) for n in results[1:]]
     model = helper.make_model(
         helper.make_graph(nodes, "attention", inputs, outputs),
         opset_imports=[
@@ -81,11 +84,13 @@ def attention_session(kind: str, heads: int, kv_heads: int, d: int, args: Any) -
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    register_gguf_kernels(options, required=kind == "CacheAttention")
+    register_gguf_kernels(options, required=kind in ATTENTION_KERNELS)
     return onnxruntime.InferenceSession(model.SerializeToString(), options)
 
 
-def bound(session: Any, shape: tuple[int, int, int], context: int, width: int, args: Any) -> Any:
+def bound(
+    session: Any, shape: tuple[int, int, int], context: int, width: int, args: Any, half: bool
+) -> Any:
     import onnxruntime
 
     heads, kv_heads, d = shape
@@ -103,6 +108,7 @@ def bound(session: Any, shape: tuple[int, int, int], context: int, width: int, a
     for layer in range(args.layers):
         for kind in "kv":
             cache = rng.standard_normal((1, kv_heads, CAPACITY, d), dtype=np.float32)
+            cache = cache.astype(np.float16) if half else cache
             value = onnxruntime.OrtValue.ortvalue_from_numpy(cache)
             binding.bind_ortvalue_input(f"p{kind}{layer}", value)
             binding.bind_ortvalue_output(f"c{kind}{layer}", value)
@@ -120,14 +126,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    kinds = ("GroupQueryAttention", "CacheAttention")
+    kinds = ("GroupQueryAttention", "CacheAttention", "CacheAttentionHalf")
     for text in args.shapes.split(","):
         heads, kv_heads, d = (int(x) for x in text.split("x"))
         sessions = {kind: attention_session(kind, heads, kv_heads, d, args) for kind in kinds}
         for context in (int(c) for c in args.contexts.split(",")):
             for width in (int(w) for w in args.widths.split(",")):
                 bindings = {
-                    kind: bound(sessions[kind], (heads, kv_heads, d), context, width, args)
+                    kind: bound(
+                        sessions[kind],
+                        (heads, kv_heads, d),
+                        context,
+                        width,
+                        args,
+                        kind == "CacheAttentionHalf",
+                    )
                     for kind in kinds
                 }
                 best: dict[str, float] = {}
@@ -142,7 +155,8 @@ def main() -> None:
                         best[kind] = min(best.get(kind, median), median)
                 line = {"shape": text, "context": context, "width": width, "window": args.window}
                 line |= {f"{kind}_ms": round(best[kind], 3) for kind in kinds}
-                line["ratio"] = round(best["GroupQueryAttention"] / best["CacheAttention"], 2)
+                for kind in kinds[1:]:
+                    line[f"ratio_{kind}"] = round(best["GroupQueryAttention"] / best[kind], 2)
                 print(json.dumps(line), flush=True)
 
 

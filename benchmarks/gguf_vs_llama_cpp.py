@@ -151,9 +151,9 @@ def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int 
             rows.append(np.array(llm.scores[llm.n_tokens - 1], copy=True))
         one_by_one.append(np.stack(rows))
 
-    def agreeing(ours: list[Any], theirs: list[Any]) -> int:
+    def agreeing(ours: list[Any], theirs: list[Any], first: int | None = None) -> int:
         pairs = zip(ours, theirs, strict=True)
-        return sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in pairs)
+        return sum(int((a[:first].argmax(-1) == b[:first].argmax(-1)).sum()) for a, b in pairs)
 
     def top1(ours: list[Any], theirs: list[Any]) -> float:
         return agreeing(ours, theirs) / sum(len(ids) for ids in sequences)
@@ -163,6 +163,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int 
     line: dict[str, Any] = {
         "llama.cpp batched vs one token at a time": top1(batched, one_by_one),
         "agreeing_positions": agreeing(batched, one_by_one),
+        "agreeing_of_the_first_700_of_each": agreeing(batched, one_by_one, 700),
         "max_abs_logit_diff": gap,
         "positions": positions,
     }
@@ -182,6 +183,10 @@ def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int 
             "top1_agreement": top1(ours, batched),
             "top1_agreement_one_token_path": top1(ours, one_by_one),
             "agreeing_positions": [agreeing(ours, batched), agreeing(ours, one_by_one)],
+            "agreeing_of_the_first_700_of_each": [
+                agreeing(ours, batched, 700),
+                agreeing(ours, one_by_one, 700),
+            ],
             "positions": positions,
         }
         print(json.dumps(line), flush=True)

@@ -29,11 +29,14 @@
  *
  * edgespec.gguf::CacheAttentionHalf: the same with float16 caches (past_key, past_value,
  * present_key, present_value), as llama.cpp keeps its cache: half the memory and half the
- * bytes read per position. A new row's key and value are rounded to float16 (to nearest even)
- * as they are written, and so is the query (the key products then multiply float16 numbers,
- * as llama.cpp's over its float16 cache do); a block's keys and values are widened to float
- * exactly before the same float arithmetic, so a row's bits still depend on its query and the
- * cache only. */
+ * bytes read per position. It computes as llama.cpp does over its float16 cache: a new row's
+ * key and value are rounded to float16 (to nearest even) as they are written, the query is
+ * rounded too (the key products multiply float16 numbers), and the softmax is normalized over
+ * all of a row's positions before its probabilities, rounded to float16, weigh the values.
+ * So it runs in two passes over the blocks: the scores and each block's maximum; then, after
+ * each row's probabilities are formed (summed block by block in order), the weighted values,
+ * added in block order. A block's keys and values are widened to float exactly before the
+ * float arithmetic, so a row's bits still depend on its query and the cache only. */
 #include "gguf_common.h"
 
 #define ATTENTION_BLOCK 128 /* positions per task */
@@ -54,6 +57,10 @@ typedef struct {
     int64_t rows, past, heads, kv_heads, group, d, capacity, window, first_block, blocks;
     float scale;
     int vectorized, half;
+    int phase; /* float16 caches: 0 the scores' pass, 1 the values' */
+    /* float16 caches: each block's scores, then probabilities, [kv_heads, blocks, R, group,
+     * ATTENTION_BLOCK], position lo of the row's part of the block first */
+    float *probabilities;
     volatile int out_of_memory; /* a task could not get its scratch */
 } Attention;
 
@@ -358,9 +365,9 @@ static void widen_neon(const uint16_t *h, float *f, int64_t n) {
 }
 #endif
 
-/* The query rounded to float16 and back, n floats: the key products then multiply two
- * float16 numbers, as llama.cpp's products over its float16 cache do (its matrix product
- * converts the float operand to the cache's type). Rounding to nearest even on every path. */
+/* x rounded to float16 and back into y, n floats (the query, so that the key products multiply
+ * float16 numbers, as llama.cpp's over its float16 cache do, its matrix product converting the
+ * float operand to the cache's type; the probabilities). To nearest even on every path. */
 static void round_to_half_portable(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = half_to_float(float_to_half(x[i]));
 }
@@ -383,48 +390,93 @@ static void round_to_half_neon(const float *x, float *y, int64_t n) {
 }
 #endif
 
+static void round_to_half(int vectorized, const float *x, float *y, int64_t n) {
+#if defined(ES_X86)
+    if (vectorized) round_to_half_avx2(x, y, n);
+    else
+#elif defined(ES_ARM)
+    if (vectorized) round_to_half_neon(x, y, n);
+    else
+#endif
+        round_to_half_portable(x, y, n);
+}
+
+/* Row r's positions [*lo, *hi) within the block starting at `begin` (empty: *lo >= *hi). */
+static inline void visible_range(const Attention *a, int64_t r, int64_t begin, int64_t *lo,
+                                 int64_t *hi) {
+    const int64_t t = a->past + r;
+    const int64_t first = a->window && t - a->window + 1 > 0 ? t - a->window + 1 : 0;
+    *lo = first > begin ? first : begin;
+    *hi = t + 1 < begin + ATTENTION_BLOCK ? t + 1 : begin + ATTENTION_BLOCK;
+}
+
+static inline void scores_of(const Attention *a, const float *q, const float *k, int64_t n,
+                             float *out) {
+#ifdef ES_ATTENTION_VECTOR
+    if (a->vectorized)
+        ES_ATTENTION_VECTOR(scores)(q, a->group, k, n, a->d, a->scale, out, ATTENTION_BLOCK);
+    else
+#endif
+        scores_portable(q, a->group, k, n, a->d, a->scale, out, ATTENTION_BLOCK);
+}
+
+/* s[0 .. n) = e^(s - maximum), s padded with -inf to a multiple of 8; their sum. */
+static inline float exponentials_of(const Attention *a, float *s, int64_t n, float maximum) {
+    const int64_t padded = (n + 7) / 8 * 8;
+    for (int64_t j = n; j < padded; j++) s[j] = -INFINITY;
+#ifdef ES_ATTENTION_VECTOR
+    if (a->vectorized) return ES_ATTENTION_VECTOR(exponentials)(s, padded, maximum);
+#endif
+    return exponentials_portable(s, n, maximum);
+}
+
+static inline void weighted_values_of(const Attention *a, float *acc, const float *p,
+                                      const float *v, int64_t n) {
+#ifdef ES_ATTENTION_VECTOR
+    if (a->vectorized)
+        ES_ATTENTION_VECTOR(weighted_values)(acc, a->d + 2, p, ATTENTION_BLOCK, a->group, v, n, a->d);
+    else
+#endif
+        weighted_values_portable(acc, a->d + 2, p, ATTENTION_BLOCK, a->group, v, n, a->d);
+}
+
+/* Positions begin .. end - 1 of KV head h's float16 cache (keys or values) widened into this
+ * thread's scratch; returns where position p's row would be (p * D floats on), NULL when out
+ * of memory. */
+static const float *widened_block(const Attention *a, const void *cache, int64_t h,
+                                  int64_t begin) {
+    static __thread float *state;
+    static __thread size_t capacity;
+    const int64_t d = a->d;
+    const int64_t end = a->past + a->rows < begin + ATTENTION_BLOCK ? a->past + a->rows
+                                                                    : begin + ATTENTION_BLOCK;
+    float *widened = thread_buffer(&state, &capacity, (size_t)(ATTENTION_BLOCK * d));
+    if (!widened) return NULL;
+    const uint16_t *from = (const uint16_t *)cache + (h * a->capacity + begin) * d;
+    const int64_t n = (end - begin) * d;
+#if defined(ES_X86)
+    if (a->vectorized) widen_avx2(from, widened, n);
+    else
+#elif defined(ES_ARM)
+    if (a->vectorized) widen_neon(from, widened, n);
+    else
+#endif
+        widen_portable(from, widened, n);
+    return widened - begin * d;
+}
+
+/* Float caches: one block of positions for every row, the softmax's partial sums over the
+ * block (its maximum, the sum of exponentials and the weighted values). */
 static void block_task(void *data, size_t task) {
     const Attention *a = (const Attention *)data;
     const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
     const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
-    const float *keys, *values; /* position p's key at keys + p * d */
-    if (a->half) {
-        /* positions begin .. end - 1 as floats; keys and values point ``begin`` rows before */
-        const int64_t end = a->past + a->rows < begin + ATTENTION_BLOCK ? a->past + a->rows
-                                                                        : begin + ATTENTION_BLOCK;
-        /* this thread's 2 × ATTENTION_BLOCK × D floats: the block's keys, then its values */
-        static __thread float *widened_state;
-        static __thread size_t widened_capacity;
-        float *widened = thread_buffer(&widened_state, &widened_capacity,
-                                       (size_t)(2 * ATTENTION_BLOCK * d));
-        if (!widened) {
-            ((Attention *)data)->out_of_memory = 1;
-            return;
-        }
-        const uint16_t *k16 = (const uint16_t *)a->keys + (h * a->capacity + begin) * d;
-        const uint16_t *v16 = (const uint16_t *)a->values + (h * a->capacity + begin) * d;
-        const int64_t n = (end - begin) * d;
-        float *wide_values = widened + ATTENTION_BLOCK * d;
-#if defined(ES_X86)
-        if (a->vectorized) widen_avx2(k16, widened, n), widen_avx2(v16, wide_values, n);
-        else
-#elif defined(ES_ARM)
-        if (a->vectorized) widen_neon(k16, widened, n), widen_neon(v16, wide_values, n);
-        else
-#endif
-            widen_portable(k16, widened, n), widen_portable(v16, wide_values, n);
-        keys = widened - begin * d, values = wide_values - begin * d;
-    } else {
-        keys = (const float *)a->keys + h * a->capacity * d;
-        values = (const float *)a->values + h * a->capacity * d;
-    }
+    const float *keys = (const float *)a->keys + h * a->capacity * d;
+    const float *values = (const float *)a->values + h * a->capacity * d;
     float scores[MAX_GROUP * ATTENTION_BLOCK]; /* [group, positions], padded with -inf to 8 */
     for (int64_t r = 0; r < a->rows; r++) {
-        const int64_t t = a->past + r;
-        int64_t lo = a->window && t - a->window + 1 > 0 ? t - a->window + 1 : 0;
-        int64_t hi = t + 1;
-        lo = lo > begin ? lo : begin;
-        hi = hi < begin + ATTENTION_BLOCK ? hi : begin + ATTENTION_BLOCK;
+        int64_t lo, hi;
+        visible_range(a, r, begin, &lo, &hi);
         float *out = a->partial + ((h * a->blocks + bi) * a->rows + r) * group * (d + 2);
         for (int64_t g = 0; g < group; g++) {
             out[g * (d + 2)] = -INFINITY;
@@ -432,34 +484,99 @@ static void block_task(void *data, size_t task) {
             memset(out + g * (d + 2) + 2, 0, sizeof(float) * (size_t)d);
         }
         if (lo >= hi) continue;
-        const int64_t n = hi - lo, padded = (n + 7) / 8 * 8;
-        const float *q = a->query + r * a->heads * d + h * group * d;
-#ifdef ES_ATTENTION_VECTOR
-        if (a->vectorized)
-            ES_ATTENTION_VECTOR(scores)(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
-        else
-#endif
-            scores_portable(q, group, keys + lo * d, n, d, a->scale, scores, ATTENTION_BLOCK);
+        const int64_t n = hi - lo;
+        scores_of(a, a->query + r * a->heads * d + h * group * d, keys + lo * d, n, scores);
         for (int64_t g = 0; g < group; g++) {
-            float *s = scores + g * ATTENTION_BLOCK, maximum = -INFINITY, sum;
+            float *s = scores + g * ATTENTION_BLOCK, maximum = -INFINITY;
             for (int64_t j = 0; j < n; j++) maximum = s[j] > maximum ? s[j] : maximum;
-            for (int64_t j = n; j < padded; j++) s[j] = -INFINITY;
-#ifdef ES_ATTENTION_VECTOR
-            if (a->vectorized)
-                sum = ES_ATTENTION_VECTOR(exponentials)(s, padded, maximum);
-            else
-#endif
-                sum = exponentials_portable(s, n, maximum);
             out[g * (d + 2)] = maximum;
-            out[g * (d + 2) + 1] = sum;
+            out[g * (d + 2) + 1] = exponentials_of(a, s, n, maximum);
         }
-#ifdef ES_ATTENTION_VECTOR
-        if (a->vectorized)
-            ES_ATTENTION_VECTOR(weighted_values)(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d, n, d);
-        else
-#endif
-            weighted_values_portable(out + 2, d + 2, scores, ATTENTION_BLOCK, group, values + lo * d,
-                                     n, d);
+        weighted_values_of(a, out + 2, scores, values + lo * d, n);
+    }
+}
+
+/* Float16 caches, as llama.cpp computes over its float16 cache: the softmax normalized over
+ * all positions, then the probabilities rounded to float16 before they weigh the values.
+ * Phase 0: one block's scores for every row, stored, and the block's maximum (partial[0];
+ * partial[1] is 1 where the row sees the block). Phase 1: the block's values weighed by the
+ * stored probabilities (partial[2 ..]). */
+static void half_block_task(void *data, size_t task) {
+    const Attention *a = (const Attention *)data;
+    const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
+    const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
+    const float *cache = widened_block(a, a->phase ? a->values : a->keys, h, begin);
+    if (!cache) {
+        ((Attention *)data)->out_of_memory = 1;
+        return;
+    }
+    for (int64_t r = 0; r < a->rows; r++) {
+        int64_t lo, hi;
+        visible_range(a, r, begin, &lo, &hi);
+        const int64_t at = ((h * a->blocks + bi) * a->rows + r) * group;
+        float *out = a->partial + at * (d + 2), *p = a->probabilities + at * ATTENTION_BLOCK;
+        if (a->phase) {
+            for (int64_t g = 0; g < group; g++)
+                memset(out + g * (d + 2) + 2, 0, sizeof(float) * (size_t)d);
+            if (lo < hi) weighted_values_of(a, out + 2, p, cache + lo * d, hi - lo);
+            continue;
+        }
+        for (int64_t g = 0; g < group; g++) out[g * (d + 2)] = -INFINITY, out[g * (d + 2) + 1] = 0.0f;
+        if (lo >= hi) continue;
+        scores_of(a, a->query + r * a->heads * d + h * group * d, cache + lo * d, hi - lo, p);
+        for (int64_t g = 0; g < group; g++) {
+            const float *s = p + g * ATTENTION_BLOCK;
+            float maximum = -INFINITY;
+            for (int64_t j = 0; j < hi - lo; j++) maximum = s[j] > maximum ? s[j] : maximum;
+            out[g * (d + 2)] = maximum, out[g * (d + 2) + 1] = 1.0f;
+        }
+    }
+}
+
+/* Float16 caches, between the phases: row r's stored scores become probabilities, for each
+ * query head e^(s - maximum) over every position the row sees, divided by their sum (summed
+ * block by block in order), rounded to float16. */
+static void half_normalize_task(void *data, size_t task) {
+    const Attention *a = (const Attention *)data;
+    const int64_t r = (int64_t)task, d = a->d, group = a->group;
+    for (int64_t head = 0; head < a->heads; head++) {
+        const int64_t h = head / group, g = head % group;
+        float maximum = -INFINITY, sum = 0.0f;
+        for (int64_t bi = 0; bi < a->blocks; bi++) {
+            const float *part = a->partial + (((h * a->blocks + bi) * a->rows + r) * group + g) * (d + 2);
+            maximum = part[0] > maximum ? part[0] : maximum;
+        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t bi = 0; bi < a->blocks; bi++) {
+                const int64_t at = ((h * a->blocks + bi) * a->rows + r) * group + g;
+                int64_t lo, hi;
+                visible_range(a, r, (a->first_block + bi) * ATTENTION_BLOCK, &lo, &hi);
+                if (lo >= hi) continue;
+                float *s = a->probabilities + at * ATTENTION_BLOCK;
+                if (pass == 0) {
+                    sum += exponentials_of(a, s, hi - lo, maximum);
+                    continue;
+                }
+                const float inverse = 1.0f / sum;
+                for (int64_t j = 0; j < hi - lo; j++) s[j] *= inverse;
+                round_to_half(a->vectorized, s, s, hi - lo);
+            }
+    }
+}
+
+/* Float16 caches, after phase 1: row r's blocks' weighted values added in block order. */
+static void half_merge_task(void *data, size_t task) {
+    const Attention *a = (const Attention *)data;
+    const int64_t r = (int64_t)task, d = a->d, group = a->group;
+    for (int64_t head = 0; head < a->heads; head++) {
+        const int64_t h = head / group, g = head % group;
+        float *y = a->output + (r * a->heads + head) * d;
+        memset(y, 0, sizeof(float) * (size_t)d);
+        for (int64_t bi = 0; bi < a->blocks; bi++) {
+            const float *part = a->partial + (((h * a->blocks + bi) * a->rows + r) * group + g) * (d + 2);
+            if (part[1] == 0.0f) continue; /* no visible position in the block */
+            for (int64_t i = 0; i < d; i++) y[i] += part[2 + i];
+        }
     }
 }
 
@@ -523,22 +640,18 @@ static Attention attention_of(const float *query, const void *keys, const void *
     const int64_t first_block = start / ATTENTION_BLOCK;
     const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
     Attention a = {query, keys, values, NULL, output, rows, past, heads, kv_heads, heads / kv_heads,
-                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0, 0, 0};
+                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0, 0, 0, NULL, 0};
     a.vectorized = strcmp(edgespec_gguf_kernel_path(), "portable") != 0 && d % 8 == 0;
     const size_t partial = (size_t)(kv_heads * blocks * rows * a.group * (d + 2));
     const int64_t query_floats = half ? rows * heads * d : 0;
-    a.partial = thread_buffer(&partial_state, &partial_capacity, partial + (size_t)query_floats);
+    const size_t probabilities = half ? (size_t)(kv_heads * blocks * rows * a.group * ATTENTION_BLOCK) : 0;
+    a.partial = thread_buffer(&partial_state, &partial_capacity,
+                              partial + (size_t)query_floats + probabilities);
     a.half = half;
     if (half && a.partial) {
         float *rounded = a.partial + partial;
-#if defined(ES_X86)
-        if (a.vectorized) round_to_half_avx2(query, rounded, query_floats);
-        else
-#elif defined(ES_ARM)
-        if (a.vectorized) round_to_half_neon(query, rounded, query_floats);
-        else
-#endif
-            round_to_half_portable(query, rounded, query_floats);
+        a.probabilities = rounded + query_floats;
+        round_to_half(a.vectorized, query, rounded, query_floats);
         a.query = rounded;
     }
     return a;
@@ -634,10 +747,20 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
-    status = parallel_for(context, block_task, (size_t)(kv_heads * a.blocks), ES_BATCHES, &a);
+    const size_t tasks = (size_t)(kv_heads * a.blocks);
+    if (!kernel->half) {
+        status = parallel_for(context, block_task, tasks, ES_BATCHES, &a);
+        if (!status) status = parallel_for(context, merge_task, (size_t)rows, ES_BATCHES, &a);
+        return status;
+    }
+    status = parallel_for(context, half_block_task, tasks, ES_BATCHES, &a);
+    if (!status && !a.out_of_memory)
+        status = parallel_for(context, half_normalize_task, (size_t)rows, ES_BATCHES, &a);
+    a.phase = 1;
+    if (!status && !a.out_of_memory) status = parallel_for(context, half_block_task, tasks, ES_BATCHES, &a);
     if (!status && a.out_of_memory)
         return attention_fail(api, "CacheAttention: out of memory for a block's widened cache");
-    if (!status) status = parallel_for(context, merge_task, (size_t)rows, ES_BATCHES, &a);
+    if (!status) status = parallel_for(context, half_merge_task, (size_t)rows, ES_BATCHES, &a);
     return status;
 }
 
