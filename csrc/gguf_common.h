@@ -53,6 +53,7 @@ enum {
     GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
     GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
     GGML_Q6_K = 14,
 };
 #define LEGACY 32 /* inputs per block of the legacy types (Q4_0 ... Q8_0) */
@@ -115,6 +116,7 @@ static inline size_t block_bytes(int ggml_type) {
     case GGML_Q5_1: return 24;  /* d, m (f16), qh[4], qs[16] */
     case GGML_Q8_0: return 34;  /* d (f16), qs[32] (int8) */
     case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
+    case GGML_Q5_K: return 176; /* d, dmin (f16), scales[12], qh[32], qs[128] */
     case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
     default: return 0;
     }
@@ -122,7 +124,9 @@ static inline size_t block_bytes(int ggml_type) {
 
 static inline int64_t block_inputs(int ggml_type);
 
-static inline int is_k_quant(int ggml_type) { return ggml_type == GGML_Q4_K || ggml_type == GGML_Q6_K; }
+static inline int is_k_quant(int ggml_type) {
+    return ggml_type == GGML_Q4_K || ggml_type == GGML_Q5_K || ggml_type == GGML_Q6_K;
+}
 
 /* Inputs per block: activations are quantized per block of the same size. */
 static inline int64_t block_inputs(int ggml_type) { return is_k_quant(ggml_type) ? QK : LEGACY; }
@@ -197,7 +201,7 @@ enum { ES_PLAIN = 0, ES_SWIGLU = 1 };
 
 /* A super-block as unsigned codes and per-16 integer factors:
  *   w[i] = d * scale[i / 16] * code[i] - dmin * offset[i / 16]
- * (Q4_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
+ * (Q4_K, Q5_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
  * the 6-bit value, offset = 32 * scale and dmin = d). scale_pair[k] holds scale[k] in both
  * 16-bit halves, the form the AVX2 dot broadcasts from. */
 typedef struct {
@@ -217,9 +221,11 @@ static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
  * id plus ES_ROWS8 when W holds it. */
 #define ES_ROWS8 1024
 #define Q4_K_GROUP 1152 /* bytes of a group block: 8 super-blocks */
+#define Q5_K_GROUP 1408
 #define Q6_K_GROUP 1680
 #define Q4_K_FACTORS 32 /* byte offsets within a group block */
-#define Q4_K_CODES 128
+#define Q4_K_CODES 128 /* Q5_K's sub-blocks of 32 start here as well, Q5_K_CHUNK bytes each: */
+#define Q5_K_CHUNK 160 /* 128 bytes of nibbles, then 32 of fifth bits */
 #define Q6_K_SCALES 16
 #define Q6_K_CODES 144
 #define Q6_K_CHUNK 192 /* bytes of codes per 32 inputs */

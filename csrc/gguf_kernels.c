@@ -3,7 +3,7 @@
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
  *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
  *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K,
- *   14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
+ *   13 = Q5_K, 14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
  *   gguf_rows8.c), in_features K, out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
@@ -34,11 +34,9 @@
 
 
 
-static inline __attribute__((always_inline)) void unpack_q4_k(const uint8_t *b, Unpacked *u) {
-    const uint8_t *sc = b + 4, *qs = b + 16;
-    u->d = half_to_float(read_u16(b));
-    u->dmin = half_to_float(read_u16(b + 2));
-    for (int j = 0; j < 8; j++) { /* 6-bit scale and minimum of block j of 32 */
+/* Q4_K's and Q5_K's 6-bit scales and minimums of their 8 blocks of 32 (scales[12] at sc). */
+static inline __attribute__((always_inline)) void unpack_k_factors(const uint8_t *sc, Unpacked *u) {
+    for (int j = 0; j < 8; j++) {
         int scale, minimum;
         if (j < 4) {
             scale = sc[j] & 63;
@@ -50,10 +48,32 @@ static inline __attribute__((always_inline)) void unpack_q4_k(const uint8_t *b, 
         set_scale(u, 2 * j, scale, minimum);
         set_scale(u, 2 * j + 1, scale, minimum);
     }
+}
+
+static inline __attribute__((always_inline)) void unpack_q4_k(const uint8_t *b, Unpacked *u) {
+    const uint8_t *qs = b + 16;
+    u->d = half_to_float(read_u16(b));
+    u->dmin = half_to_float(read_u16(b + 2));
+    unpack_k_factors(b + 4, u);
     for (int c = 0; c < 4; c++) { /* 32 bytes: block 2c in the low nibbles, 2c + 1 high */
         for (int i = 0; i < 32; i++) {
             u->code[64 * c + i] = qs[32 * c + i] & 0x0F;
             u->code[64 * c + 32 + i] = qs[32 * c + i] >> 4;
+        }
+    }
+}
+
+/* Q5_K: Q4_K's fields with qh[32] before the nibbles; bit s of qh[i] is the fifth bit of
+ * input 32s + i (block s of 32). */
+static inline __attribute__((always_inline)) void unpack_q5_k(const uint8_t *b, Unpacked *u) {
+    const uint8_t *qh = b + 16, *qs = b + 48;
+    u->d = half_to_float(read_u16(b));
+    u->dmin = half_to_float(read_u16(b + 2));
+    unpack_k_factors(b + 4, u);
+    for (int c = 0; c < 4; c++) {
+        for (int i = 0; i < 32; i++) {
+            u->code[64 * c + i] = (uint8_t)((qs[32 * c + i] & 0x0F) | (((qh[i] >> (2 * c)) & 1) << 4));
+            u->code[64 * c + 32 + i] = (uint8_t)((qs[32 * c + i] >> 4) | (((qh[i] >> (2 * c + 1)) & 1) << 4));
         }
     }
 }
@@ -140,6 +160,7 @@ static int quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type
 typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
 
 static void unpack_q4_k_portable(const uint8_t *b, Unpacked *u) { unpack_q4_k(b, u); }
+static void unpack_q5_k_portable(const uint8_t *b, Unpacked *u) { unpack_q5_k(b, u); }
 static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
 
 /* Block b of output n as the file stores it: in W, or rebuilt into `scratch` from the rows-of-8
@@ -184,7 +205,9 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
         return;
     }
     int64_t blocks = p->k / QK;
-    unpack_fn unpack = p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable : unpack_q6_k_portable;
+    unpack_fn unpack = p->ggml_type == GGML_Q4_K   ? unpack_q4_k_portable
+                       : p->ggml_type == GGML_Q5_K ? unpack_q5_k_portable
+                                                   : unpack_q6_k_portable;
     const size_t size = block_bytes(p->ggml_type);
     Unpacked u;
     float acc[ROWS_PER_PASS];
@@ -532,6 +555,8 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
         outputs_q4_k_avx2(p, n0, n1);
     else if (p->ggml_type == GGML_Q6_K)
         outputs_q6_k_avx2(p, n0, n1);
+    else if (p->ggml_type == GGML_Q5_K) /* the importer writes Q5_K in rows of 8 where it can */
+        outputs_portable(p, n0, n1);
     else
         outputs_legacy_avx2(p, n0, n1);
 }
@@ -772,8 +797,8 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
     if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
         free(kernel);
         return fail("GgufMatMul/GgufGather: ggml_type must be Q4_0 (2), Q4_1 (3), Q5_0 (6), "
-                    "Q5_1 (7), Q8_0 (8), Q4_K (12) or Q6_K (14), with in_features a multiple of "
-                    "its block (32, or 256 for Q4_K and Q6_K)");
+                    "Q5_1 (7), Q8_0 (8), Q4_K (12), Q5_K (13) or Q6_K (14), with in_features a "
+                    "multiple of its block (32, or 256 for the K-quants)");
     }
     if (kernel->rows8 && !es_rows8_supported(type, kernel->n)) {
         free(kernel);
@@ -953,6 +978,8 @@ static void dequantize_row(const Kernel *kernel, const uint8_t *w, int64_t n, fl
             es_rows8_unpack_k(w, ggml_type, k, n, b, &u);
         else if (ggml_type == GGML_Q4_K)
             unpack_q4_k(row + b * 144, &u);
+        else if (ggml_type == GGML_Q5_K)
+            unpack_q5_k(row + b * 176, &u);
         else
             unpack_q6_k(row + b * 210, &u);
         for (int i = 0; i < QK; i++) {

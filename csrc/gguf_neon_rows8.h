@@ -139,10 +139,14 @@ static inline void ES_NEON_NAME(factors)(const uint8_t *eight, int is_signed, in
     out[1] = vmovl_s16(vget_high_s16(wide));
 }
 
-/* Q4_K: per sub-block of 32 the integer dots times the 6-bit scales and the minimums times
- * the activations' sums, in 32 bits; one float step per super-block (rows8_q4_k). */
-ES_NEON_TARGET static void ES_NEON_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
-    ES_NEON_K_LOOP_BEGIN(Q4_K_GROUP)
+/* Q4_K and Q5_K (`five`, a constant at each call): per sub-block of 32 the integer dots times
+ * the 6-bit scales and the minimums times the activations' sums, in 32 bits; one float step
+ * per super-block (rows8_q4_k, rows8_q5_k). */
+ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(rows8_q4_q5_k)(
+    const Product *p, int64_t n0, int64_t n1, const int five) {
+    const int GROUP = five ? Q5_K_GROUP : Q4_K_GROUP, CHUNK = five ? Q5_K_CHUNK : 128;
+    const uint8x16_t fifth = vdupq_n_u8(0x10);
+    ES_NEON_K_LOOP_BEGIN(GROUP)
                 /* SC[8s + i] and MN[8s + i] (sub-block s, output i), 6 bits each, from their
                  * 96 bytes: low nibbles of SC (SC[q] low, SC[q + 32] high), of MN, then bit
                  * pairs SC[q] >> 4, SC[q + 32] >> 4, MN[q] >> 4, MN[q + 32] >> 4 of byte q. */
@@ -159,7 +163,14 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q4_k)(const Product *p, int64_t n0
                 }
                 for (int s = 0; s < 8; s++) {
                     int8x16_t c[2][8];
-                    ES_NEON_NAME(nibbles)(group + Q4_K_CODES + 128 * s, c);
+                    const uint8_t *at = group + Q4_K_CODES + CHUNK * s;
+                    ES_NEON_NAME(nibbles)(at, c);
+                    for (int h = 0; five && h < 2; h++) { /* bit j of H's byte to bit 4 */
+                        const uint8x16_t high = vld1q_u8(at + 128 + 16 * h);
+                        for (int j = 0; j < 8; j++)
+                            c[h][j] = vorrq_s8(c[h][j], vreinterpretq_s8_u8(vandq_u8(
+                                                            vshlq_u8(high, vdupq_n_s8((int8_t)(4 - j))), fifth)));
+                    }
                     int32x4_t scale[2], minimum[2];
                     ES_NEON_NAME(factors)(scales + 8 * s, 0, scale);
                     ES_NEON_NAME(factors)(minimums + 8 * s, 0, minimum);
@@ -186,6 +197,12 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q4_k)(const Product *p, int64_t n0
                     }
                 }
     ES_NEON_K_LOOP_END
+}
+ES_NEON_TARGET static void ES_NEON_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_NEON_NAME(rows8_q4_q5_k)(p, n0, n1, 0);
+}
+ES_NEON_TARGET static void ES_NEON_NAME(rows8_q5_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_NEON_NAME(rows8_q4_q5_k)(p, n0, n1, 1);
 }
 
 /* Q6_K: unsigned 6-bit codes scaled per 16 inputs; the centre 32 moves into an offset of
@@ -244,6 +261,7 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0
 ES_NEON_TARGET void ES_NEON_NAME(es_rows8_outputs_neon)(const Product *p, int64_t n0, int64_t n1) {
     switch (p->ggml_type) {
     case GGML_Q4_K: ES_NEON_NAME(rows8_q4_k)(p, n0, n1); break;
+    case GGML_Q5_K: ES_NEON_NAME(rows8_q5_k)(p, n0, n1); break;
     case GGML_Q6_K: ES_NEON_NAME(rows8_q6_k)(p, n0, n1); break;
     case GGML_Q8_0: ES_NEON_NAME(rows8_legacy)(p, n0, n1, ES_EIGHT_BITS); break;
     case GGML_Q5_0:

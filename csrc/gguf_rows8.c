@@ -27,6 +27,8 @@
  *     (32 bytes: SC[q] low, SC[q + 32] high), of MN (the same), then byte q's bit pairs:
  *     SC[q] >> 4, SC[q + 32] >> 4, MN[q] >> 4, MN[q + 32] >> 4; then the codes, 128 bytes per
  *     sub-block.
+ *   Q5_K (1,408 bytes): Q4_K's, each sub-block's 128 bytes of low nibbles followed by its
+ *     fifth bits H[32] as the legacy types' (bit j of byte 4i + t: register j's code).
  *   Q6_K (1,680 bytes): d[8]; the int8 scales of the 16 sub-blocks of 16 as SC[8s + i] (128
  *     bytes); then per 32 inputs the low nibbles (128 bytes, as Q4_0's) and the high bit
  *     pairs of registers 0-3 and 4-7 (32 bytes each: bits 2j, 2j + 1 for register j mod 4).
@@ -36,14 +38,15 @@
 
 int es_rows8_supported(int ggml_type, int64_t n) { return block_bytes(ggml_type) && n % 8 == 0; }
 
-/* Super-block b of output n, unpacked as unpack_q4_k / unpack_q6_k unpack the file's. */
+/* Super-block b of output n, unpacked as unpack_q4_k / unpack_q5_k / unpack_q6_k unpack the
+ * file's. */
 void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
                        Unpacked *u) {
-    const int lane = (int)(n % 8), q4 = ggml_type == GGML_Q4_K;
+    const int lane = (int)(n % 8), q6 = ggml_type == GGML_Q6_K, q5 = ggml_type == GGML_Q5_K;
     const uint8_t *group = w + (size_t)(n / 8) * 8 * row_bytes(ggml_type, k) +
-                           (size_t)b * (q4 ? Q4_K_GROUP : Q6_K_GROUP);
+                           (size_t)b * (size_t)(8 * block_bytes(ggml_type));
     u->d = half_to_float(read_u16(group + 2 * lane));
-    if (q4) {
+    if (!q6) {
         u->dmin = half_to_float(read_u16(group + 16 + 2 * lane));
         const uint8_t *sc = group + Q4_K_FACTORS, *mn = sc + 32, *high = sc + 64;
         for (int s = 0; s < 8; s++) {
@@ -55,10 +58,13 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
             set_scale(u, 2 * s, scale, minimum);
             set_scale(u, 2 * s + 1, scale, minimum);
         }
+        const int chunk = q5 ? Q5_K_CHUNK : 128;
         for (int i = 0; i < QK; i++) {
-            const int s = i / 32, j = i % 32 / 4, t = i % 4;
-            const uint8_t packed = group[Q4_K_CODES + 128 * s + 32 * (j % 4) + 4 * lane + t];
+            const int s = i / 32, j = i % 32 / 4, at = 4 * lane + i % 4;
+            const uint8_t *codes = group + Q4_K_CODES + chunk * s;
+            const uint8_t packed = codes[32 * (j % 4) + at];
             u->code[i] = j < 4 ? packed & 0x0F : packed >> 4;
+            if (q5) u->code[i] |= (uint8_t)(((codes[128 + at] >> j) & 1) << 4);
         }
         return;
     }
@@ -138,6 +144,29 @@ ES_AVX2 static inline __attribute__((always_inline)) void q6_k_registers(const u
         four[2] = _mm256_or_si256(four[2], _mm256_and_si256(h, bits45));
         four[3] = _mm256_or_si256(four[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
     }
+}
+/* The fifth bits H (32 bytes at `at`) into 5-bit codes: bit j of H's byte to bit 4 of
+ * register j's. */
+ES_AVX2 static inline __attribute__((always_inline)) void add_fifth_bits(const uint8_t *at,
+                                                                         __m256i c[8]) {
+    const __m256i fifth = _mm256_set1_epi8(0x10);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)at);
+    c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), fifth));
+    c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
+    c[2] = _mm256_or_si256(c[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), fifth));
+    c[3] = _mm256_or_si256(c[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), fifth));
+    c[4] = _mm256_or_si256(c[4], _mm256_and_si256(h, fifth));
+    c[5] = _mm256_or_si256(c[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), fifth));
+    c[6] = _mm256_or_si256(c[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), fifth));
+    c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), fifth));
+}
+
+/* Q5_K's codes of one sub-block of 32 inputs x 8 outputs (5 bits, unsigned) from its chunk
+ * at `at`: the nibbles, then the fifth bits. */
+ES_AVX2 static inline __attribute__((always_inline)) void q5_k_registers(const uint8_t *at,
+                                                                         __m256i c[8]) {
+    nibble_registers(at, c);
+    add_fifth_bits(at + 128, c);
 }
 /* Q4_K's 6-bit scales SC[64] and minimums MN[64] (index 8s + i: sub-block s, output i) of a
  * group block, from their 96 bytes, as bytes in registers: SC[0..31] in scales[0], SC[32..63]

@@ -13,8 +13,9 @@
  *                                       (scale: 16-bit in both halves of a lane; scale32: 32-bit)
  *   ES_ADD_PAIRS(acc, a, b)             acc + madd(a, b): each lane's two 16-bit products
  *   ES_DOT_HALVES(c, y, first, second, first32, second32)
- *                                       Q6_K's 6-bit codes: registers 0-3 times `first`,
- *                                       4-7 times `second` (16- and 32-bit forms)
+ *                                       Q6_K's 6-bit codes (or Q5_K's 5-bit ones): registers
+ *                                       0-3 times `first`, 4-7 times `second` (16- and 32-bit
+ *                                       forms)
  *   ES_LEGACY_SHARED(c)                 declarations from a legacy block's codes c[8] that
  *                                       its rows' ES_DOT forms share (or nothing)
  * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
@@ -26,7 +27,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     const int64_t blocks = p->k / LEGACY;
     /* Q4_0 and Q5_0: d * (code - centre) = d * code + (-centre * d), a minimum term. */
     const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[ROWS_PER_PASS];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
@@ -55,17 +56,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                         c[j] = _mm256_and_si256(packed, low4);
                         c[j + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
                     }
-                    if (codes == FIVE_BITS) { /* bit j of H to bit 4 of register j's bytes */
-                        const __m256i h = _mm256_loadu_si256((const __m256i *)(group + layout.high));
-                        c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), fifth));
-                        c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
-                        c[2] = _mm256_or_si256(c[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), fifth));
-                        c[3] = _mm256_or_si256(c[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), fifth));
-                        c[4] = _mm256_or_si256(c[4], _mm256_and_si256(h, fifth));
-                        c[5] = _mm256_or_si256(c[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), fifth));
-                        c[6] = _mm256_or_si256(c[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), fifth));
-                        c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), fifth));
-                    }
+                    if (codes == FIVE_BITS) add_fifth_bits(group + layout.high, c);
                 }
                 ES_LEGACY_SHARED(c)
                 for (int64_t r = 0; r < rows; r++) {
@@ -158,6 +149,36 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
     ES_ROWS8_K_LOOP_END
 }
 
+/* Q5_K: Q4_K's factors and float steps over 5-bit codes, whose dots per register half
+ * multiply by the scales as Q6_K's do (a lane's 16 products of 5-bit codes can pass 2^15). */
+ES_X86_TARGET static void ES_X86_NAME(rows8_q5_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_ROWS8_K_LOOP_BEGIN(Q5_K_GROUP)
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
+    __m256i scales[2], minimums[2];
+    q4_k_group_factors(group, scales, minimums);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m256i c[8];
+        q5_k_registers(group + Q4_K_CODES + Q5_K_CHUNK * s, c);
+        const __m256i scale32 = q4_k_sub_block(scales, s);
+        const __m256i scale = factor_pairs(scale32);
+        (void)scale; /* AVX2 multiplies by the 16-bit form, VNNI by scale32 */
+        const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
+            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES(c, y, scale, scale, scale32, scale32));
+            offsets[r] = ES_ADD_PAIRS(offsets[r], minimum, sums_of(p, row, b, 2 * s));
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
+    }
+    ES_ROWS8_K_LOOP_END
+}
+
 /* Q6_K: unsigned 6-bit codes (the file's code - 32 is its value), scaled per 16 inputs; the
  * 32 moves into an offset of 32 * scale times the activations' sums per 16. */
 ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, int64_t n1) {
@@ -193,6 +214,7 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, 
 ES_X86_TARGET void ES_X86_NAME(es_rows8_outputs)(const Product *p, int64_t n0, int64_t n1) {
     switch (p->ggml_type) {
     case GGML_Q4_K: ES_X86_NAME(rows8_q4_k)(p, n0, n1); break;
+    case GGML_Q5_K: ES_X86_NAME(rows8_q5_k)(p, n0, n1); break;
     case GGML_Q6_K: ES_X86_NAME(rows8_q6_k)(p, n0, n1); break;
     case GGML_Q8_0: ES_X86_NAME(rows8_outputs)(p, n0, n1, EIGHT_BITS); break;
     case GGML_Q5_0:

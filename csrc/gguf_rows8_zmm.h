@@ -56,26 +56,34 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
 #define ZMM_K_LOOP_BEGIN(GROUP) ES_ROWS8_K_LOOP_WITH(GROUP, __m512i, _mm512_setzero_si512())
 #define ZMM_K_LOOP_END ES_ROWS8_K_LOOP_END
 
-/* Q4_K for R rows m .. m + R - 1 (R at most ZMM_TILE, a constant at each call) and the 8
+/* Q4_K (Q5_K with `five`) for R rows m .. m + R - 1 (R at most ZMM_TILE; R and `five`
+ * constants at each call) and the 8
  * outputs of group g, over all of K: the rows' dots, minimum terms and float sums stay in
  * registers from the first block to the last (the 32-row passes of the other types keep them
  * in memory, a load and a store per row and sub-block), and the group's blocks (1,152 bytes
- * each, in L1 after the first tile) are unpacked once per tile. Per output and row the
- * arithmetic is rows8_q4_k's: the same exact integers per block, then the same two float
+ * each, 1,408 for Q5_K, in L1 after the first tile) are unpacked once per tile. Per output and
+ * row the arithmetic is rows8_q4_k's (rows8_q5_k's): the same exact integers per block, then the same two float
  * steps in block order, so the bits do not depend on R or on which rows share a tile.
  * Q6_K's tiles measured no faster (its scales multiply by vpmulld, two uops, whichever loop
  * order), so it keeps the 32-row passes. */
 #define ZMM_TILE 8
 ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Product *p, int64_t g,
-                                                                        int64_t m, const int R) {
+                                                                        int64_t m, const int R,
+                                                                        const int five) {
     const int64_t blocks = p->k / QK;
+    const int GROUP = five ? Q5_K_GROUP : Q4_K_GROUP, CHUNK = five ? Q5_K_CHUNK : 128;
+    /* Q5_K's fifth bits (bit j of H for register j) to bit 4 of each code register's bytes:
+     * shifts per register pair (lanes 2i, 2i + 1: registers j, j + 1), left for j < 4 */
+    const __m512i to_bit4[4] = {_mm512_set1_epi64(0x0000000300000004), _mm512_set1_epi64(0x0000000100000002),
+                                _mm512_set1_epi64(0x0000000100000000), _mm512_set1_epi64(0x0000000300000002)};
+    const __m512i fifth = _mm512_set1_epi8(0x10);
     const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
     const int8_t *x = p->x.q + m * p->k;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m256 acc[ZMM_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++, group += Q4_K_GROUP) {
-        for (int line = 0; line < Q4_K_GROUP; line += 64)
+    for (int64_t b = 0; b < blocks; b++, group += GROUP) {
+        for (int line = 0; line < GROUP; line += 64)
             _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
         __m256i scales[2], minimums[2];
         q4_k_group_factors(group, scales, minimums);
@@ -84,22 +92,34 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
         for (int r = 0; r < R; r++) dots[r] = _mm512_setzero_si512(), offsets[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
-            const uint8_t *at = group + Q4_K_CODES + 128 * s;
+            const uint8_t *at = group + Q4_K_CODES + CHUNK * s;
             /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 */
             const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
                                                   _mm256_loadu_si256((const __m256i *)(at + 32)));
             const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
                                                    _mm256_loadu_si256((const __m256i *)(at + 96)));
-            const __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
-                                  _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
-                                  _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
+            __m512i z[4] = {_mm512_and_si512(first, low4), _mm512_and_si512(second, low4),
+                            _mm512_and_si512(_mm512_srli_epi16(first, 4), low4),
+                            _mm512_and_si512(_mm512_srli_epi16(second, 4), low4)};
+            if (five) {
+                const __m512i h = pair_factors(_mm256_loadu_si256((const __m256i *)(at + 128)));
+                z[0] = _mm512_or_si512(z[0], _mm512_and_si512(_mm512_sllv_epi32(h, to_bit4[0]), fifth));
+                z[1] = _mm512_or_si512(z[1], _mm512_and_si512(_mm512_sllv_epi32(h, to_bit4[1]), fifth));
+                z[2] = _mm512_or_si512(z[2], _mm512_and_si512(_mm512_srlv_epi32(h, to_bit4[2]), fifth));
+                z[3] = _mm512_or_si512(z[3], _mm512_and_si512(_mm512_srlv_epi32(h, to_bit4[3]), fifth));
+            }
             const __m512i scale = pair_factors(q4_k_sub_block(scales, s));
             const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
             for (int r = 0; r < R; r++) {
                 const int8_t *y = x + r * p->k + b * QK + 32 * s;
-                /* a lane's dot is 16 products (16 * 15 * 127 < 2^15): dpwssd by the scale
-                 * (high half 0) multiplies and adds in one instruction, exactly */
-                dots[r] = _mm512_dpwssd_epi32(dots[r], ZMM_DOT_EIGHT(z, y), scale);
+                /* dpwssd by the scale (high half 0) multiplies and adds in one instruction,
+                 * exactly while a lane's dot fits in 16 bits: Q4_K's 16 products do (16 * 15 *
+                 * 128 < 2^15), Q5_K's in two halves of 8 (8 * 31 * 128 < 2^15) */
+                if (five)
+                    dots[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dots[r], ZMM_DOT_FIRST(z, y), scale),
+                                                  ZMM_DOT_SECOND(z, y), scale);
+                else
+                    dots[r] = _mm512_dpwssd_epi32(dots[r], ZMM_DOT_EIGHT(z, y), scale);
                 offsets[r] = _mm256_dpwssd_epi32(offsets[r], minimum, sums_of(p, m + r, b, 2 * s));
             }
         }
@@ -143,33 +163,36 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
-/* Q4_K as rows8_q4_k (gguf_rows8_x86.h), the dots on zmm: every row of groups n0 / 8 ..
+/* Q4_K and Q5_K as rows8_q4_k and rows8_q5_k (gguf_rows8_x86.h), the dots on zmm: every row of groups n0 / 8 ..
  * n1 / 8 - 1 in the fewest tiles of at most ZMM_TILE rows (6 past 16 rows, which measured
  * faster there), their sizes within one of each other (10 rows: 5 + 5, not 8 + 2: a tile's
  * unpacking is paid per tile, its rows' products per row). */
-ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) {
+ES_ZMM static inline __attribute__((always_inline)) void rows8_k_zmm_tiles(const Product *p, int64_t n0,
+                                                                            int64_t n1, const int five) {
     const int64_t most = p->rows > 16 ? 6 : ZMM_TILE;
     const int64_t tiles = (p->rows + most - 1) / most;
     for (int64_t g = n0 / 8; g < n1 / 8; g++)
         for (int64_t t = 0, m = 0; t < tiles; t++) {
             const int64_t size = p->rows / tiles + (t < p->rows % tiles);
             switch (size) { /* R a constant in each call: the tile's arrays stay in registers */
-            case 8: q4_k_zmm_tile(p, g, m, 8); break;
-            case 7: q4_k_zmm_tile(p, g, m, 7); break;
-            case 6: q4_k_zmm_tile(p, g, m, 6); break;
-            case 5: q4_k_zmm_tile(p, g, m, 5); break;
-            case 4: q4_k_zmm_tile(p, g, m, 4); break;
-            case 3: q4_k_zmm_tile(p, g, m, 3); break;
-            case 2: q4_k_zmm_tile(p, g, m, 2); break;
-            default: q4_k_zmm_tile(p, g, m, 1); break;
+            case 8: q4_k_zmm_tile(p, g, m, 8, five); break;
+            case 7: q4_k_zmm_tile(p, g, m, 7, five); break;
+            case 6: q4_k_zmm_tile(p, g, m, 6, five); break;
+            case 5: q4_k_zmm_tile(p, g, m, 5, five); break;
+            case 4: q4_k_zmm_tile(p, g, m, 4, five); break;
+            case 3: q4_k_zmm_tile(p, g, m, 3, five); break;
+            case 2: q4_k_zmm_tile(p, g, m, 2, five); break;
+            default: q4_k_zmm_tile(p, g, m, 1, five); break;
             }
             m += size;
         }
 }
+ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 0); }
+ES_ZMM static void rows8_q5_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 1); }
 
 void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 
-/* Q4_K's passes and steps on zmm tiles; the other types' passes of several rows on zmm
+/* Q4_K's and Q5_K's passes and steps on zmm tiles; the other types' passes of several rows on zmm
  * (Q8_0's on 256-bit dpbusd) and their one-row steps on the 256-bit forms: AVX-VNNI's where
  * the CPU has it, else AVX512-VNNI's. A one-row Q4_K tile stepped the 1.5B in 0.81x the time
  * of the 256-bit form (51.0 against 63.1 ms, benchmarks/kernel_paths.py --builds); the other
@@ -177,6 +200,8 @@ void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni) {
     if (p->ggml_type == GGML_Q4_K)
         rows8_q4_k_zmm(p, n0, n1);
+    else if (p->ggml_type == GGML_Q5_K)
+        rows8_q5_k_zmm(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
         rows8_q6_k_zmm(p, n0, n1);
     else if (p->rows > 1)

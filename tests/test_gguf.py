@@ -663,23 +663,25 @@ def test_float16_fields_are_stored_as_float16_and_restored_exactly(
     assert np.array_equal(offsets_t, weights.offsets.T)
 
 
-@pytest.mark.parametrize("kernels", ["mlas", "gguf"])
+@pytest.mark.parametrize(
+    ("kernels", "layer_type"), [("mlas", "Q4_K"), ("gguf", "Q4_K"), ("gguf", "Q5_K")]
+)
 def test_tied_k_quant_embedding_is_stored_once_on_the_file_grid(
-    tmp_path: Path, kernels: str
+    tmp_path: Path, kernels: str, layer_type: str
 ) -> None:
     """A tied Q4_K_M-style file (Q6_K embedding that is also the LM head, Q4_K and Q6_K
-    layers): every grid is kept, the embedding's one initializer feeds both the lookup and the
-    LM head, the parameter count is the file's, and greedy speculative output equals the
-    target's own. On ONNX Runtime's MatMulNBits the 6-bit grid is stored at 8 bits and single
-    steps are padded; on edgespec's GGUF kernels the bundle holds the file's blocks (its size)
-    and every pass runs as it comes."""
+    layers; or Q5_K_M-style, Q5_K for Q4_K): every grid is kept, the embedding's one
+    initializer feeds both the lookup and the LM head, the parameter count is the file's, and
+    greedy speculative output equals the target's own. On ONNX Runtime's MatMulNBits the 6-bit
+    grid is stored at 8 bits and single steps are padded; on edgespec's GGUF kernels the bundle
+    holds the file's blocks (its size) and every pass runs as it comes."""
     import gguf
     import onnx
     from gguf_model import write_tied_k_quant_gguf
 
     if kernels == "gguf" and gguf_kernel_library() is None:
         pytest.skip("the GGUF kernels did not build in this install")
-    path = write_tied_k_quant_gguf(tmp_path / "tied.gguf")
+    path = write_tied_k_quant_gguf(tmp_path / "tied.gguf", layer_type=layer_type)
     out = tmp_path / "bundle"
     command = ["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]
     assert main([*command, "--kernels", kernels]) == 0

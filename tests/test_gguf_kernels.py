@@ -1,5 +1,5 @@
 """edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
-products and lookups on llama.cpp's blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) against
+products and lookups on llama.cpp's blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) against
 the ``gguf`` package's own
 dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
 (AVX2 and portable C), and a missing library reported in one line."""
@@ -35,7 +35,7 @@ built = pytest.mark.skipif(
 # Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
-TYPES = ["Q4_K", "Q6_K", *LEGACY]
+TYPES = ["Q4_K", "Q5_K", "Q6_K", *LEGACY]
 # The x86-64 paths: the same products (every sum an exact integer), other instructions.
 X86_PATHS = ("avx-vnni", "avx512-vnni", "avx2")
 # A kind is a block type, "/rows8" when W is stored in the kernels' rows-of-8 layout.
@@ -142,6 +142,20 @@ def test_products_follow_the_files_dequantized_weights(kind: str) -> None:
     expected = x.astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
     assert got.shape == (ROWS, OUTPUTS)
     assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max()
+
+
+@built
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_widest_integer_sums_do_not_overflow(kind: str) -> None:
+    """Every code and scale at its largest against inputs of one sign (127 or -127 after
+    quantization): the sums that a 16-bit partial sum would overflow first still follow the
+    dequantized weights, on the path this CPU takes and in passes of one row and of several."""
+    blocks = saturated(_blocks(np.random.default_rng(5), kind), kind)
+    session = _session("GgufMatMul", kind, blocks)
+    expected = one_signed(5).astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
+    for rows in (1, 5):
+        got = session.run(None, {"x": one_signed(rows)})[0]
+        assert np.abs(got - expected[:rows]).max() <= 1e-3 * np.abs(expected).max(), kind
 
 
 @built
@@ -274,7 +288,7 @@ def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
     if _type(kind) == "Q6_K":  # ql, qh, int8 scales, then d
         out[:, : size - 2] = 0xFF
     else:  # d (and dmin or m) first
-        out[:, 2 * (2 if _type(kind) in ("Q4_K", "Q4_1", "Q5_1") else 1) :] = 0xFF
+        out[:, 2 * (2 if _type(kind) in ("Q4_K", "Q5_K", "Q4_1", "Q5_1") else 1) :] = 0xFF
     return out.reshape(blocks.shape)
 
 

@@ -1,4 +1,4 @@
-"""The rows-of-8 layout of GGUF's block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) that
+"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q4_K, Q5_K, Q6_K) that
 the GGUF kernels read fastest: the file's blocks with their bits moved, none added or dropped, so a
 bundle stays the file's size. ``csrc/gguf_rows8.c`` describes the layout and reads it; this
 module writes it at import.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 ROWS8_OFFSET = 1024  # the operators' ggml_type attribute: the legacy type's id + this
-ROWS8_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"})
+ROWS8_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"})
 
 _BLOCK_BYTES = {
     "Q4_0": 18,
@@ -25,6 +25,7 @@ _BLOCK_BYTES = {
     "Q5_1": 24,
     "Q8_0": 34,
     "Q4_K": 144,
+    "Q5_K": 176,
     "Q6_K": 210,
 }
 _GROUPS_PER_CHUNK = 512  # 4,096 outputs converted at a time: a bounded temporary
@@ -54,6 +55,8 @@ def _groups(data: np.ndarray, kind: str) -> np.ndarray:
     # blocks: [groups, block index, lane, file block bytes]
     if kind == "Q4_K":
         return _q4_k(blocks, rows, width)
+    if kind == "Q5_K":
+        return _q5_k(blocks, rows, width)
     if kind == "Q6_K":
         return _q6_k(blocks, rows, width)
     minimum = kind in ("Q4_1", "Q5_1")
@@ -116,8 +119,9 @@ def _nibble_registers(codes: np.ndarray) -> np.ndarray:
     return (registers[:, :, :, :4] | (registers[:, :, :, 4:] << 4)).reshape(groups, blocks, -1)
 
 
-def _q4_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """[G, B, lane, 144] Q4_K blocks → group blocks of 1,152 bytes (see csrc/gguf_rows8.c)."""
+def _k_factors(blocks: np.ndarray) -> list[np.ndarray]:
+    """[G, B, lane, bytes] Q4_K or Q5_K blocks → their group blocks' first 128 bytes: d[8],
+    dmin[8] and the 6-bit scales and minimums in 96 bytes (see csrc/gguf_rows8.c)."""
     factors = blocks[..., 4:16].astype(np.uint16)  # [G, B, lane, 12]: scales[12]
     scale = np.empty((*blocks.shape[:3], 8), np.uint8)
     minimum = np.empty_like(scale)
@@ -133,16 +137,43 @@ def _q4_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
         | ((mn[..., :32] >> 4) << 4)
         | ((mn[..., 32:] >> 4) << 6)
     )
-    packed = blocks[..., 16:144].reshape(*blocks.shape[:3], 4, 32)
-    codes = np.stack([packed & 0x0F, packed >> 4], axis=-2).reshape(*blocks.shape[:3], 256)
-    pieces = [
+    return [
         _halves(blocks[..., 0:2]),
         _halves(blocks[..., 2:4]),
         (sc[..., :32] & 0x0F) | ((sc[..., 32:] & 0x0F) << 4),
         (mn[..., :32] & 0x0F) | ((mn[..., 32:] & 0x0F) << 4),
         high.astype(np.uint8),
-        _nibble_registers(codes),
     ]
+
+
+def _k_nibble_codes(packed: np.ndarray) -> np.ndarray:
+    """[G, B, lane, 128] Q4_K/Q5_K low bits → [G, B, lane, 256] codes below 16: each 32 bytes
+    hold a 64-input chunk, its first 32 inputs in the low nibbles."""
+    chunks = packed.reshape(*packed.shape[:3], 4, 32)
+    return np.stack([chunks & 0x0F, chunks >> 4], axis=-2).reshape(*packed.shape[:3], 256)
+
+
+def _q4_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[G, B, lane, 144] Q4_K blocks → group blocks of 1,152 bytes (see csrc/gguf_rows8.c)."""
+    codes = _k_nibble_codes(blocks[..., 16:144])
+    pieces = [*_k_factors(blocks), _nibble_registers(codes)]
+    return np.concatenate(pieces, axis=-1).reshape(rows, width)
+
+
+def _q5_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[G, B, lane, 176] Q5_K blocks → group blocks of 1,408 bytes: Q4_K's, each sub-block's
+    128 bytes of nibbles followed by its fifth bits as 32 bytes of bit planes."""
+    groups, count, lanes = blocks.shape[:3]
+    nibbles = _nibble_registers(_k_nibble_codes(blocks[..., 48:176]))
+    qh = blocks[..., 16:48]  # bit s of byte l: input 32s + l's fifth bit
+    fifth = (qh[..., None, :] >> np.arange(8, dtype=np.uint8).reshape(8, 1)) & 1
+    # fifth: [G, B, lane, sub-block s, 32]
+    chunks = fifth.transpose(0, 1, 3, 2, 4).reshape(groups, count * 8, lanes, 32)
+    planes = _registers(chunks)  # [G, B * 8, register j, 32]
+    weights = (1 << np.arange(8, dtype=np.uint8)).reshape(1, 1, 8, 1)
+    high = (planes * weights).sum(axis=2, dtype=np.uint8).reshape(groups, count, 8, 32)
+    per_chunk = np.concatenate([nibbles.reshape(groups, count, 8, 128), high], axis=-1)
+    pieces = [*_k_factors(blocks), per_chunk.reshape(groups, count, -1)]
     return np.concatenate(pieces, axis=-1).reshape(rows, width)
 
 

@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgespec.config import ExportConfig
 from edgespec.export.bundle import file_records, tokenizer_sha256, write_bundle_manifest
 from edgespec.export.gguf.folded import KVLayout, attention_boundaries
@@ -75,7 +77,7 @@ def write_gguf_manifest(
             * arch.num_layers
             * arch.num_kv_heads
             * arch.head_dim
-            * (2 if layout.half_cache else 4),
+            * np.dtype(layout.kv_dtype).itemsize,
             logits_bytes_per_position=arch.vocab_size * 4,
             file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
         ),
