@@ -47,6 +47,8 @@
 #endif
 
 enum {
+    GGML_Q2_K = 10,
+    GGML_Q3_K = 11,
     GGML_Q4_0 = 2,
     GGML_Q4_1 = 3,
     GGML_Q5_0 = 6,
@@ -115,6 +117,8 @@ static inline size_t block_bytes(int ggml_type) {
     case GGML_Q5_0: return 22;  /* d (f16), qh[4], qs[16] */
     case GGML_Q5_1: return 24;  /* d, m (f16), qh[4], qs[16] */
     case GGML_Q8_0: return 34;  /* d (f16), qs[32] (int8) */
+    case GGML_Q2_K: return 84;  /* scales[16] (4-bit scale, 4-bit minimum), qs[64], d, dmin (f16) */
+    case GGML_Q3_K: return 110; /* hmask[32], qs[64], scales[12] (6-bit), d (f16) */
     case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
     case GGML_Q5_K: return 176; /* d, dmin (f16), scales[12], qh[32], qs[128] */
     case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
@@ -125,7 +129,8 @@ static inline size_t block_bytes(int ggml_type) {
 static inline int64_t block_inputs(int ggml_type);
 
 static inline int is_k_quant(int ggml_type) {
-    return ggml_type == GGML_Q4_K || ggml_type == GGML_Q5_K || ggml_type == GGML_Q6_K;
+    return ggml_type == GGML_Q2_K || ggml_type == GGML_Q3_K || ggml_type == GGML_Q4_K ||
+           ggml_type == GGML_Q5_K || ggml_type == GGML_Q6_K;
 }
 
 /* Inputs per block: activations are quantized per block of the same size. */
@@ -201,9 +206,11 @@ enum { ES_PLAIN = 0, ES_SWIGLU = 1 };
 
 /* A super-block as unsigned codes and per-16 integer factors:
  *   w[i] = d * scale[i / 16] * code[i] - dmin * offset[i / 16]
- * (Q4_K, Q5_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q6_K: code is
- * the 6-bit value, offset = 32 * scale and dmin = d). scale_pair[k] holds scale[k] in both
- * 16-bit halves, the form the AVX2 dot broadcasts from. */
+ * (Q4_K, Q5_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q2_K: the
+ * 4-bit scale and minimum of i's block of 16; Q6_K: code is the 6-bit value, offset = 32 *
+ * scale and dmin = d; Q3_K the same with 3-bit codes, offset = 4 * scale, scale the 6-bit
+ * value - 32). scale_pair[k] holds scale[k] in both 16-bit halves, the form the AVX2 dot
+ * broadcasts from. */
 typedef struct {
     uint8_t code[QK];
     int16_t offset[SUB];
@@ -221,6 +228,14 @@ static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
  * id plus ES_ROWS8 when W holds it. */
 #define ES_ROWS8 1024
 #define Q4_K_GROUP 1152 /* bytes of a group block: 8 super-blocks */
+#define Q2_K_GROUP 672
+#define Q3_K_GROUP 880
+#define Q2_K_SCALES 32 /* byte offsets within a group block */
+#define Q2_K_CODES 160
+#define Q2_K_CHUNK 64  /* bytes of codes per 32 inputs: 2-bit registers j, j + 2, j + 4, j + 6 */
+#define Q3_K_FACTORS 16
+#define Q3_K_CODES 112
+#define Q3_K_CHUNK 96 /* Q2_K's 64 bytes of low bits, then 32 of third bits */
 #define Q5_K_GROUP 1408
 #define Q6_K_GROUP 1680
 #define Q4_K_FACTORS 32 /* byte offsets within a group block */

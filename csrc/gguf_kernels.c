@@ -2,8 +2,8 @@
  *
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
  *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
- *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K,
- *   13 = Q5_K, 14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
+ *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K,
+ *   11 = Q3_K, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
  *   gguf_rows8.c), in_features K, out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
@@ -75,6 +75,38 @@ static inline __attribute__((always_inline)) void unpack_q5_k(const uint8_t *b, 
             u->code[64 * c + i] = (uint8_t)((qs[32 * c + i] & 0x0F) | (((qh[i] >> (2 * c)) & 1) << 4));
             u->code[64 * c + 32 + i] = (uint8_t)((qs[32 * c + i] >> 4) | (((qh[i] >> (2 * c + 1)) & 1) << 4));
         }
+    }
+}
+
+/* Q2_K: input 128c + 32j + l is bits 2j, 2j + 1 of qs[32c + l]; its block of 16 has
+ * scales[i / 16]: the scale in the low nibble, the minimum in the high one. */
+static inline __attribute__((always_inline)) void unpack_q2_k(const uint8_t *b, Unpacked *u) {
+    const uint8_t *qs = b + 16;
+    u->d = half_to_float(read_u16(b + 80));
+    u->dmin = half_to_float(read_u16(b + 82));
+    for (int k = 0; k < SUB; k++) set_scale(u, k, b[k] & 0x0F, b[k] >> 4);
+    for (int i = 0; i < QK; i++) u->code[i] = (qs[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+}
+
+/* Q3_K: 3-bit codes (the value + 4): the low bits as Q2_K's, the third bit of input
+ * 128c + 32j + l bit 4c + j of hmask[l]; the 16 scales of 6 bits (the value + 32) as
+ * ggml packs them in scales[12]: low nibbles in bytes 0-7 (scales 0-7 low, 8-15 high),
+ * the top bit pairs in bytes 8-11 (scale k's at bits 2 (k / 4) of byte 8 + k % 4). */
+static inline int q3_k_scale(const uint8_t *sc, int k) {
+    const int low = k < 8 ? sc[k] & 0x0F : sc[k - 8] >> 4;
+    return (low | ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+}
+static inline __attribute__((always_inline)) void unpack_q3_k(const uint8_t *b, Unpacked *u) {
+    const uint8_t *hmask = b, *qs = b + 32;
+    u->d = half_to_float(read_u16(b + 108));
+    u->dmin = u->d;
+    for (int k = 0; k < SUB; k++) {
+        const int scale = q3_k_scale(b + 96, k);
+        set_scale(u, k, scale, 4 * scale);
+    }
+    for (int i = 0; i < QK; i++) {
+        const int c = i / 128, j = i % 128 / 32, l = i % 32;
+        u->code[i] = (uint8_t)(((qs[32 * c + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * c + j)) & 1) << 2));
     }
 }
 
@@ -161,6 +193,8 @@ typedef void (*unpack_fn)(const uint8_t *, Unpacked *);
 
 static void unpack_q4_k_portable(const uint8_t *b, Unpacked *u) { unpack_q4_k(b, u); }
 static void unpack_q5_k_portable(const uint8_t *b, Unpacked *u) { unpack_q5_k(b, u); }
+static void unpack_q2_k_portable(const uint8_t *b, Unpacked *u) { unpack_q2_k(b, u); }
+static void unpack_q3_k_portable(const uint8_t *b, Unpacked *u) { unpack_q3_k(b, u); }
 static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
 
 /* Block b of output n as the file stores it: in W, or rebuilt into `scratch` from the rows-of-8
@@ -205,7 +239,9 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
         return;
     }
     int64_t blocks = p->k / QK;
-    unpack_fn unpack = p->ggml_type == GGML_Q4_K   ? unpack_q4_k_portable
+    unpack_fn unpack = p->ggml_type == GGML_Q2_K   ? unpack_q2_k_portable
+                       : p->ggml_type == GGML_Q3_K ? unpack_q3_k_portable
+                       : p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable
                        : p->ggml_type == GGML_Q5_K ? unpack_q5_k_portable
                                                    : unpack_q6_k_portable;
     const size_t size = block_bytes(p->ggml_type);
@@ -555,7 +591,7 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
         outputs_q4_k_avx2(p, n0, n1);
     else if (p->ggml_type == GGML_Q6_K)
         outputs_q6_k_avx2(p, n0, n1);
-    else if (p->ggml_type == GGML_Q5_K) /* the importer writes Q5_K in rows of 8 where it can */
+    else if (is_k_quant(p->ggml_type)) /* Q2_K, Q3_K, Q5_K: in rows of 8 where they can be */
         outputs_portable(p, n0, n1);
     else
         outputs_legacy_avx2(p, n0, n1);
@@ -797,8 +833,8 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
     if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
         free(kernel);
         return fail("GgufMatMul/GgufGather: ggml_type must be Q4_0 (2), Q4_1 (3), Q5_0 (6), "
-                    "Q5_1 (7), Q8_0 (8), Q4_K (12), Q5_K (13) or Q6_K (14), with in_features a "
-                    "multiple of its block (32, or 256 for the K-quants)");
+                    "Q5_1 (7), Q8_0 (8), Q2_K (10), Q3_K (11), Q4_K (12), Q5_K (13) or Q6_K (14), "
+                    "with in_features a multiple of its block (32, or 256 for the K-quants)");
     }
     if (kernel->rows8 && !es_rows8_supported(type, kernel->n)) {
         free(kernel);
@@ -980,6 +1016,10 @@ static void dequantize_row(const Kernel *kernel, const uint8_t *w, int64_t n, fl
             unpack_q4_k(row + b * 144, &u);
         else if (ggml_type == GGML_Q5_K)
             unpack_q5_k(row + b * 176, &u);
+        else if (ggml_type == GGML_Q2_K)
+            unpack_q2_k(row + b * 84, &u);
+        else if (ggml_type == GGML_Q3_K)
+            unpack_q3_k(row + b * 110, &u);
         else
             unpack_q6_k(row + b * 210, &u);
         for (int i = 0; i < QK; i++) {

@@ -205,6 +205,123 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q5_k)(const Product *p, int64_t n0
     ES_NEON_NAME(rows8_q4_q5_k)(p, n0, n1, 1);
 }
 
+/* Q2_K's codes (and Q3_K's low bits) of 32 inputs x 8 outputs from 64 bytes: byte
+ * 32q + 4i + t holds registers q, q + 2, q + 4, q + 6 in bit pairs 0, 2, 4, 6. */
+ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(two_bits)(
+    const uint8_t *at, int8x16_t c[2][8]) {
+    const uint8x16_t low2 = vdupq_n_u8(3);
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 2; q++) {
+            const uint8x16_t packed = vld1q_u8(at + 32 * q + 16 * h);
+            c[h][q] = vreinterpretq_s8_u8(vandq_u8(packed, low2));
+            c[h][q + 2] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(packed, 2), low2));
+            c[h][q + 4] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(packed, 4), low2));
+            c[h][q + 6] = vreinterpretq_s8_u8(vshrq_n_u8(packed, 6));
+        }
+}
+
+/* A chunk of 32 inputs against one row: lower = registers 0-3 (the first sub-block of 16),
+ * upper = 4-7, per output half h. */
+#define ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1)                                             \
+    do {                                                                                          \
+        lower = vdupq_n_s32(0), upper = vdupq_n_s32(0);                                           \
+        lower = ES_DOT_LANE(lower, c[h][0], y0, 0);                                               \
+        lower = ES_DOT_LANE(lower, c[h][1], y0, 1);                                               \
+        lower = ES_DOT_LANE(lower, c[h][2], y0, 2);                                               \
+        lower = ES_DOT_LANE(lower, c[h][3], y0, 3);                                               \
+        upper = ES_DOT_LANE(upper, c[h][4], y1, 0);                                               \
+        upper = ES_DOT_LANE(upper, c[h][5], y1, 1);                                               \
+        upper = ES_DOT_LANE(upper, c[h][6], y1, 2);                                               \
+        upper = ES_DOT_LANE(upper, c[h][7], y1, 3);                                               \
+    } while (0)
+
+/* Q2_K and Q3_K (`three`, a constant at each call): per chunk of 32 inputs the dots of its two
+ * sub-blocks of 16 times their scales; Q2_K's minimums (Q3_K: 4 * its scales) times the
+ * activations' sums; the float steps of rows8_q2_k and rows8_q3_k. */
+ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(rows8_q2_q3_k)(
+    const Product *p, int64_t n0, int64_t n1, const int three) {
+    const int GROUP = three ? Q3_K_GROUP : Q2_K_GROUP;
+    const uint8x16_t third = vdupq_n_u8(4), low4 = vdupq_n_u8(0x0F), bits45 = vdupq_n_u8(0x30);
+    ES_NEON_K_LOOP_BEGIN(GROUP)
+                /* the scales per [sub-block of 16][output] (Q3_K: the value + 32, from the
+                 * 6-bit packing of rows8_q4_k's factors) and Q2_K's minimums */
+                uint8_t scales[128], minimums[128];
+                for (int t = 0; t < 8 && !three; t++) {
+                    const uint8x16_t packed = vld1q_u8(group + Q2_K_SCALES + 16 * t);
+                    vst1q_u8(scales + 16 * t, vandq_u8(packed, low4));
+                    vst1q_u8(minimums + 16 * t, vshrq_n_u8(packed, 4));
+                }
+                for (int t = 0; t < 2 && three; t++) {
+                    const uint8x16_t sc = vld1q_u8(group + Q3_K_FACTORS + 16 * t);
+                    const uint8x16_t mn = vld1q_u8(group + Q3_K_FACTORS + 32 + 16 * t);
+                    const uint8x16_t hi = vld1q_u8(group + Q3_K_FACTORS + 64 + 16 * t);
+                    vst1q_u8(scales + 16 * t, vorrq_u8(vandq_u8(sc, low4), vandq_u8(vshlq_n_u8(hi, 4), bits45)));
+                    vst1q_u8(scales + 32 + 16 * t, vorrq_u8(vshrq_n_u8(sc, 4), vandq_u8(vshlq_n_u8(hi, 2), bits45)));
+                    vst1q_u8(scales + 64 + 16 * t, vorrq_u8(vandq_u8(mn, low4), vandq_u8(hi, bits45)));
+                    vst1q_u8(scales + 96 + 16 * t, vorrq_u8(vshrq_n_u8(mn, 4), vandq_u8(vshrq_n_u8(hi, 2), bits45)));
+                }
+                for (int chunk = 0; chunk < 8; chunk++) { /* sub-blocks 2 chunk, 2 chunk + 1 */
+                    const uint8_t *at = group + (three ? Q3_K_CODES + Q3_K_CHUNK * chunk
+                                                       : Q2_K_CODES + Q2_K_CHUNK * chunk);
+                    int8x16_t c[2][8];
+                    ES_NEON_NAME(two_bits)(at, c);
+                    for (int h = 0; three && h < 2; h++) { /* bit j of H's byte to bit 2 */
+                        const uint8x16_t high = vld1q_u8(at + 64 + 16 * h);
+                        for (int j = 0; j < 8; j++)
+                            c[h][j] = vorrq_s8(c[h][j], vreinterpretq_s8_u8(vandq_u8(
+                                                            vshlq_u8(high, vdupq_n_s8((int8_t)(2 - j))), third)));
+                    }
+                    int32x4_t first[2], second[2], low_min[2], high_min[2];
+                    ES_NEON_NAME(factors)(scales + 16 * chunk, 0, first);
+                    ES_NEON_NAME(factors)(scales + 16 * chunk + 8, 0, second);
+                    for (int h = 0; three && h < 2; h++) {
+                        first[h] = vsubq_s32(first[h], vdupq_n_s32(32));
+                        second[h] = vsubq_s32(second[h], vdupq_n_s32(32));
+                    }
+                    if (!three) {
+                        ES_NEON_NAME(factors)(minimums + 16 * chunk, 0, low_min);
+                        ES_NEON_NAME(factors)(minimums + 16 * chunk + 8, 0, high_min);
+                    } else {
+                        for (int h = 0; h < 2; h++) low_min[h] = first[h], high_min[h] = second[h];
+                    }
+                    for (int64_t r = 0; r < rows; r++) {
+                        const int64_t row = m0 + r;
+                        const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
+                        const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
+                        const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
+                        for (int h = 0; h < 2; h++) {
+                            int32x4_t lower, upper;
+                            ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1);
+                            dots[r][h] = vmlaq_s32(vmlaq_s32(dots[r][h], lower, first[h]), upper, second[h]);
+                            offsets[r][h] = vmlaq_n_s32(vmlaq_n_s32(offsets[r][h], low_min[h], sums[0]),
+                                                        high_min[h], sums[1]);
+                        }
+                    }
+                }
+                const float32x4_t d[2] = {es_halves4(group), es_halves4(group + 8)};
+                const float32x4_t dmin[2] = {es_halves4(group + 16), es_halves4(group + 24)};
+                for (int64_t r = 0; r < rows; r++) {
+                    const float scale = p->x.scale[(m0 + r) * blocks + b];
+                    for (int h = 0; h < 2; h++) {
+                        if (three) {
+                            const int32x4_t total = vsubq_s32(dots[r][h], vshlq_n_s32(offsets[r][h], 2));
+                            acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(total), vmulq_n_f32(d[h], scale));
+                        } else {
+                            acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(dots[r][h]), vmulq_n_f32(d[h], scale));
+                            acc[r][h] = vfmsq_f32(acc[r][h], vcvtq_f32_s32(offsets[r][h]),
+                                                  vmulq_n_f32(dmin[h], scale));
+                        }
+                    }
+                }
+    ES_NEON_K_LOOP_END
+}
+ES_NEON_TARGET static void ES_NEON_NAME(rows8_q2_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_NEON_NAME(rows8_q2_q3_k)(p, n0, n1, 0);
+}
+ES_NEON_TARGET static void ES_NEON_NAME(rows8_q3_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_NEON_NAME(rows8_q2_q3_k)(p, n0, n1, 1);
+}
+
 /* Q6_K: unsigned 6-bit codes scaled per 16 inputs; the centre 32 moves into an offset of
  * 32 * scale times the activations' sums per 16 (rows8_q6_k). */
 ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0, int64_t n1) {
@@ -232,15 +349,8 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0
                         const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
                         const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
                         for (int h = 0; h < 2; h++) {
-                            int32x4_t lower = vdupq_n_s32(0), upper = vdupq_n_s32(0);
-                            lower = ES_DOT_LANE(lower, c[h][0], y0, 0);
-                            lower = ES_DOT_LANE(lower, c[h][1], y0, 1);
-                            lower = ES_DOT_LANE(lower, c[h][2], y0, 2);
-                            lower = ES_DOT_LANE(lower, c[h][3], y0, 3);
-                            upper = ES_DOT_LANE(upper, c[h][4], y1, 0);
-                            upper = ES_DOT_LANE(upper, c[h][5], y1, 1);
-                            upper = ES_DOT_LANE(upper, c[h][6], y1, 2);
-                            upper = ES_DOT_LANE(upper, c[h][7], y1, 3);
+                            int32x4_t lower, upper;
+                            ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1);
                             dots[r][h] = vmlaq_s32(vmlaq_s32(dots[r][h], lower, first[h]), upper, second[h]);
                             offsets[r][h] = vmlaq_n_s32(vmlaq_n_s32(offsets[r][h], first[h], sums[0]),
                                                         second[h], sums[1]);
@@ -260,6 +370,8 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0
 
 ES_NEON_TARGET void ES_NEON_NAME(es_rows8_outputs_neon)(const Product *p, int64_t n0, int64_t n1) {
     switch (p->ggml_type) {
+    case GGML_Q2_K: ES_NEON_NAME(rows8_q2_k)(p, n0, n1); break;
+    case GGML_Q3_K: ES_NEON_NAME(rows8_q3_k)(p, n0, n1); break;
     case GGML_Q4_K: ES_NEON_NAME(rows8_q4_k)(p, n0, n1); break;
     case GGML_Q5_K: ES_NEON_NAME(rows8_q5_k)(p, n0, n1); break;
     case GGML_Q6_K: ES_NEON_NAME(rows8_q6_k)(p, n0, n1); break;

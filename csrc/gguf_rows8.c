@@ -29,6 +29,13 @@
  *     sub-block.
  *   Q5_K (1,408 bytes): Q4_K's, each sub-block's 128 bytes of low nibbles followed by its
  *     fifth bits H[32] as the legacy types' (bit j of byte 4i + t: register j's code).
+ *   Q2_K (672 bytes): d[8], dmin[8]; the file's scale bytes of the 16 sub-blocks of 16 as
+ *     S[8s + i] (128 bytes: scale in the low nibble, minimum in the high); then per 32 inputs
+ *     64 bytes of 2-bit codes, byte 32q + 4i + t (q = 0, 1) holding registers q, q + 2, q + 4,
+ *     q + 6 in bits 0-1, 2-3, 4-5, 6-7.
+ *   Q3_K (880 bytes): d[8]; the 16 scales of 6 bits (value + 32) in Q4_K's 96 bytes, SC
+ *     for sub-blocks of 16 0-7 and MN for 8-15; then per 32 inputs Q2_K's 64 bytes of low
+ *     bits and the third bits H[32] (bit j of byte 4i + t: register j's code).
  *   Q6_K (1,680 bytes): d[8]; the int8 scales of the 16 sub-blocks of 16 as SC[8s + i] (128
  *     bytes); then per 32 inputs the low nibbles (128 bytes, as Q4_0's) and the high bit
  *     pairs of registers 0-3 and 4-7 (32 bytes each: bits 2j, 2j + 1 for register j mod 4).
@@ -38,6 +45,15 @@
 
 int es_rows8_supported(int ggml_type, int64_t n) { return block_bytes(ggml_type) && n % 8 == 0; }
 
+/* Value q (0-63) of the 6-bit array SC (first) or MN in Q4_K's 96 bytes of factors at f:
+ * low nibbles of SC[q % 32] (q < 32) or of SC[q - 32] (high), the same for MN, then bit pairs
+ * SC[q] >> 4, SC[q + 32] >> 4, MN[q] >> 4, MN[q + 32] >> 4 of byte q % 32. */
+static int rows8_six_bits(const uint8_t *f, int first, int q) {
+    const int at = q % 32, upper = q >= 32;
+    const uint8_t low = f[(first ? 0 : 32) + at];
+    return (upper ? low >> 4 : low & 0x0F) | ((f[64 + at] >> ((first ? 0 : 4) + (upper ? 2 : 0))) & 3) << 4;
+}
+
 /* Super-block b of output n, unpacked as unpack_q4_k / unpack_q5_k / unpack_q6_k unpack the
  * file's. */
 void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
@@ -46,15 +62,31 @@ void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, in
     const uint8_t *group = w + (size_t)(n / 8) * 8 * row_bytes(ggml_type, k) +
                            (size_t)b * (size_t)(8 * block_bytes(ggml_type));
     u->d = half_to_float(read_u16(group + 2 * lane));
+    if (ggml_type == GGML_Q2_K || ggml_type == GGML_Q3_K) {
+        const int q3 = ggml_type == GGML_Q3_K;
+        u->dmin = q3 ? u->d : half_to_float(read_u16(group + 16 + 2 * lane));
+        for (int k = 0; k < SUB; k++) {
+            if (q3) {
+                const int scale = rows8_six_bits(group + Q3_K_FACTORS, k < 8, 8 * (k % 8) + lane) - 32;
+                set_scale(u, k, scale, 4 * scale);
+            } else {
+                const uint8_t packed = group[Q2_K_SCALES + 8 * k + lane];
+                set_scale(u, k, packed & 0x0F, packed >> 4);
+            }
+        }
+        for (int i = 0; i < QK; i++) {
+            const int c = i / 32, j = i % 32 / 4, at = 4 * lane + i % 4;
+            const uint8_t *codes = group + (q3 ? Q3_K_CODES + Q3_K_CHUNK * c : Q2_K_CODES + Q2_K_CHUNK * c);
+            u->code[i] = (codes[32 * (j % 2) + at] >> (2 * (j / 2))) & 3;
+            if (q3) u->code[i] |= (uint8_t)(((codes[64 + at] >> j) & 1) << 2);
+        }
+        return;
+    }
     if (!q6) {
         u->dmin = half_to_float(read_u16(group + 16 + 2 * lane));
-        const uint8_t *sc = group + Q4_K_FACTORS, *mn = sc + 32, *high = sc + 64;
         for (int s = 0; s < 8; s++) {
-            const int q = 8 * s + lane, at = q % 32, upper = q >= 32;
-            int scale = upper ? sc[at] >> 4 : sc[at] & 0x0F;
-            int minimum = upper ? mn[at] >> 4 : mn[at] & 0x0F;
-            scale |= ((high[at] >> (upper ? 2 : 0)) & 3) << 4;
-            minimum |= ((high[at] >> (upper ? 6 : 4)) & 3) << 4;
+            const int scale = rows8_six_bits(group + Q4_K_FACTORS, 1, 8 * s + lane);
+            const int minimum = rows8_six_bits(group + Q4_K_FACTORS, 0, 8 * s + lane);
             set_scale(u, 2 * s, scale, minimum);
             set_scale(u, 2 * s + 1, scale, minimum);
         }
@@ -168,16 +200,51 @@ ES_AVX2 static inline __attribute__((always_inline)) void q5_k_registers(const u
     nibble_registers(at, c);
     add_fifth_bits(at + 128, c);
 }
-/* Q4_K's 6-bit scales SC[64] and minimums MN[64] (index 8s + i: sub-block s, output i) of a
- * group block, from their 96 bytes, as bytes in registers: SC[0..31] in scales[0], SC[32..63]
- * in scales[1], MN the same. Through a stack array, each 8-byte read of a 32-byte store cost
- * more (12% of a one-row product in cache). */
+/* 2-bit codes of 32 inputs x 8 outputs from 64 bytes (Q2_K, Q3_K's low bits): byte
+ * 32q + 4i + t holds registers q, q + 2, q + 4, q + 6 in bits 0-1, 2-3, 4-5, 6-7. */
+ES_AVX2 static inline __attribute__((always_inline)) void two_bit_registers(const uint8_t *at,
+                                                                            __m256i c[8]) {
+    const __m256i low2 = _mm256_set1_epi8(3);
+    for (int q = 0; q < 2; q++) {
+        const __m256i packed = _mm256_loadu_si256((const __m256i *)(at + 32 * q));
+        c[q] = _mm256_and_si256(packed, low2);
+        c[q + 2] = _mm256_and_si256(_mm256_srli_epi16(packed, 2), low2);
+        c[q + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low2);
+        c[q + 6] = _mm256_and_si256(_mm256_srli_epi16(packed, 6), low2);
+    }
+}
+
+/* Q3_K's 3-bit codes of one chunk of 32 inputs: the low bits, then bit j of H (32 bytes after
+ * them) to bit 2 of register j's bytes. */
+ES_AVX2 static inline __attribute__((always_inline)) void q3_k_registers(const uint8_t *at,
+                                                                         __m256i c[8]) {
+    const __m256i third = _mm256_set1_epi8(4);
+    two_bit_registers(at, c);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(at + 64));
+    c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(h, 2), third));
+    c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(h, 1), third));
+    c[2] = _mm256_or_si256(c[2], _mm256_and_si256(h, third));
+    for (int j = 3; j < 8; j++)
+        c[j] = _mm256_or_si256(c[j], _mm256_and_si256(_mm256_srli_epi16(h, j - 2), third));
+}
+
+/* Eight signed 32-bit factors as 16-bit values in both halves of each lane (madd's form). */
+ES_AVX2 static inline __m256i signed_pairs(__m256i factors) {
+    return _mm256_or_si256(_mm256_and_si256(factors, _mm256_set1_epi32(0xFFFF)),
+                           _mm256_slli_epi32(factors, 16));
+}
+
+/* The 6-bit arrays SC[64] and MN[64] (index 8s + i: sub-block s, output i; Q4_K's scales and
+ * minimums, Q3_K's scales of sub-blocks 0-7 and 8-15) from their 96 bytes at `factors`, as
+ * bytes in registers: SC[0..31] in scales[0], SC[32..63] in scales[1], MN the same. Through a
+ * stack array, each 8-byte read of a 32-byte store cost more (12% of a one-row product in
+ * cache). */
 ES_AVX2 static inline __attribute__((always_inline)) void q4_k_group_factors(
-    const uint8_t *group, __m256i scales[2], __m256i minimums[2]) {
+    const uint8_t *factors, __m256i scales[2], __m256i minimums[2]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-    const __m256i sc = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS));
-    const __m256i mn = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 32));
-    const __m256i hi = _mm256_loadu_si256((const __m256i *)(group + Q4_K_FACTORS + 64));
+    const __m256i sc = _mm256_loadu_si256((const __m256i *)factors);
+    const __m256i mn = _mm256_loadu_si256((const __m256i *)(factors + 32));
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(factors + 64));
     scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4),
                                 _mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45));
     scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),

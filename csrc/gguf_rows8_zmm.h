@@ -86,7 +86,7 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
         for (int line = 0; line < GROUP; line += 64)
             _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
         __m256i scales[2], minimums[2];
-        q4_k_group_factors(group, scales, minimums);
+        q4_k_group_factors(group + Q4_K_FACTORS, scales, minimums);
         __m512i dots[ZMM_TILE];
         __m256i offsets[ZMM_TILE];
         for (int r = 0; r < R; r++) dots[r] = _mm512_setzero_si512(), offsets[r] = _mm256_setzero_si256();

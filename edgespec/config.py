@@ -56,7 +56,7 @@ class ExportConfig:
     #: when the context limit exceeds 2,048 positions.
     attention: str = "auto"
     #: GGUF imports: "auto" and "gguf" run every weight type the kernels read (Q4_0 ... Q8_0,
-    #: Q4_K, Q5_K, Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built
+    #: Q2_K ... Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built
     #: them; "mlas" runs none (ONNX Runtime's MatMulNBits).
     kernels: str = "auto"
     #: The KV cache's type: "float16" (half the memory; edgespec's CacheAttention kernel

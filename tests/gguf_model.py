@@ -266,7 +266,13 @@ def write_gemma3_gguf(
 
 
 #: Bytes per super-block of 256 weights, and where its float16 fields start.
-K_QUANTS = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, 1)}
+K_QUANTS = {
+    "Q2_K": (84, 80, 2),
+    "Q3_K": (110, 108, 1),
+    "Q4_K": (144, 0, 2),
+    "Q5_K": (176, 0, 2),
+    "Q6_K": (210, 208, 1),
+}
 
 
 def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:

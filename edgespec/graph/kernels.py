@@ -1,7 +1,7 @@
 """edgespec's GGUF kernels: an ONNX Runtime custom-operator library built from ``csrc/`` at
 install (``edgespec.graph._gguf_kernels``), which multiplies by llama.cpp's quantized blocks
-(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as the file stores them (``GgufMatMul``) and
-looks rows of them up (``GgufGather``).
+(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K ... Q6_K) as the file stores them
+(``GgufMatMul``) and looks rows of them up (``GgufGather``).
 
 Why it exists: ONNX Runtime's own 4-bit kernel rounds one row differently from several, so a
 graph of its operators must pad one-token steps to keep speculative decoding exact, and it
@@ -56,6 +56,8 @@ GGUF_KERNEL_TYPES = {
     "Q5_0": KernelType(ggml_id=6, bits=5, block=32),
     "Q5_1": KernelType(ggml_id=7, bits=5, block=32),
     "Q8_0": KernelType(ggml_id=8, bits=8, block=32),
+    "Q2_K": KernelType(ggml_id=10, bits=2, block=256),
+    "Q3_K": KernelType(ggml_id=11, bits=3, block=256),
     "Q4_K": KernelType(ggml_id=12, bits=4, block=256),
     "Q5_K": KernelType(ggml_id=13, bits=5, block=256),
     "Q6_K": KernelType(ggml_id=14, bits=6, block=256),

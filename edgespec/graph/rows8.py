@@ -1,4 +1,4 @@
-"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q4_K, Q5_K, Q6_K) that
+"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q2_K ... Q6_K) that
 the GGUF kernels read fastest: the file's blocks with their bits moved, none added or dropped, so a
 bundle stays the file's size. ``csrc/gguf_rows8.c`` describes the layout and reads it; this
 module writes it at import.
@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 ROWS8_OFFSET = 1024  # the operators' ggml_type attribute: the legacy type's id + this
-ROWS8_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"})
+ROWS8_TYPES = frozenset(
+    {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+)
 
 _BLOCK_BYTES = {
     "Q4_0": 18,
@@ -24,6 +26,8 @@ _BLOCK_BYTES = {
     "Q5_0": 22,
     "Q5_1": 24,
     "Q8_0": 34,
+    "Q2_K": 84,
+    "Q3_K": 110,
     "Q4_K": 144,
     "Q5_K": 176,
     "Q6_K": 210,
@@ -53,12 +57,9 @@ def _groups(data: np.ndarray, kind: str) -> np.ndarray:
     rows, width = data.shape
     blocks = data.reshape(rows // 8, 8, width // size, size).transpose(0, 2, 1, 3)
     # blocks: [groups, block index, lane, file block bytes]
-    if kind == "Q4_K":
-        return _q4_k(blocks, rows, width)
-    if kind == "Q5_K":
-        return _q5_k(blocks, rows, width)
-    if kind == "Q6_K":
-        return _q6_k(blocks, rows, width)
+    k_quants = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+    if kind in k_quants:
+        return k_quants[kind](blocks, rows, width)
     minimum = kind in ("Q4_1", "Q5_1")
     parts = [blocks[..., 0:2]]
     if minimum:
@@ -119,6 +120,28 @@ def _nibble_registers(codes: np.ndarray) -> np.ndarray:
     return (registers[:, :, :, :4] | (registers[:, :, :, 4:] << 4)).reshape(groups, blocks, -1)
 
 
+def _six_bit_fields(sc: np.ndarray, mn: np.ndarray) -> list[np.ndarray]:
+    """Two arrays of 64 values below 64 each ([G, B, 64]: index 8s + lane) → their 96 bytes:
+    low nibbles of SC (SC[q] low, SC[q + 32] high), of MN, then byte q's bit pairs SC[q] >> 4,
+    SC[q + 32] >> 4, MN[q] >> 4, MN[q + 32] >> 4."""
+    high = (
+        (sc[..., :32] >> 4)
+        | ((sc[..., 32:] >> 4) << 2)
+        | ((mn[..., :32] >> 4) << 4)
+        | ((mn[..., 32:] >> 4) << 6)
+    )
+    return [
+        (sc[..., :32] & 0x0F) | ((sc[..., 32:] & 0x0F) << 4),
+        (mn[..., :32] & 0x0F) | ((mn[..., 32:] & 0x0F) << 4),
+        high.astype(np.uint8),
+    ]
+
+
+def _by_sub_block(values: np.ndarray) -> np.ndarray:
+    """[G, B, lane, S] one value per output and sub-block → [G, B, S * 8]: index 8s + lane."""
+    return values.transpose(0, 1, 3, 2).reshape(*values.shape[:2], -1)
+
+
 def _k_factors(blocks: np.ndarray) -> list[np.ndarray]:
     """[G, B, lane, bytes] Q4_K or Q5_K blocks → their group blocks' first 128 bytes: d[8],
     dmin[8] and the 6-bit scales and minimums in 96 bytes (see csrc/gguf_rows8.c)."""
@@ -129,21 +152,73 @@ def _k_factors(blocks: np.ndarray) -> list[np.ndarray]:
     minimum[..., :4] = factors[..., 4:8] & 63
     scale[..., 4:] = (factors[..., 8:12] & 0x0F) | ((factors[..., 0:4] >> 6) << 4)
     minimum[..., 4:] = (factors[..., 8:12] >> 4) | ((factors[..., 4:8] >> 6) << 4)
-    sc = scale.transpose(0, 1, 3, 2).reshape(*blocks.shape[:2], 64)  # index 8s + lane
-    mn = minimum.transpose(0, 1, 3, 2).reshape(*blocks.shape[:2], 64)
-    high = (
-        (sc[..., :32] >> 4)
-        | ((sc[..., 32:] >> 4) << 2)
-        | ((mn[..., :32] >> 4) << 4)
-        | ((mn[..., 32:] >> 4) << 6)
-    )
-    return [
-        _halves(blocks[..., 0:2]),
-        _halves(blocks[..., 2:4]),
-        (sc[..., :32] & 0x0F) | ((sc[..., 32:] & 0x0F) << 4),
-        (mn[..., :32] & 0x0F) | ((mn[..., 32:] & 0x0F) << 4),
-        high.astype(np.uint8),
+    sc, mn = _by_sub_block(scale), _by_sub_block(minimum)
+    return [_halves(blocks[..., 0:2]), _halves(blocks[..., 2:4]), *_six_bit_fields(sc, mn)]
+
+
+def _two_bit_codes(qs: np.ndarray) -> np.ndarray:
+    """[G, B, lane, 64] Q2_K/Q3_K low bits → [G, B, lane, 256] codes below 4: input
+    128c + 32j + l is bits 2j, 2j + 1 of byte 32c + l."""
+    shifts = (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 1, 4, 1)
+    codes = (qs.reshape(*qs.shape[:3], 2, 1, 32) >> shifts) & 3  # [G, B, lane, c, j, l]
+    return codes.reshape(*qs.shape[:3], 256)
+
+
+def _chunk_registers(codes: np.ndarray) -> np.ndarray:
+    """[G, B, lane, 256] → [G, B, 8 chunks of 32 inputs, register j, 32 bytes]."""
+    groups, count, lanes = codes.shape[:3]
+    chunks = codes.reshape(groups, count, lanes, 8, 32).transpose(0, 1, 3, 2, 4)
+    return _registers(chunks.reshape(groups, count * 8, lanes, 32)).reshape(groups, count, 8, 8, 32)
+
+
+def _bit_planes(bits: np.ndarray) -> np.ndarray:
+    """[..., register j, 32] bits → [..., 32] bytes: bit j of byte 4i + t is register j's."""
+    weights = (1 << np.arange(8, dtype=np.uint8)).reshape(8, 1)
+    return (bits * weights).sum(axis=-2, dtype=np.uint8)
+
+
+def _two_bit_registers(registers: np.ndarray) -> np.ndarray:
+    """[..., register j, 32] codes below 4 → [..., 64] bytes: byte 32q + 4i + t (q = 0, 1)
+    holds registers q, q + 2, q + 4, q + 6 in bits 0-1, 2-3, 4-5, 6-7."""
+    r = registers
+    packed = r[..., 0:2, :] | (r[..., 2:4, :] << 2) | (r[..., 4:6, :] << 4) | (r[..., 6:8, :] << 6)
+    return packed.reshape(*r.shape[:-2], 64)
+
+
+def _q2_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[G, B, lane, 84] Q2_K blocks → group blocks of 672 bytes (see csrc/gguf_rows8.c)."""
+    groups, count = blocks.shape[:2]
+    registers = _chunk_registers(_two_bit_codes(blocks[..., 16:80]))
+    pieces = [
+        _halves(blocks[..., 80:82]),
+        _halves(blocks[..., 82:84]),
+        _by_sub_block(blocks[..., 0:16]),
+        _two_bit_registers(registers).reshape(groups, count, -1),
     ]
+    return np.concatenate(pieces, axis=-1).reshape(rows, width)
+
+
+def _q3_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[G, B, lane, 110] Q3_K blocks → group blocks of 880 bytes (see csrc/gguf_rows8.c)."""
+    groups, count, lanes = blocks.shape[:3]
+    packed = blocks[..., 96:108]  # ggml's 12 bytes of 16 six-bit scales
+    low = np.concatenate([packed[..., 0:8] & 0x0F, packed[..., 0:8] >> 4], axis=-1)
+    k = np.arange(16)
+    high = (packed[..., 8 + k % 4] >> (2 * (k // 4)).astype(np.uint8)) & 3
+    scales = _by_sub_block(low | (high << 4))  # [G, B, 128]: sub-block of 16 s, output i
+    hmask = blocks[..., 0:32]  # bit 4c + j of byte l: input 128c + 32j + l's third bit
+    third = (hmask[..., None, :] >> np.arange(8, dtype=np.uint8).reshape(8, 1)) & 1
+    third = third.reshape(groups, count, lanes, 2, 4, 32).reshape(groups, count, lanes, 256)
+    codes = _two_bit_codes(blocks[..., 32:96])
+    registers = _chunk_registers(codes)
+    planes = _bit_planes(_chunk_registers(third))  # [G, B, chunk, 32]
+    per_chunk = np.concatenate([_two_bit_registers(registers), planes], axis=-1)
+    pieces = [
+        _halves(blocks[..., 108:110]),
+        *_six_bit_fields(scales[..., :64], scales[..., 64:]),
+        per_chunk.reshape(groups, count, -1),
+    ]
+    return np.concatenate(pieces, axis=-1).reshape(rows, width)
 
 
 def _k_nibble_codes(packed: np.ndarray) -> np.ndarray:
@@ -167,12 +242,8 @@ def _q5_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
     nibbles = _nibble_registers(_k_nibble_codes(blocks[..., 48:176]))
     qh = blocks[..., 16:48]  # bit s of byte l: input 32s + l's fifth bit
     fifth = (qh[..., None, :] >> np.arange(8, dtype=np.uint8).reshape(8, 1)) & 1
-    # fifth: [G, B, lane, sub-block s, 32]
-    chunks = fifth.transpose(0, 1, 3, 2, 4).reshape(groups, count * 8, lanes, 32)
-    planes = _registers(chunks)  # [G, B * 8, register j, 32]
-    weights = (1 << np.arange(8, dtype=np.uint8)).reshape(1, 1, 8, 1)
-    high = (planes * weights).sum(axis=2, dtype=np.uint8).reshape(groups, count, 8, 32)
-    per_chunk = np.concatenate([nibbles.reshape(groups, count, 8, 128), high], axis=-1)
+    planes = _bit_planes(_chunk_registers(fifth.reshape(groups, count, lanes, 256)))
+    per_chunk = np.concatenate([nibbles.reshape(groups, count, 8, 128), planes], axis=-1)
     pieces = [*_k_factors(blocks), per_chunk.reshape(groups, count, -1)]
     return np.concatenate(pieces, axis=-1).reshape(rows, width)
 
