@@ -341,6 +341,8 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
                          _mm256_madd_epi16(sum16_avx2(c + 2, y + 8, 2), first)),                  \
         _mm256_add_epi32(_mm256_madd_epi16(sum16_avx2(c + 4, y + 16, 2), second),                 \
                          _mm256_madd_epi16(sum16_avx2(c + 6, y + 24, 2), second)))
+#define ES_DOT_HALVES_SHORT(c, y, first, second, first16, second16)                               \
+    ES_DOT_HALVES(c, y, first, second, first16, second16)
 #include "gguf_rows8_x86.h"
 #undef ES_X86_NAME
 #undef ES_X86_TARGET
@@ -350,6 +352,7 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #undef ES_ADD_DOT_SCALED
 #undef ES_ADD_PAIRS
 #undef ES_DOT_HALVES
+#undef ES_DOT_HALVES_SHORT
 
 #ifdef ES_VNNI
 /* VNNI: dpbusd adds a register's 4 byte products per lane into 32 bits in one instruction,
@@ -368,6 +371,12 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #define ES_DOT_HALVES(c, y, first, second, first32, second32)                                     \
     _mm256_add_epi32(_mm256_mullo_epi32(ES_X86_NAME(dot4)(c, y), first32),                        \
                      _mm256_mullo_epi32(ES_X86_NAME(dot4)(c + 4, y + 16), second32))
+/* Where a half's dot fits in 16 bits (Q2_K's and Q3_K's codes: 16 * 7 * 128 < 2^15), by
+ * dpwssd as ES_ADD_DOT_SCALED: first16 and second16 hold each scale in a lane's low 16 bits,
+ * the high ones 0. */
+#define ES_DOT_HALVES_SHORT(c, y, first, second, first16, second16)                               \
+    ES_DPWSSD(ES_DPWSSD(_mm256_setzero_si256(), ES_X86_NAME(dot4)(c, y), first16),                \
+              ES_X86_NAME(dot4)(c + 4, y + 16), second16)
 /* Registers j < 4 (inputs 4j .. 4j + 3 of y) and all 8, summed per lane in 32 bits, in
  * independent chains. */
 #define ES_VNNI_HELPERS                                                                           \

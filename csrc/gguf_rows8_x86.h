@@ -16,6 +16,10 @@
  *                                       Q6_K's 6-bit codes (or Q5_K's 5-bit ones): registers
  *                                       0-3 times `first`, 4-7 times `second` (16- and 32-bit
  *                                       forms)
+ *   ES_DOT_HALVES_SHORT(c, y, first, second, first16, second16)
+ *                                       the same where each half's dot fits in 16 bits (Q2_K,
+ *                                       Q3_K), first16 and second16 the scales in the low 16
+ *                                       bits of each lane, 0 above
  *   ES_LEGACY_SHARED(c)                 declarations from a legacy block's codes c[8] that
  *                                       its rows' ES_DOT forms share (or nothing)
  * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
@@ -196,12 +200,12 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q2_k)(const Product *p, int64_t n0, 
         const __m256i first32 = _mm256_cvtepu8_epi32(scales);
         const __m256i second32 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scales, scales));
         const __m256i first = factor_pairs(first32), second = factor_pairs(second32);
-        (void)first, (void)second, (void)first32, (void)second32; /* 16-bit forms for AVX2 */
+        (void)first, (void)second, (void)first32, (void)second32; /* AVX2's forms, VNNI's */
         const __m256i pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(minimums, _mm_unpackhi_epi64(minimums, minimums)));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES(c, y, first, second, first32, second32));
+            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES_SHORT(c, y, first, second, first32, second32));
             offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }
@@ -229,13 +233,14 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q3_k)(const Product *p, int64_t n0, 
         const __m256i first32 = _mm256_sub_epi32(q4_k_sub_block(six, (2 * chunk) % 8), centre);
         const __m256i second32 = _mm256_sub_epi32(q4_k_sub_block(six, (2 * chunk + 1) % 8), centre);
         const __m256i first = signed_pairs(first32), second = signed_pairs(second32);
-        (void)first, (void)second; /* 16-bit forms for AVX2 */
-        const __m256i pair = _mm256_or_si256(_mm256_and_si256(first32, _mm256_set1_epi32(0xFFFF)),
-                                             _mm256_slli_epi32(second32, 16));
+        const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+        const __m256i first16 = _mm256_and_si256(first32, low16), second16 = _mm256_and_si256(second32, low16);
+        (void)first, (void)second, (void)first16, (void)second16; /* AVX2's forms, VNNI's */
+        const __m256i pair = _mm256_or_si256(first16, _mm256_slli_epi32(second32, 16));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES(c, y, first, second, first32, second32));
+            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES_SHORT(c, y, first, second, first16, second16));
             offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }

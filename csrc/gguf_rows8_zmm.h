@@ -163,6 +163,60 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
+/* Q2_K and Q3_K (`three`, a constant at each call) as rows8_q2_k and rows8_q3_k
+ * (gguf_rows8_x86.h), the dots on zmm: a half's dot fits in 16 bits, so dpwssd scales it. */
+ES_ZMM static inline __attribute__((always_inline)) void rows8_q2_q3_k_zmm(const Product *p, int64_t n0,
+                                                                            int64_t n1, const int three) {
+    const int GROUP = three ? Q3_K_GROUP : Q2_K_GROUP;
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF), centre = _mm256_set1_epi32(32);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    ZMM_K_LOOP_BEGIN(GROUP)
+    __m256i six[2][2]; /* Q3_K: the 6-bit scales of sub-blocks 0-7 and 8-15 */
+    if (three) q4_k_group_factors(group + Q3_K_FACTORS, six[0], six[1]);
+#pragma GCC unroll 8
+    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
+        __m256i c[8], first16, second16, pair;
+        if (three) {
+            q3_k_registers(group + Q3_K_CODES + Q3_K_CHUNK * chunk, c);
+            const __m256i *factors = six[chunk >= 4];
+            const __m256i first32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk) % 8), centre);
+            const __m256i second32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk + 1) % 8), centre);
+            first16 = _mm256_and_si256(first32, low16), second16 = _mm256_and_si256(second32, low16);
+            pair = _mm256_or_si256(first16, _mm256_slli_epi32(second32, 16));
+        } else {
+            two_bit_registers(group + Q2_K_CODES + Q2_K_CHUNK * chunk, c);
+            const __m128i packed = _mm_loadu_si128((const __m128i *)(group + Q2_K_SCALES + 16 * chunk));
+            const __m128i scales = _mm_and_si128(packed, low4);
+            const __m128i minimums = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+            first16 = _mm256_cvtepu8_epi32(scales);
+            second16 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scales, scales));
+            pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(minimums, _mm_unpackhi_epi64(minimums, minimums)));
+        }
+        const __m512i z[4] = {interleave_pair(c[0], c[1]), interleave_pair(c[2], c[3]),
+                              interleave_pair(c[4], c[5]), interleave_pair(c[6], c[7])};
+        const __m512i first = pair_factors(first16), second = pair_factors(second16);
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
+            dots[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dots[r], ZMM_DOT_FIRST(z, y), first),
+                                          ZMM_DOT_SECOND(z, y), second);
+            offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
+        }
+    }
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        if (three) {
+            const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 2));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+        } else {
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(dots[r])), _mm256_mul_ps(d, scale), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
+        }
+    }
+    ZMM_K_LOOP_END
+}
+
 /* Q4_K and Q5_K as rows8_q4_k and rows8_q5_k (gguf_rows8_x86.h), the dots on zmm: every row of groups n0 / 8 ..
  * n1 / 8 - 1 in the fewest tiles of at most ZMM_TILE rows (6 past 16 rows, which measured
  * faster there), their sizes within one of each other (10 rows: 5 + 5, not 8 + 2: a tile's
@@ -204,6 +258,10 @@ ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int a
         rows8_q5_k_zmm(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
         rows8_q6_k_zmm(p, n0, n1);
+    else if (p->rows > 1 && p->ggml_type == GGML_Q2_K)
+        rows8_q2_q3_k_zmm(p, n0, n1, 0);
+    else if (p->rows > 1 && p->ggml_type == GGML_Q3_K)
+        rows8_q2_q3_k_zmm(p, n0, n1, 1);
     else if (p->rows > 1)
         es_rows8_outputs_avx512vnni_rows(p, n0, n1);
     else if (avxvnni)
