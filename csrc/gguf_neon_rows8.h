@@ -235,6 +235,28 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(tw
         upper = ES_DOT_LANE(upper, c[h][7], y1, 3);                                               \
     } while (0)
 
+/* A chunk of 32 inputs (sub-blocks of 16: 2 chunk, 2 chunk + 1) of super-block b against the
+ * pass's rows m0 .. m0 + rows - 1: dots += each half's dot times `first` or `second`, offsets
+ * += `low` and `high` times the activations' two sums (Q2_K, Q3_K, Q6_K). */
+ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(chunk_rows)(
+    const Product *p, int64_t m0, int64_t rows, int64_t b, int chunk, int8x16_t c[2][8],
+    const int32x4_t first[2], const int32x4_t second[2], const int32x4_t low[2],
+    const int32x4_t high[2], int32x4_t dots[][2], int32x4_t offsets[][2]) {
+    const int64_t blocks = p->k / QK;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t row = m0 + r;
+        const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
+        const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
+        const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
+        for (int h = 0; h < 2; h++) {
+            int32x4_t lower, upper;
+            ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1);
+            dots[r][h] = vmlaq_s32(vmlaq_s32(dots[r][h], lower, first[h]), upper, second[h]);
+            offsets[r][h] = vmlaq_n_s32(vmlaq_n_s32(offsets[r][h], low[h], sums[0]), high[h], sums[1]);
+        }
+    }
+}
+
 /* Q2_K and Q3_K (`three`, a constant at each call): per chunk of 32 inputs the dots of its two
  * sub-blocks of 16 times their scales; Q2_K's minimums (Q3_K: 4 * its scales) times the
  * activations' sums; the float steps of rows8_q2_k and rows8_q3_k. */
@@ -284,19 +306,8 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
                     } else {
                         for (int h = 0; h < 2; h++) low_min[h] = first[h], high_min[h] = second[h];
                     }
-                    for (int64_t r = 0; r < rows; r++) {
-                        const int64_t row = m0 + r;
-                        const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-                        const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
-                        const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
-                        for (int h = 0; h < 2; h++) {
-                            int32x4_t lower, upper;
-                            ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1);
-                            dots[r][h] = vmlaq_s32(vmlaq_s32(dots[r][h], lower, first[h]), upper, second[h]);
-                            offsets[r][h] = vmlaq_n_s32(vmlaq_n_s32(offsets[r][h], low_min[h], sums[0]),
-                                                        high_min[h], sums[1]);
-                        }
-                    }
+                    ES_NEON_NAME(chunk_rows)(p, m0, rows, b, chunk, c, first, second, low_min, high_min,
+                                             dots, offsets);
                 }
                 const float32x4_t d[2] = {es_halves4(group), es_halves4(group + 8)};
                 const float32x4_t dmin[2] = {es_halves4(group + 16), es_halves4(group + 24)};
@@ -343,19 +354,8 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0
                     int32x4_t first[2], second[2];
                     ES_NEON_NAME(factors)(group + Q6_K_SCALES + 16 * chunk, 1, first);
                     ES_NEON_NAME(factors)(group + Q6_K_SCALES + 16 * chunk + 8, 1, second);
-                    for (int64_t r = 0; r < rows; r++) {
-                        const int64_t row = m0 + r;
-                        const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-                        const int16_t *sums = p->x.sums + (row * blocks + b) * (QK / SUB) + 2 * chunk;
-                        const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
-                        for (int h = 0; h < 2; h++) {
-                            int32x4_t lower, upper;
-                            ES_NEON_HALF_DOTS(lower, upper, c, h, y0, y1);
-                            dots[r][h] = vmlaq_s32(vmlaq_s32(dots[r][h], lower, first[h]), upper, second[h]);
-                            offsets[r][h] = vmlaq_n_s32(vmlaq_n_s32(offsets[r][h], first[h], sums[0]),
-                                                        second[h], sums[1]);
-                        }
-                    }
+                    ES_NEON_NAME(chunk_rows)(p, m0, rows, b, chunk, c, first, second, first, second,
+                                             dots, offsets);
                 }
                 const float32x4_t d[2] = {es_halves4(group), es_halves4(group + 8)};
                 for (int64_t r = 0; r < rows; r++) {

@@ -288,6 +288,35 @@ ES_AVX2 static inline __m256i factor_pairs(__m256i factors) {
     return _mm256_or_si256(factors, _mm256_slli_epi32(factors, 16));
 }
 
+/* Q2_K's or Q3_K's chunk of 32 inputs (its sub-blocks of 16: 2 chunk, 2 chunk + 1): the codes
+ * c[8]; each sub-block's scale per output as 32-bit lanes (first32, second32; Q3_K's the
+ * value - 32, signed); the offset factors of the two sub-blocks as a 16-bit pair per lane,
+ * against the activations' two sums (Q2_K: its minimums; Q3_K: its scales, the offset being
+ * 4 * scale). six: Q3_K's scales as q4_k_group_factors leaves them. */
+ES_AVX2 static inline __attribute__((always_inline)) void q2_q3_k_chunk(
+    const uint8_t *group, int chunk, const int three, const __m256i six[2][2], __m256i c[8],
+    __m256i *first32, __m256i *second32, __m256i *pair) {
+    if (three) {
+        const __m256i centre = _mm256_set1_epi32(32);
+        q3_k_registers(group + Q3_K_CODES + Q3_K_CHUNK * chunk, c);
+        const __m256i *factors = six[chunk >= 4];
+        *first32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk) % 8), centre);
+        *second32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk + 1) % 8), centre);
+        *pair = _mm256_or_si256(_mm256_and_si256(*first32, _mm256_set1_epi32(0xFFFF)),
+                                _mm256_slli_epi32(*second32, 16));
+        return;
+    }
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    two_bit_registers(group + Q2_K_CODES + Q2_K_CHUNK * chunk, c);
+    /* [sub-block 2 chunk: outputs 0-7][2 chunk + 1: 0-7], scale low, minimum high */
+    const __m128i packed = _mm_loadu_si128((const __m128i *)(group + Q2_K_SCALES + 16 * chunk));
+    const __m128i scales = _mm_and_si128(packed, low4);
+    const __m128i minimums = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+    *first32 = _mm256_cvtepu8_epi32(scales);
+    *second32 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scales, scales));
+    *pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(minimums, _mm_unpackhi_epi64(minimums, minimums)));
+}
+
 /* ---- the products, once per instruction set (gguf_rows8_x86.h) --------------------------- */
 
 /* dot = sum over registers j < 8 of DPBUSD's 4 byte products per lane, in 4 independent

@@ -183,60 +183,24 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q5_k)(const Product *p, int64_t n0, 
     ES_ROWS8_K_LOOP_END
 }
 
-/* Q2_K: 2-bit codes scaled per 16 inputs by 4-bit scales, minus 4-bit minimums times the
- * activations' sums per 16; one float step each per super-block, as Q4_K's. */
-ES_X86_TARGET static void ES_X86_NAME(rows8_q2_k)(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q2_K_GROUP)
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    const __m128i low4 = _mm_set1_epi8(0x0F);
+/* Q2_K and Q3_K (`three`, a constant at each call): per chunk of 32 inputs the dots of its two
+ * sub-blocks of 16 times their scales (q2_q3_k_chunk); Q2_K's minimums, as Q4_K's, times the
+ * activations' sums in a second float step; Q3_K's offsets (4 * scale: the codes are the
+ * value + 4) subtracted in 32 bits, as Q6_K's. */
+ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows8_q2_q3_k)(
+    const Product *p, int64_t n0, int64_t n1, const int three) {
+    const int GROUP = three ? Q3_K_GROUP : Q2_K_GROUP;
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    ES_ROWS8_K_LOOP_BEGIN(GROUP)
+    __m256i six[2][2]; /* Q3_K: the 6-bit scales of sub-blocks 0-7 and 8-15 */
+    if (three) q4_k_group_factors(group + Q3_K_FACTORS, six[0], six[1]);
 #pragma GCC unroll 8
-    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
-        __m256i c[8];
-        two_bit_registers(group + Q2_K_CODES + Q2_K_CHUNK * chunk, c);
-        /* [sub-block 2 chunk: outputs 0-7][2 chunk + 1: 0-7], scale low, minimum high */
-        const __m128i packed = _mm_loadu_si128((const __m128i *)(group + Q2_K_SCALES + 16 * chunk));
-        const __m128i scales = _mm_and_si128(packed, low4);
-        const __m128i minimums = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
-        const __m256i first32 = _mm256_cvtepu8_epi32(scales);
-        const __m256i second32 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scales, scales));
-        const __m256i first = factor_pairs(first32), second = factor_pairs(second32);
-        (void)first, (void)second, (void)first32, (void)second32; /* AVX2's forms, VNNI's */
-        const __m256i pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(minimums, _mm_unpackhi_epi64(minimums, minimums)));
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES_SHORT(c, y, first, second, first32, second32));
-            offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
-    }
-    ES_ROWS8_K_LOOP_END
-}
-
-/* Q3_K: unsigned 3-bit codes (the file's value + 4) scaled per 16 inputs by 6-bit scales (the
- * value + 32); the 4 moves into an offset of 4 * scale times the activations' sums per 16, as
- * Q6_K's 32 does. */
-ES_X86_TARGET static void ES_X86_NAME(rows8_q3_k)(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q3_K_GROUP)
-    __m256i low[2], high[2]; /* the 6-bit scales of sub-blocks 0-7 and 8-15 */
-    q4_k_group_factors(group + Q3_K_FACTORS, low, high);
-    const __m256i centre = _mm256_set1_epi32(32);
-#pragma GCC unroll 8
-    for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
-        __m256i c[8];
-        q3_k_registers(group + Q3_K_CODES + Q3_K_CHUNK * chunk, c);
-        const __m256i *six = chunk < 4 ? low : high;
-        const __m256i first32 = _mm256_sub_epi32(q4_k_sub_block(six, (2 * chunk) % 8), centre);
-        const __m256i second32 = _mm256_sub_epi32(q4_k_sub_block(six, (2 * chunk + 1) % 8), centre);
-        const __m256i first = signed_pairs(first32), second = signed_pairs(second32);
-        const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    for (int chunk = 0; chunk < 8; chunk++) {
+        __m256i c[8], first32, second32, pair;
+        q2_q3_k_chunk(group, chunk, three, six, c, &first32, &second32, &pair);
         const __m256i first16 = _mm256_and_si256(first32, low16), second16 = _mm256_and_si256(second32, low16);
+        const __m256i first = signed_pairs(first32), second = signed_pairs(second32);
         (void)first, (void)second, (void)first16, (void)second16; /* AVX2's forms, VNNI's */
-        const __m256i pair = _mm256_or_si256(first16, _mm256_slli_epi32(second32, 16));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
@@ -244,12 +208,24 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q3_k)(const Product *p, int64_t n0, 
             offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
     for (int64_t r = 0; r < rows; r++) {
         const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        const __m256i total = _mm256_sub_epi32(dots[r], _mm256_slli_epi32(offsets[r], 2));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+        if (three) {
+            const __m256i total = _mm256_sub_epi32(dots[r], _mm256_slli_epi32(offsets[r], 2));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+        } else {
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
+        }
     }
     ES_ROWS8_K_LOOP_END
+}
+ES_X86_TARGET static void ES_X86_NAME(rows8_q2_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_X86_NAME(rows8_q2_q3_k)(p, n0, n1, 0);
+}
+ES_X86_TARGET static void ES_X86_NAME(rows8_q3_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_X86_NAME(rows8_q2_q3_k)(p, n0, n1, 1);
 }
 
 /* Q6_K: unsigned 6-bit codes (the file's code - 32 is its value), scaled per 16 inputs; the

@@ -168,30 +168,15 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
 ES_ZMM static inline __attribute__((always_inline)) void rows8_q2_q3_k_zmm(const Product *p, int64_t n0,
                                                                             int64_t n1, const int three) {
     const int GROUP = three ? Q3_K_GROUP : Q2_K_GROUP;
-    const __m256i low16 = _mm256_set1_epi32(0xFFFF), centre = _mm256_set1_epi32(32);
-    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
     ZMM_K_LOOP_BEGIN(GROUP)
     __m256i six[2][2]; /* Q3_K: the 6-bit scales of sub-blocks 0-7 and 8-15 */
     if (three) q4_k_group_factors(group + Q3_K_FACTORS, six[0], six[1]);
 #pragma GCC unroll 8
     for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
-        __m256i c[8], first16, second16, pair;
-        if (three) {
-            q3_k_registers(group + Q3_K_CODES + Q3_K_CHUNK * chunk, c);
-            const __m256i *factors = six[chunk >= 4];
-            const __m256i first32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk) % 8), centre);
-            const __m256i second32 = _mm256_sub_epi32(q4_k_sub_block(factors, (2 * chunk + 1) % 8), centre);
-            first16 = _mm256_and_si256(first32, low16), second16 = _mm256_and_si256(second32, low16);
-            pair = _mm256_or_si256(first16, _mm256_slli_epi32(second32, 16));
-        } else {
-            two_bit_registers(group + Q2_K_CODES + Q2_K_CHUNK * chunk, c);
-            const __m128i packed = _mm_loadu_si128((const __m128i *)(group + Q2_K_SCALES + 16 * chunk));
-            const __m128i scales = _mm_and_si128(packed, low4);
-            const __m128i minimums = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
-            first16 = _mm256_cvtepu8_epi32(scales);
-            second16 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scales, scales));
-            pair = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(minimums, _mm_unpackhi_epi64(minimums, minimums)));
-        }
+        __m256i c[8], first32, second32, pair;
+        q2_q3_k_chunk(group, chunk, three, six, c, &first32, &second32, &pair);
+        const __m256i first16 = _mm256_and_si256(first32, low16), second16 = _mm256_and_si256(second32, low16);
         const __m512i z[4] = {interleave_pair(c[0], c[1]), interleave_pair(c[2], c[3]),
                               interleave_pair(c[4], c[5]), interleave_pair(c[6], c[7])};
         const __m512i first = pair_factors(first16), second = pair_factors(second16);
