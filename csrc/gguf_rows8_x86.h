@@ -121,17 +121,24 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     }
 #endif
 
-/* Q4_K: per sub-block of 32, the 8 outputs' integer dots times their 6-bit scales, summed in
- * 32 bits; the minimums times the activations' sums per 32; one float step per super-block. */
-ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q4_K_GROUP)
+/* Q4_K and Q5_K (`five`, a constant at each call): per sub-block of 32, the 8 outputs' integer
+ * dots times their 6-bit scales, summed in 32 bits; the minimums times the activations' sums
+ * per 32; one float step per super-block. Q5_K's dots are scaled per register half, as Q6_K's
+ * (a lane's 16 products of 5-bit codes can pass 2^15). */
+ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows8_q4_q5_k)(
+    const Product *p, int64_t n0, int64_t n1, const int five) {
+    const int GROUP = five ? Q5_K_GROUP : Q4_K_GROUP, CHUNK = five ? Q5_K_CHUNK : 128;
+    ES_ROWS8_K_LOOP_BEGIN(GROUP)
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
     __m256i scales[2], minimums[2];
     q4_k_group_factors(group + Q4_K_FACTORS, scales, minimums);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m256i c[8];
-        nibble_registers(group + Q4_K_CODES + 128 * s, c);
+        if (five)
+            q5_k_registers(group + Q4_K_CODES + CHUNK * s, c);
+        else
+            nibble_registers(group + Q4_K_CODES + CHUNK * s, c);
         const __m256i scale32 = q4_k_sub_block(scales, s);
         /* each output's scale in both 16-bit halves of its lane */
         const __m256i scale = factor_pairs(scale32);
@@ -141,7 +148,10 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            dots[r] = ES_ADD_DOT_SCALED(dots[r], c, y, scale, scale32);
+            if (five)
+                dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES(c, y, scale, scale, scale32, scale32));
+            else
+                dots[r] = ES_ADD_DOT_SCALED(dots[r], c, y, scale, scale32);
             offsets[r] = ES_ADD_PAIRS(offsets[r], minimum, sums_of(p, row, b, 2 * s));
         }
     }
@@ -152,35 +162,11 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, 
     }
     ES_ROWS8_K_LOOP_END
 }
-
-/* Q5_K: Q4_K's factors and float steps over 5-bit codes, whose dots per register half
- * multiply by the scales as Q6_K's do (a lane's 16 products of 5-bit codes can pass 2^15). */
+ES_X86_TARGET static void ES_X86_NAME(rows8_q4_k)(const Product *p, int64_t n0, int64_t n1) {
+    ES_X86_NAME(rows8_q4_q5_k)(p, n0, n1, 0);
+}
 ES_X86_TARGET static void ES_X86_NAME(rows8_q5_k)(const Product *p, int64_t n0, int64_t n1) {
-    ES_ROWS8_K_LOOP_BEGIN(Q5_K_GROUP)
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
-    __m256i scales[2], minimums[2];
-    q4_k_group_factors(group + Q4_K_FACTORS, scales, minimums);
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        __m256i c[8];
-        q5_k_registers(group + Q4_K_CODES + Q5_K_CHUNK * s, c);
-        const __m256i scale32 = q4_k_sub_block(scales, s);
-        const __m256i scale = factor_pairs(scale32);
-        (void)scale; /* AVX2 multiplies by the 16-bit form, VNNI by scale32 */
-        const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            dots[r] = _mm256_add_epi32(dots[r], ES_DOT_HALVES(c, y, scale, scale, scale32, scale32));
-            offsets[r] = ES_ADD_PAIRS(offsets[r], minimum, sums_of(p, row, b, 2 * s));
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
-    }
-    ES_ROWS8_K_LOOP_END
+    ES_X86_NAME(rows8_q4_q5_k)(p, n0, n1, 1);
 }
 
 /* Q2_K and Q3_K (`three`, a constant at each call): per chunk of 32 inputs the dots of its two
