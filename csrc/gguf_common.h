@@ -57,7 +57,13 @@ enum {
     GGML_Q4_K = 12,
     GGML_Q5_K = 13,
     GGML_Q6_K = 14,
+    GGML_IQ4_NL = 20,
+    GGML_IQ4_XS = 23,
 };
+/* IQ4_NL's and IQ4_XS's 16 values: a 4-bit code is an index into this table (ggml's
+ * kvalues_iq4nl), the weight d * value (IQ4_XS: d * (6-bit scale - 32) * value). */
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
 #define LEGACY 32 /* inputs per block of the legacy types (Q4_0 ... Q8_0) */
 
 /* ---- float16 ---------------------------------------------------------------------- */
@@ -122,6 +128,8 @@ static inline size_t block_bytes(int ggml_type) {
     case GGML_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
     case GGML_Q5_K: return 176; /* d, dmin (f16), scales[12], qh[32], qs[128] */
     case GGML_Q6_K: return 210; /* ql[128], qh[64], scales[16] (int8), d (f16) */
+    case GGML_IQ4_NL: return 18; /* d (f16), qs[16] (indices into IQ4_VALUES) */
+    case GGML_IQ4_XS: return 136; /* d (f16), scales_h (u16), scales_l[4], qs[128] */
     default: return 0;
     }
 }
@@ -130,10 +138,11 @@ static inline int64_t block_inputs(int ggml_type);
 
 static inline int is_k_quant(int ggml_type) {
     return ggml_type == GGML_Q2_K || ggml_type == GGML_Q3_K || ggml_type == GGML_Q4_K ||
-           ggml_type == GGML_Q5_K || ggml_type == GGML_Q6_K;
+           ggml_type == GGML_Q5_K || ggml_type == GGML_Q6_K || ggml_type == GGML_IQ4_XS;
 }
 
-/* Inputs per block: activations are quantized per block of the same size. */
+/* Inputs per block: activations are quantized per block of the same size (IQ4_XS, of 256, is
+ * one of the super-block types here). */
 static inline int64_t block_inputs(int ggml_type) { return is_k_quant(ggml_type) ? QK : LEGACY; }
 
 static inline size_t row_bytes(int ggml_type, int64_t k) {
@@ -155,6 +164,13 @@ static inline void unpack_legacy(const uint8_t *b, int ggml_type, int8_t code[LE
     *m = legacy_has_minimum(ggml_type) ? half_to_float(read_u16(b + 2)) : 0.0f;
     if (ggml_type == GGML_Q8_0) {
         memcpy(code, b + 2, LEGACY);
+        return;
+    }
+    if (ggml_type == GGML_IQ4_NL) { /* Q4_0's nibbles as indices into the table */
+        for (int j = 0; j < 16; j++) {
+            code[j] = IQ4_VALUES[b[2 + j] & 0x0F];
+            code[j + 16] = IQ4_VALUES[b[2 + j] >> 4];
+        }
         return;
     }
     int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
@@ -209,7 +225,8 @@ enum { ES_PLAIN = 0, ES_SWIGLU = 1 };
  * (Q4_K, Q5_K: scale and offset are the 6-bit scale and minimum of i's block of 32; Q2_K: the
  * 4-bit scale and minimum of i's block of 16; Q6_K: code is the 6-bit value, offset = 32 *
  * scale and dmin = d; Q3_K the same with 3-bit codes, offset = 4 * scale, scale the 6-bit
- * value - 32). scale_pair[k] holds scale[k] in both 16-bit halves, the form the AVX2 dot
+ * value - 32; IQ4_XS: code is the table's value + 128, scale the 6-bit scale - 32 of i's
+ * block of 32, offset = 128 * scale). scale_pair[k] holds scale[k] in both 16-bit halves, the form the AVX2 dot
  * broadcasts from. */
 typedef struct {
     uint8_t code[QK];
@@ -244,6 +261,9 @@ static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
 #define Q6_K_SCALES 16
 #define Q6_K_CODES 144
 #define Q6_K_CHUNK 192 /* bytes of codes per 32 inputs */
+#define IQ4_XS_GROUP 1088
+#define IQ4_XS_SCALES 16 /* byte offsets within a group block */
+#define IQ4_XS_CODES 64  /* then 128 bytes of nibble indices per sub-block of 32 */
 
 typedef struct {
     int minimum; /* byte offset of m[8], or -1 */

@@ -3,16 +3,17 @@
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
  *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
  *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K,
- *   11 = Q3_K, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K: ggml's type ids; the id + 1024 when W is in the rows-of-8 layout of
- *   gguf_rows8.c), in_features K, out_features N
+ *   11 = Q3_K, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K, 20 = IQ4_NL, 23 = IQ4_XS: ggml's type ids;
+ *   the id + 1024 when W is in the rows-of-8 layout of gguf_rows8.c), in_features K,
+ *   out_features N
  *   edgespec.gguf::GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   (the embedding lookup, so a tied embedding is stored once, as the file's blocks)
  *
  * W holds the GGUF file's own blocks, row n being output n's K inputs, byte for byte. Each
- * row of X is quantized to int8 per block of the weight's type (256 inputs for the K-quants,
- * 32 for the legacy types; one float scale per block, the int8 sums kept for the offset and
- * minimum terms), and every output is an integer dot product per block scaled into one float
- * accumulator per (row, output), as llama.cpp computes them.
+ * row of X is quantized to int8 per block of the weight's type (256 inputs for the K-quants
+ * and IQ4_XS, 32 for the legacy types and IQ4_NL; one float scale per block, the int8 sums
+ * kept for the offset and minimum terms), and every output is an integer dot product per
+ * block scaled into one float accumulator per (row, output), as llama.cpp computes them.
  *
  * The arithmetic of output (m, n) depends only on row m of X and row n of W: never on how
  * many rows X has, how the outputs are split between threads, or which other rows share the
@@ -128,6 +129,28 @@ static inline __attribute__((always_inline)) void unpack_q6_k(const uint8_t *b, 
 }
 
 
+/* IQ4_XS: block s of 32 has a 6-bit scale (the value + 32: its low nibble in scales_l[s / 2]
+ * at bit 4 (s % 2), its high bits at bit 2s of scales_h) and Q4_0's nibbles (qs[16 s + j]:
+ * input 32 s + j low, 32 s + 16 + j high), indices into IQ4_VALUES. The codes are the values
+ * + 128 (unsigned), the offset 128 * scale. */
+static inline int iq4_xs_scale(const uint8_t *b, int s) {
+    return (((b[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | ((read_u16(b + 2) >> (2 * s)) & 3) << 4) - 32;
+}
+static inline __attribute__((always_inline)) void unpack_iq4_xs(const uint8_t *b, Unpacked *u) {
+    u->d = half_to_float(read_u16(b));
+    u->dmin = u->d;
+    for (int s = 0; s < 8; s++) {
+        const int scale = iq4_xs_scale(b, s);
+        set_scale(u, 2 * s, scale, 128 * scale);
+        set_scale(u, 2 * s + 1, scale, 128 * scale);
+        const uint8_t *qs = b + 8 + 16 * s;
+        for (int j = 0; j < 16; j++) {
+            u->code[32 * s + j] = (uint8_t)(IQ4_VALUES[qs[j] & 0x0F] + 128);
+            u->code[32 * s + 16 + j] = (uint8_t)(IQ4_VALUES[qs[j] >> 4] + 128);
+        }
+    }
+}
+
 static void quantize_rows(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                           Quantized *out) {
     int64_t blocks = k / block;
@@ -196,6 +219,7 @@ static void unpack_q5_k_portable(const uint8_t *b, Unpacked *u) { unpack_q5_k(b,
 static void unpack_q2_k_portable(const uint8_t *b, Unpacked *u) { unpack_q2_k(b, u); }
 static void unpack_q3_k_portable(const uint8_t *b, Unpacked *u) { unpack_q3_k(b, u); }
 static void unpack_q6_k_portable(const uint8_t *b, Unpacked *u) { unpack_q6_k(b, u); }
+static void unpack_iq4_xs_portable(const uint8_t *b, Unpacked *u) { unpack_iq4_xs(b, u); }
 
 /* Block b of output n as the file stores it: in W, or rebuilt into `scratch` from the rows-of-8
  * layout. */
@@ -243,7 +267,10 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
                        : p->ggml_type == GGML_Q3_K ? unpack_q3_k_portable
                        : p->ggml_type == GGML_Q4_K ? unpack_q4_k_portable
                        : p->ggml_type == GGML_Q5_K ? unpack_q5_k_portable
-                                                   : unpack_q6_k_portable;
+                       : p->ggml_type == GGML_Q6_K ? unpack_q6_k_portable
+                                                   : unpack_iq4_xs_portable;
+    /* IQ4_XS's offsets (128 * scale) leave most of `dot`: subtracted as integers, exactly */
+    const int whole = p->ggml_type == GGML_IQ4_XS;
     const size_t size = block_bytes(p->ggml_type);
     Unpacked u;
     float acc[ROWS_PER_PASS];
@@ -268,7 +295,10 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
                         offsets += u.offset[s] * sums[s];
                     }
                     float scale = p->x.scale[m * blocks + b];
-                    acc[r] += u.d * scale * (float)dot - u.dmin * scale * (float)offsets;
+                    if (whole)
+                        acc[r] += u.d * scale * (float)(dot - offsets);
+                    else
+                        acc[r] += u.d * scale * (float)dot - u.dmin * scale * (float)offsets;
                 }
             }
             for (int64_t r = 0; r < rows; r++) p->y[(m0 + r) * p->n + n] = acc[r];
@@ -439,9 +469,15 @@ ES_K_OUTPUTS(outputs_q4_k_avx2, q4_k_block_rows, 144)
 ES_K_OUTPUTS(outputs_q6_k_avx2, q6_k_block_rows, 210)
 
 /* A legacy block's 32 codes in one register: signed for the symmetric types (Q4_0, Q5_0,
- * Q8_0), 0..31 for the types with a minimum (Q4_1, Q5_1). */
+ * Q8_0, IQ4_NL), 0..31 for the types with a minimum (Q4_1, Q5_1). */
 ES_AVX2 static inline __m256i legacy_codes_avx2(const uint8_t *block, int ggml_type) {
     if (ggml_type == GGML_Q8_0) return _mm256_loadu_si256((const __m256i *)(block + 2));
+    if (ggml_type == GGML_IQ4_NL) { /* the nibbles index the table: signed codes */
+        const __m128i packed = _mm_loadu_si128((const __m128i *)(block + 2)), low4 = _mm_set1_epi8(0x0F);
+        const __m128i values = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
+        return _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(packed, 4), low4)),
+                                _mm_shuffle_epi8(values, _mm_and_si128(packed, low4)));
+    }
     const int five = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1;
     const int offset = ggml_type == GGML_Q4_0 ? 2 : ggml_type == GGML_Q4_1 ? 4 : ggml_type == GGML_Q5_0 ? 6 : 8;
     const __m128i packed = _mm_loadu_si128((const __m128i *)(block + offset));
@@ -591,7 +627,7 @@ ES_AVX2 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
         outputs_q4_k_avx2(p, n0, n1);
     else if (p->ggml_type == GGML_Q6_K)
         outputs_q6_k_avx2(p, n0, n1);
-    else if (is_k_quant(p->ggml_type)) /* Q2_K, Q3_K, Q5_K: in rows of 8 where they can be */
+    else if (is_k_quant(p->ggml_type)) /* Q2_K, Q3_K, Q5_K, IQ4_XS: in rows of 8 where they can be */
         outputs_portable(p, n0, n1);
     else
         outputs_legacy_avx2(p, n0, n1);
@@ -833,8 +869,9 @@ static OrtStatus *create_kernel(const void *op, const OrtApiTable *api, const Or
     if (!block_bytes(type) || kernel->k <= 0 || kernel->k % block_inputs(type) || kernel->n <= 0) {
         free(kernel);
         return fail("GgufMatMul/GgufGather: ggml_type must be Q4_0 (2), Q4_1 (3), Q5_0 (6), "
-                    "Q5_1 (7), Q8_0 (8), Q2_K (10), Q3_K (11), Q4_K (12), Q5_K (13) or Q6_K (14), "
-                    "with in_features a multiple of its block (32, or 256 for the K-quants)");
+                    "Q5_1 (7), Q8_0 (8), Q2_K (10), Q3_K (11), Q4_K (12), Q5_K (13), Q6_K (14), "
+                    "IQ4_NL (20) or IQ4_XS (23), with in_features a multiple of its block (32, or "
+                    "256 for the K-quants and IQ4_XS)");
     }
     if (kernel->rows8 && !es_rows8_supported(type, kernel->n)) {
         free(kernel);
@@ -1020,11 +1057,16 @@ static void dequantize_row(const Kernel *kernel, const uint8_t *w, int64_t n, fl
             unpack_q2_k(row + b * 84, &u);
         else if (ggml_type == GGML_Q3_K)
             unpack_q3_k(row + b * 110, &u);
-        else
+        else if (ggml_type == GGML_Q6_K)
             unpack_q6_k(row + b * 210, &u);
+        else
+            unpack_iq4_xs(row + b * 136, &u);
         for (int i = 0; i < QK; i++) {
             float scale = (float)(int16_t)(u.scale_pair[i / SUB] & 0xFFFF);
-            out[b * QK + i] = u.d * scale * (float)u.code[i] - u.dmin * (float)u.offset[i / SUB];
+            if (ggml_type == GGML_IQ4_XS) /* d * scale * value, as ggml dequantizes it */
+                out[b * QK + i] = u.d * scale * (float)(u.code[i] - 128);
+            else
+                out[b * QK + i] = u.d * scale * (float)u.code[i] - u.dmin * (float)u.offset[i / SUB];
         }
     }
 }

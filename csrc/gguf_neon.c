@@ -20,7 +20,8 @@
 #ifdef ES_ARM
 #include <arm_neon.h>
 
-enum { ES_FOUR_BITS, ES_FIVE_BITS, ES_EIGHT_BITS };
+/* gguf_rows8.c's kinds of legacy codes: 4-, 5-bit, Q8_0's bytes, IQ4_NL's table indices. */
+enum { ES_FOUR_BITS, ES_FIVE_BITS, ES_EIGHT_BITS, ES_TABLE_BITS };
 
 /* Four float16 factors as float32 (exact). */
 static inline float32x4_t es_halves4(const uint8_t *p) {

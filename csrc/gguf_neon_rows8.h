@@ -56,7 +56,7 @@
         }                                                                                         \
     }
 
-/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: one float step per block of 32 (gguf_rows8.c's
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL: one float step per block of 32 (gguf_rows8.c's
  * rows8_outputs). */
 ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(rows8_legacy)(
     const Product *p, int64_t n0, int64_t n1, const int codes) {
@@ -64,6 +64,9 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
     const int64_t blocks = p->k / LEGACY;
     const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
     const uint8x16_t low4 = vdupq_n_u8(0x0F), fifth = vdupq_n_u8(0x10);
+    const int8x16_t values = vld1q_s8(IQ4_VALUES);
+    /* signed codes (Q8_0, IQ4_NL's looked-up values): no minimum term */
+    const int is_signed = codes == ES_EIGHT_BITS || codes == ES_TABLE_BITS;
     float32x4_t acc[ROWS_PER_PASS][2];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
@@ -74,7 +77,7 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
                 for (int line = 0; line < layout.size; line += 64)
                     __builtin_prefetch(group + ES_ROWS8_PREFETCH_BYTES + line, 0, 3);
                 float32x4_t d[2], minimum[2];
-                int8x16_t c[2][8]; /* [half][register j]: unsigned (4-, 5-bit) or signed (Q8_0) */
+                int8x16_t c[2][8]; /* [half][register j]: unsigned (4-, 5-bit) or signed (Q8_0, IQ4_NL) */
                 for (int h = 0; h < 2; h++) {
                     d[h] = es_halves4(group + 8 * h);
                     minimum[h] = layout.minimum >= 0 ? es_halves4(group + layout.minimum + 8 * h)
@@ -95,6 +98,8 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
                             c[h][j] = vorrq_s8(c[h][j], vreinterpretq_s8_u8(vandq_u8(
                                                             vshlq_u8(high, vdupq_n_s8((int8_t)(4 - j))), fifth)));
                     }
+                    for (int j = 0; j < 8 && codes == ES_TABLE_BITS; j++)
+                        c[h][j] = vqtbl1q_s8(values, vreinterpretq_u8_s8(c[h][j]));
                 }
                 for (int64_t r = 0; r < rows; r++) {
                     const int64_t row = m0 + r;
@@ -105,7 +110,7 @@ ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(ro
                     const float scale = p->x.scale[row * blocks + b];
                     for (int h = 0; h < 2; h++) {
                         acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(dot[h]), vmulq_n_f32(d[h], scale));
-                        if (codes != ES_EIGHT_BITS)
+                        if (!is_signed)
                             acc[r][h] = vfmaq_f32(acc[r][h], minimum[h],
                                                   vdupq_n_f32(scale * (float)p->x.sums[row * blocks + b]));
                     }
@@ -368,6 +373,47 @@ ES_NEON_TARGET static void ES_NEON_NAME(rows8_q6_k)(const Product *p, int64_t n0
     ES_NEON_K_LOOP_END
 }
 
+/* IQ4_XS: per sub-block of 32 the integer dots of the signed values times the scales (the
+ * 6-bit value - 32), in 32 bits; one float step per super-block (rows8_iq4_xs). */
+ES_NEON_TARGET static void ES_NEON_NAME(rows8_iq4_xs)(const Product *p, int64_t n0, int64_t n1) {
+    const int8x16_t values = vld1q_s8(IQ4_VALUES);
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), bits45 = vdupq_n_u8(0x30);
+    ES_NEON_K_LOOP_BEGIN(IQ4_XS_GROUP)
+                /* SC[8s + i] from the 48 bytes: low nibbles (SC[q] low, SC[q + 32] high), then
+                 * byte t's bit pairs for SC[t], SC[t + 16], SC[t + 32], SC[t + 48] */
+                uint8_t scales[64];
+                const uint8x16_t sc0 = vld1q_u8(group + IQ4_XS_SCALES);
+                const uint8x16_t sc1 = vld1q_u8(group + IQ4_XS_SCALES + 16);
+                const uint8x16_t hi = vld1q_u8(group + IQ4_XS_SCALES + 32);
+                vst1q_u8(scales, vorrq_u8(vandq_u8(sc0, low4), vandq_u8(vshlq_n_u8(hi, 4), bits45)));
+                vst1q_u8(scales + 16, vorrq_u8(vandq_u8(sc1, low4), vandq_u8(vshlq_n_u8(hi, 2), bits45)));
+                vst1q_u8(scales + 32, vorrq_u8(vshrq_n_u8(sc0, 4), vandq_u8(hi, bits45)));
+                vst1q_u8(scales + 48, vorrq_u8(vshrq_n_u8(sc1, 4), vandq_u8(vshrq_n_u8(hi, 2), bits45)));
+                for (int s = 0; s < 8; s++) {
+                    int8x16_t c[2][8];
+                    ES_NEON_NAME(nibbles)(group + IQ4_XS_CODES + 128 * s, c);
+                    for (int h = 0; h < 2; h++)
+                        for (int j = 0; j < 8; j++) c[h][j] = vqtbl1q_s8(values, vreinterpretq_u8_s8(c[h][j]));
+                    int32x4_t scale[2];
+                    ES_NEON_NAME(factors)(scales + 8 * s, 0, scale);
+                    for (int h = 0; h < 2; h++) scale[h] = vsubq_s32(scale[h], vdupq_n_s32(32));
+                    for (int64_t r = 0; r < rows; r++) {
+                        const int8_t *y = p->x.q + (m0 + r) * p->k + b * QK + 32 * s;
+                        const int8x16_t y0 = vld1q_s8(y), y1 = vld1q_s8(y + 16);
+                        int32x4_t dot[2];
+                        ES_DOT_BLOCK(dot, c, y0, y1);
+                        for (int h = 0; h < 2; h++) dots[r][h] = vmlaq_s32(dots[r][h], dot[h], scale[h]);
+                    }
+                }
+                const float32x4_t d[2] = {es_halves4(group), es_halves4(group + 8)};
+                for (int64_t r = 0; r < rows; r++) {
+                    const float scale = p->x.scale[(m0 + r) * blocks + b];
+                    for (int h = 0; h < 2; h++)
+                        acc[r][h] = vfmaq_f32(acc[r][h], vcvtq_f32_s32(dots[r][h]), vmulq_n_f32(d[h], scale));
+                }
+    ES_NEON_K_LOOP_END
+}
+
 ES_NEON_TARGET void ES_NEON_NAME(es_rows8_outputs_neon)(const Product *p, int64_t n0, int64_t n1) {
     switch (p->ggml_type) {
     case GGML_Q2_K: ES_NEON_NAME(rows8_q2_k)(p, n0, n1); break;
@@ -375,7 +421,9 @@ ES_NEON_TARGET void ES_NEON_NAME(es_rows8_outputs_neon)(const Product *p, int64_
     case GGML_Q4_K: ES_NEON_NAME(rows8_q4_k)(p, n0, n1); break;
     case GGML_Q5_K: ES_NEON_NAME(rows8_q5_k)(p, n0, n1); break;
     case GGML_Q6_K: ES_NEON_NAME(rows8_q6_k)(p, n0, n1); break;
+    case GGML_IQ4_XS: ES_NEON_NAME(rows8_iq4_xs)(p, n0, n1); break;
     case GGML_Q8_0: ES_NEON_NAME(rows8_legacy)(p, n0, n1, ES_EIGHT_BITS); break;
+    case GGML_IQ4_NL: ES_NEON_NAME(rows8_legacy)(p, n0, n1, ES_TABLE_BITS); break;
     case GGML_Q5_0:
     case GGML_Q5_1: ES_NEON_NAME(rows8_legacy)(p, n0, n1, ES_FIVE_BITS); break;
     default: ES_NEON_NAME(rows8_legacy)(p, n0, n1, ES_FOUR_BITS); break;

@@ -14,8 +14,8 @@
  * the group's blocks b = 0 .. K/32 - 1 in order, each as one group block of 8 file blocks'
  * bytes:
  *   d[8] (float16: lane i is output 8g + i), m[8] (float16; Q4_1, Q5_1),
- *   fifth bits H[32] (Q5_0, Q5_1), codes: 4 registers of 32 bytes (4- and 5-bit types) or 8
- *   (Q8_0).
+ *   fifth bits H[32] (Q5_0, Q5_1), codes: 4 registers of 32 bytes (4- and 5-bit types, IQ4_NL's
+ *   indices) or 8 (Q8_0).
  * Code register j (inputs 4j .. 4j + 3 of the block) has byte 4i + t = output i's input
  * 4j + t. The 4- and 5-bit types store registers j and j + 4 as the low and high nibbles of
  * one 32 bytes, and bit j of H's byte 4i + t is the fifth bit of the same code in register j.
@@ -39,6 +39,11 @@
  *   Q6_K (1,680 bytes): d[8]; the int8 scales of the 16 sub-blocks of 16 as SC[8s + i] (128
  *     bytes); then per 32 inputs the low nibbles (128 bytes, as Q4_0's) and the high bit
  *     pairs of registers 0-3 and 4-7 (32 bytes each: bits 2j, 2j + 1 for register j mod 4).
+ *   IQ4_XS (1,088 bytes): d[8]; the 6-bit scales (value + 32) of the 8 sub-blocks of 32 as
+ *     SC[8s + i] in 48 bytes: low nibbles (32 bytes: SC[q] low, SC[q + 32] high), then byte
+ *     t's bit pairs SC[t] >> 4, SC[t + 16] >> 4, SC[t + 32] >> 4, SC[t + 48] >> 4 (t < 16);
+ *     then per sub-block the 128 bytes of nibble registers, as Q4_K's (indices into the
+ *     table of 16 values).
  * The importer writes this layout (edgespec.graph.rows8); es_rows8_file_block and
  * es_rows8_unpack_k read one block back out of it. */
 #include "gguf_common.h"
@@ -54,14 +59,34 @@ static int rows8_six_bits(const uint8_t *f, int first, int q) {
     return (upper ? low >> 4 : low & 0x0F) | ((f[64 + at] >> ((first ? 0 : 4) + (upper ? 2 : 0))) & 3) << 4;
 }
 
-/* Super-block b of output n, unpacked as unpack_q4_k / unpack_q5_k / unpack_q6_k unpack the
- * file's. */
+/* IQ4_XS's SC[q] (6 bits) from its 48 bytes at f (see above). */
+static int rows8_iq4_xs_scale(const uint8_t *f, int q) {
+    const uint8_t low = f[q % 32];
+    return (q < 32 ? low & 0x0F : low >> 4) | ((f[32 + q % 16] >> (2 * (q / 16))) & 3) << 4;
+}
+
+/* Super-block b of output n, unpacked as unpack_q4_k / unpack_q5_k / unpack_q6_k /
+ * unpack_iq4_xs unpack the file's. */
 void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
                        Unpacked *u) {
     const int lane = (int)(n % 8), q6 = ggml_type == GGML_Q6_K, q5 = ggml_type == GGML_Q5_K;
     const uint8_t *group = w + (size_t)(n / 8) * 8 * row_bytes(ggml_type, k) +
                            (size_t)b * (size_t)(8 * block_bytes(ggml_type));
     u->d = half_to_float(read_u16(group + 2 * lane));
+    if (ggml_type == GGML_IQ4_XS) {
+        u->dmin = u->d;
+        for (int s = 0; s < 8; s++) {
+            const int scale = rows8_iq4_xs_scale(group + IQ4_XS_SCALES, 8 * s + lane) - 32;
+            set_scale(u, 2 * s, scale, 128 * scale);
+            set_scale(u, 2 * s + 1, scale, 128 * scale);
+        }
+        for (int i = 0; i < QK; i++) {
+            const int s = i / 32, j = i % 32 / 4, at = 4 * lane + i % 4;
+            const uint8_t packed = group[IQ4_XS_CODES + 128 * s + 32 * (j % 4) + at];
+            u->code[i] = (uint8_t)(IQ4_VALUES[j < 4 ? packed & 0x0F : packed >> 4] + 128);
+        }
+        return;
+    }
     if (ggml_type == GGML_Q2_K || ggml_type == GGML_Q3_K) {
         const int q3 = ggml_type == GGML_Q3_K;
         u->dmin = q3 ? u->d : half_to_float(read_u16(group + 16 + 2 * lane));
@@ -142,7 +167,9 @@ void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, 
 #ifdef ES_X86
 #include <immintrin.h>
 
-enum { FOUR_BITS, FIVE_BITS, EIGHT_BITS };
+/* A legacy block's codes: 4- or 5-bit (unsigned, a minimum term for the centre), Q8_0's
+ * signed bytes, or IQ4_NL's 4-bit indices into IQ4_VALUES (signed once looked up). */
+enum { FOUR_BITS, FIVE_BITS, EIGHT_BITS, TABLE_BITS };
 
 /* Four activation bytes (inputs 4j .. 4j + 3) in every 32-bit lane. */
 ES_AVX2 static inline __m256i broadcast4(const int8_t *y) {
@@ -226,6 +253,39 @@ ES_AVX2 static inline __attribute__((always_inline)) void q3_k_registers(const u
     c[2] = _mm256_or_si256(c[2], _mm256_and_si256(h, third));
     for (int j = 3; j < 8; j++)
         c[j] = _mm256_or_si256(c[j], _mm256_and_si256(_mm256_srli_epi16(h, j - 2), third));
+}
+
+/* IQ4_VALUES in both 128-bit halves: what vpshufb looks 4-bit indices up in. */
+ES_AVX2 static inline __m256i iq4_values(void) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
+}
+
+/* IQ4_XS's codes of one sub-block of 32 inputs x 8 outputs (signed, looked up from the
+ * nibble registers at `at`) and their magnitudes, the unsigned side of the products. */
+ES_AVX2 static inline __attribute__((always_inline)) void iq4_registers(const uint8_t *at,
+                                                                        __m256i values,
+                                                                        __m256i c[8],
+                                                                        __m256i magnitude[8]) {
+    nibble_registers(at, c);
+    for (int j = 0; j < 8; j++) {
+        c[j] = _mm256_shuffle_epi8(values, c[j]);
+        magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
+    }
+}
+
+/* IQ4_XS's 64 six-bit scales SC[8s + i] from their 48 bytes at `factors` as bytes in
+ * registers, SC[0..31] in scales[0] and SC[32..63] in scales[1] (q4_k_sub_block's form): the
+ * 16 bytes of bit pairs serve both 128-bit halves, pairs 0 and 1 (or 2 and 3) by half. */
+ES_AVX2 static inline __attribute__((always_inline)) void iq4_xs_group_scales(
+    const uint8_t *factors, __m256i scales[2]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const __m256i sc = _mm256_loadu_si256((const __m256i *)factors);
+    const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(factors + 32)));
+    const __m256i first = _mm256_blend_epi32(_mm256_slli_epi16(hi, 4), _mm256_slli_epi16(hi, 2), 0xF0);
+    const __m256i second = _mm256_blend_epi32(hi, _mm256_srli_epi16(hi, 2), 0xF0);
+    scales[0] = _mm256_or_si256(_mm256_and_si256(sc, low4), _mm256_and_si256(first, bits45));
+    scales[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sc, 4), low4),
+                                _mm256_and_si256(second, bits45));
 }
 
 /* Eight signed 32-bit factors as 16-bit values in both halves of each lane (madd's form). */

@@ -7,7 +7,8 @@
  *                                       bytes 4i .. 4i + 3 (unsigned, below 16) times y's
  *                                       4j .. 4j + 3 (int8), per lane i
  *   ES_DOT_FIVE(dot, c, y)              the same for 5-bit codes (below 32)
- *   ES_DOT_SIGNED(dot, magnitude, c, y) the same for Q8_0's signed codes (|c| in magnitude)
+ *   ES_DOT_SIGNED(dot, magnitude, c, y) the same for signed codes (Q8_0's, IQ4_NL's and
+ *                                       IQ4_XS's values; |c| in magnitude)
  *   ES_ADD_DOT_SCALED(acc, c, y, scale, scale32)
  *                                       acc + ES_DOT_FOUR times each output's integer scale
  *                                       (scale: 16-bit in both halves of a lane; scale32: 32-bit)
@@ -31,7 +32,9 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     const int64_t blocks = p->k / LEGACY;
     /* Q4_0 and Q5_0: d * (code - centre) = d * code + (-centre * d), a minimum term. */
     const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), values = iq4_values();
+    /* signed codes (Q8_0, IQ4_NL's looked-up values): no minimum term */
+    const int is_signed = codes == EIGHT_BITS || codes == TABLE_BITS;
     __m256 acc[ROWS_PER_PASS];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
@@ -46,7 +49,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                     layout.minimum >= 0
                         ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + layout.minimum)))
                         : _mm256_mul_ps(d, _mm256_set1_ps(-centre));
-                /* c[j]: register j's 32 codes, unsigned (4-, 5-bit) or signed (Q8_0). */
+                /* c[j]: register j's 32 codes, unsigned (4-, 5-bit) or signed (Q8_0, IQ4_NL). */
                 __m256i c[8], magnitude[8];
                 if (codes == EIGHT_BITS) {
                     for (int j = 0; j < 8; j++) {
@@ -61,13 +64,17 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                         c[j + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
                     }
                     if (codes == FIVE_BITS) add_fifth_bits(group + layout.high, c);
+                    for (int j = 0; j < 8 && codes == TABLE_BITS; j++) {
+                        c[j] = _mm256_shuffle_epi8(values, c[j]);
+                        magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
+                    }
                 }
                 ES_LEGACY_SHARED(c)
                 for (int64_t r = 0; r < rows; r++) {
                     const int64_t row = m0 + r;
                     const int8_t *y = p->x.q + row * p->k + b * LEGACY;
                     __m256i dot; /* lane i: output 8g + i's integer dot product over the block */
-                    if (codes == EIGHT_BITS)
+                    if (is_signed)
                         ES_DOT_SIGNED(dot, magnitude, c, y);
                     else if (codes == FIVE_BITS)
                         ES_DOT_FIVE(dot, c, y);
@@ -76,7 +83,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                     const float scale = p->x.scale[row * blocks + b];
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                              _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[r]);
-                    if (codes != EIGHT_BITS)
+                    if (!is_signed)
                         acc[r] = _mm256_fmadd_ps(
                             minimum, _mm256_set1_ps(scale * (float)p->x.sums[row * blocks + b]),
                             acc[r]);
@@ -99,6 +106,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     __m256 acc[ROWS_PER_PASS];                                                                   \
     DOTS dots[ROWS_PER_PASS];                                                                    \
     __m256i offsets[ROWS_PER_PASS];                                                              \
+    (void)offsets; /* IQ4_XS has none */                                                         \
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
         for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
@@ -246,6 +254,32 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, 
     ES_ROWS8_K_LOOP_END
 }
 
+/* IQ4_XS: per sub-block of 32 the 8 outputs' integer dots of their signed values times their
+ * scales (the 6-bit value - 32), summed in 32 bits (a dot reaches 32 * 127 * 127, past 16
+ * bits); one float step per super-block. */
+ES_X86_TARGET static void ES_X86_NAME(rows8_iq4_xs)(const Product *p, int64_t n0, int64_t n1) {
+    const __m256i values = iq4_values(), centre = _mm256_set1_epi32(32);
+    ES_ROWS8_K_LOOP_BEGIN(IQ4_XS_GROUP)
+    __m256i six[2];
+    iq4_xs_group_scales(group + IQ4_XS_SCALES, six);
+    for (int s = 0; s < 8; s++) {
+        __m256i c[8], magnitude[8];
+        iq4_registers(group + IQ4_XS_CODES + 128 * s, values, c, magnitude);
+        const __m256i scale32 = _mm256_sub_epi32(q4_k_sub_block(six, s), centre);
+        for (int64_t r = 0; r < rows; r++) {
+            const int8_t *y = p->x.q + (m0 + r) * p->k + b * QK + 32 * s;
+            __m256i dot;
+            ES_DOT_SIGNED(dot, magnitude, c, y);
+            dots[r] = _mm256_add_epi32(dots[r], _mm256_mullo_epi32(dot, scale32));
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
+    }
+    ES_ROWS8_K_LOOP_END
+}
+
 ES_X86_TARGET void ES_X86_NAME(es_rows8_outputs)(const Product *p, int64_t n0, int64_t n1) {
     switch (p->ggml_type) {
     case GGML_Q2_K: ES_X86_NAME(rows8_q2_k)(p, n0, n1); break;
@@ -253,7 +287,9 @@ ES_X86_TARGET void ES_X86_NAME(es_rows8_outputs)(const Product *p, int64_t n0, i
     case GGML_Q4_K: ES_X86_NAME(rows8_q4_k)(p, n0, n1); break;
     case GGML_Q5_K: ES_X86_NAME(rows8_q5_k)(p, n0, n1); break;
     case GGML_Q6_K: ES_X86_NAME(rows8_q6_k)(p, n0, n1); break;
+    case GGML_IQ4_XS: ES_X86_NAME(rows8_iq4_xs)(p, n0, n1); break;
     case GGML_Q8_0: ES_X86_NAME(rows8_outputs)(p, n0, n1, EIGHT_BITS); break;
+    case GGML_IQ4_NL: ES_X86_NAME(rows8_outputs)(p, n0, n1, TABLE_BITS); break;
     case GGML_Q5_0:
     case GGML_Q5_1: ES_X86_NAME(rows8_outputs)(p, n0, n1, FIVE_BITS); break;
     default: ES_X86_NAME(rows8_outputs)(p, n0, n1, FOUR_BITS); break;

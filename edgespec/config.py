@@ -56,8 +56,8 @@ class ExportConfig:
     #: when the context limit exceeds 2,048 positions.
     attention: str = "auto"
     #: GGUF imports: "auto" and "gguf" run every weight type the kernels read (Q4_0 ... Q8_0,
-    #: Q2_K ... Q6_K) on edgespec's GGUF kernels, as the file's blocks, where this install built
-    #: them; "mlas" runs none (ONNX Runtime's MatMulNBits).
+    #: Q2_K ... Q6_K, IQ4_NL, IQ4_XS) on edgespec's GGUF kernels, as the file's blocks, where
+    #: this install built them; "mlas" runs none (ONNX Runtime's MatMulNBits).
     kernels: str = "auto"
     #: The KV cache's type: "float16" (half the memory; edgespec's CacheAttention kernel
     #: only), "float32", or "auto": float16 where that kernel attends, else float32.

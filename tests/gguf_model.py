@@ -265,27 +265,31 @@ def write_gemma3_gguf(
     return _finish(writer, out_path)
 
 
-#: Bytes per super-block of 256 weights, and where its float16 fields start.
+#: Bytes per super-block of 256 weights, and where its float16 fields start (with IQ4_XS,
+#: whose blocks are super-blocks as well).
 K_QUANTS = {
     "Q2_K": (84, 80, 2),
     "Q3_K": (110, 108, 1),
     "Q4_K": (144, 0, 2),
     "Q5_K": (176, 0, 2),
     "Q6_K": (210, 208, 1),
+    "IQ4_XS": (136, 0, 1),
 }
+#: IQ4_NL's block of 32 weights in the same form (its float16 d first).
+IQ4_NL = (18, 0, 1)
 
 
 def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:
-    """A weight [rows, columns] of random llama.cpp K-quant blocks (any bytes are valid but the
-    float16 scales, set small): uint8 [rows, bytes per row]. Another type gets random bytes
+    """A weight [rows, columns] of random llama.cpp K-quant (or IQ4) blocks (any bytes are valid
+    but the float16 scales, set small): uint8 [rows, bytes per row]. Another type gets random bytes
     of its block size (for files the importer must refuse before reading them)."""
     import gguf
 
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
     count = rows * columns // block
     blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
-    if kind in K_QUANTS:
-        _, at, halves = K_QUANTS[kind]
+    if kind in K_QUANTS or kind == "IQ4_NL":
+        _, at, halves = K_QUANTS.get(kind, IQ4_NL)
         fields = rng.uniform(2e-4, 6e-4, (count, halves)).astype(np.float16)
         blocks[:, at : at + 2 * halves] = fields.view(np.uint8)
     return blocks.reshape(rows, -1)
@@ -293,8 +297,9 @@ def random_k_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int
 
 def random_blocks(rng: np.random.Generator, kind: str, rows: int, columns: int) -> np.ndarray:
     """A weight [rows, columns] of random blocks of any type the GGUF kernels run, in the file's
-    layout, float16 factors set small: the K-quants as ``random_k_blocks``, the legacy types
-    (Q4_0 ... Q8_0) with d (and Q4_1's and Q5_1's minimum m) in [1e-3, 3e-3]."""
+    layout, float16 factors set small: the K-quants and IQ4_XS as ``random_k_blocks``, the
+    legacy types (Q4_0 ... Q8_0) and IQ4_NL with d (and Q4_1's and Q5_1's minimum m) in
+    [1e-3, 3e-3]."""
     if kind in K_QUANTS:
         return random_k_blocks(rng, kind, rows, columns)
     import gguf

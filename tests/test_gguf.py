@@ -665,13 +665,16 @@ def test_float16_fields_are_stored_as_float16_and_restored_exactly(
 
 @pytest.mark.parametrize(
     ("kernels", "layer_type"),
-    [("mlas", "Q4_K"), ("gguf", "Q4_K"), ("gguf", "Q5_K"), ("gguf", "Q3_K"), ("gguf", "Q2_K")],
+    [
+        ("mlas", "Q4_K"),
+        *(("gguf", kind) for kind in ("Q4_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS", "IQ4_NL")),
+    ],
 )
 def test_tied_k_quant_embedding_is_stored_once_on_the_file_grid(
     tmp_path: Path, kernels: str, layer_type: str
 ) -> None:
     """A tied Q4_K_M-style file (Q6_K embedding that is also the LM head, Q4_K and Q6_K
-    layers; or Q5_K, Q3_K or Q2_K for Q4_K): every grid is kept, the embedding's one
+    layers; or Q5_K, Q3_K, Q2_K, IQ4_XS or IQ4_NL for Q4_K): every grid is kept, the embedding's one
     initializer feeds both the lookup and the LM head, the parameter count is the file's, and
     greedy speculative output equals the target's own. On ONNX Runtime's MatMulNBits the 6-bit
     grid is stored at 8 bits and single steps are padded; on edgespec's GGUF kernels the bundle

@@ -1,5 +1,5 @@
 """edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
-products and lookups on llama.cpp's blocks (Q4_0 ... Q8_0, Q2_K ... Q6_K) against
+products and lookups on llama.cpp's blocks (Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) against
 the ``gguf`` package's own
 dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
 (AVX2 and portable C), and a missing library reported in one line."""
@@ -35,7 +35,8 @@ built = pytest.mark.skipif(
 # Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
-TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", *LEGACY]
+# IQ4_NL and IQ4_XS: 4-bit indices into a table of 16 signed values.
+TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", *LEGACY, "IQ4_NL", "IQ4_XS"]
 # The x86-64 paths: the same products (every sum an exact integer), other instructions.
 X86_PATHS = ("avx-vnni", "avx512-vnni", "avx2")
 # A kind is a block type, "/rows8" when W is stored in the kernels' rows-of-8 layout.
@@ -207,7 +208,7 @@ def test_lookups_are_the_files_dequantized_rows(kind: str) -> None:
 @built
 def test_an_unread_block_type_is_refused_when_the_session_loads() -> None:
     blocks = np.zeros((OUTPUTS, INPUTS // 256 * 110), np.uint8)
-    with pytest.raises(Exception, match=r"ggml_type must be Q4_0 .* or Q6_K"):
+    with pytest.raises(Exception, match=r"ggml_type must be Q4_0 .* or IQ4_XS"):
         _session("GgufMatMul", "IQ2_XXS", blocks)
 
 
@@ -280,12 +281,15 @@ def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
 
 def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
     """``blocks`` with every code byte (and the K-quants' sub-block scales) 0xFF, their
-    float16 factors kept: each product's integer terms at their largest."""
+    float16 factors kept: each product's integer terms at their largest (IQ4_NL's and
+    IQ4_XS's bytes 0: the table's -127 and IQ4_XS's scale -32)."""
     import gguf
 
     _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
     out = blocks.copy().reshape(-1, size)
-    if _type(kind) in ("Q6_K", "Q3_K"):  # codes, scales, then d
+    if _type(kind).startswith("IQ4"):  # d, then IQ4_XS's scales and the indices
+        out[:, 2:] = 0
+    elif _type(kind) in ("Q6_K", "Q3_K"):  # codes, scales, then d
         out[:, : size - 2] = 0xFF
     elif _type(kind) == "Q2_K":  # scales, codes, then d and dmin
         out[:, : size - 4] = 0xFF

@@ -25,7 +25,11 @@ SOURCES = [
     for name in ("gguf_kernels", "gguf_rows8", "gguf_neon", "gguf_activations", "cache_attention")
 ]
 DRIVER = ROOT / "tests" / "c" / "kernel_check.c"
-TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+TYPES = [
+    *("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"),
+    *("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"),
+    *("IQ4_NL", "IQ4_XS"),
+]
 # 37 rows cross the kernels' 32-row passes; 40 outputs are 5 groups of 8.
 ROWS, OUTPUTS, INPUTS = 37, 40, 512
 CPUS = {"max": "neon-dotprod", "cortex-a72": "neon"}

@@ -59,7 +59,7 @@ def add_export_command(commands: Any) -> None:
         "(hub id or local directory) goes through optimum's text-generation-with-past task, "
         "ONNX Runtime quantization and checks against PyTorch ([export] extra). A GGUF file "
         "(llama.cpp's format; also a folder or wheel holding one, or --from-package) is read "
-        "without torch: llama.cpp's Q4_0 ... Q8_0 and Q2_K ... Q6_K blocks "
+        "without torch: llama.cpp's Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL and IQ4_XS blocks "
         "keep their values, the KV cache is written in place, and the graph is checked "
         "against the file's own weights and for batch invariance.",
     )
@@ -159,9 +159,9 @@ def add_export_command(commands: Any) -> None:
         choices=("auto", "gguf", "mlas"),
         default="auto",
         help="GGUF files: 'gguf' runs every type edgespec's GGUF kernels read "
-        "(Q4_0 ... Q8_0, Q2_K ... Q6_K) on them, on the CPU: the file's blocks, unpadded "
-        "one-token steps; 'mlas' runs them on ONNX Runtime's MatMulNBits (on a GPU too); "
-        "'auto' is 'gguf', or 'mlas' where ONNX Runtime offers CUDA",
+        "(Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) on them, on the CPU: the file's "
+        "blocks, unpadded one-token steps; 'mlas' runs them on ONNX Runtime's MatMulNBits "
+        "(on a GPU too); 'auto' is 'gguf', or 'mlas' where ONNX Runtime offers CUDA",
     )
     export.add_argument(
         "--allow-batch-variance",

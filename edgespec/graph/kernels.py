@@ -1,7 +1,7 @@
 """edgespec's GGUF kernels: an ONNX Runtime custom-operator library built from ``csrc/`` at
 install (``edgespec.graph._gguf_kernels``), which multiplies by llama.cpp's quantized blocks
-(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K ... Q6_K) as the file stores them
-(``GgufMatMul``) and looks rows of them up (``GgufGather``).
+(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K ... Q6_K, IQ4_NL and IQ4_XS) as the file
+stores them (``GgufMatMul``) and looks rows of them up (``GgufGather``).
 
 Why it exists: ONNX Runtime's own 4-bit kernel rounds one row differently from several, so a
 graph of its operators must pad one-token steps to keep speculative decoding exact, and it
@@ -61,6 +61,8 @@ GGUF_KERNEL_TYPES = {
     "Q4_K": KernelType(ggml_id=12, bits=4, block=256),
     "Q5_K": KernelType(ggml_id=13, bits=5, block=256),
     "Q6_K": KernelType(ggml_id=14, bits=6, block=256),
+    "IQ4_NL": KernelType(ggml_id=20, bits=4, block=32),
+    "IQ4_XS": KernelType(ggml_id=23, bits=4, block=256),
 }
 ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
 

@@ -1,4 +1,4 @@
-"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q2_K ... Q6_K) that
+"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) that
 the GGUF kernels read fastest: the file's blocks with their bits moved, none added or dropped, so a
 bundle stays the file's size. ``csrc/gguf_rows8.c`` describes the layout and reads it; this
 module writes it at import.
@@ -17,7 +17,20 @@ import numpy as np
 
 ROWS8_OFFSET = 1024  # the operators' ggml_type attribute: the legacy type's id + this
 ROWS8_TYPES = frozenset(
-    {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+    {
+        "Q4_0",
+        "Q4_1",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "IQ4_NL",
+        "IQ4_XS",
+    }
 )
 
 _BLOCK_BYTES = {
@@ -31,6 +44,8 @@ _BLOCK_BYTES = {
     "Q4_K": 144,
     "Q5_K": 176,
     "Q6_K": 210,
+    "IQ4_NL": 18,
+    "IQ4_XS": 136,
 }
 _GROUPS_PER_CHUNK = 512  # 4,096 outputs converted at a time: a bounded temporary
 
@@ -57,7 +72,14 @@ def _groups(data: np.ndarray, kind: str) -> np.ndarray:
     rows, width = data.shape
     blocks = data.reshape(rows // 8, 8, width // size, size).transpose(0, 2, 1, 3)
     # blocks: [groups, block index, lane, file block bytes]
-    k_quants = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+    k_quants = {
+        "Q2_K": _q2_k,
+        "Q3_K": _q3_k,
+        "Q4_K": _q4_k,
+        "Q5_K": _q5_k,
+        "Q6_K": _q6_k,
+        "IQ4_XS": _iq4_xs,
+    }
     if kind in k_quants:
         return k_quants[kind](blocks, rows, width)
     minimum = kind in ("Q4_1", "Q5_1")
@@ -69,7 +91,7 @@ def _groups(data: np.ndarray, kind: str) -> np.ndarray:
         codes = blocks[..., 2:34]  # [G, B, lane, 32] signed codes as bytes
         return _assemble(head, [_registers(codes)], rows, width)
     five = kind in ("Q5_0", "Q5_1")
-    qs_at = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6, "Q5_1": 8}[kind]
+    qs_at = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6, "Q5_1": 8, "IQ4_NL": 2}[kind]
     qs = blocks[..., qs_at : qs_at + 16]
     codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # [G, B, lane, 32]: inputs 0..31
     registers = _registers(codes)  # [G, B, 8 registers, 32]
@@ -270,4 +292,29 @@ def _q6_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
     high_pairs = pairs.sum(axis=4, dtype=np.uint8)  # [G, B, chunk, half, 32]
     per_chunk = np.concatenate([nibbles, high_pairs.reshape(groups, count, 8, 64)], axis=-1)
     pieces = [_halves(blocks[..., 208:210]), scales, per_chunk.reshape(groups, count, -1)]
+    return np.concatenate(pieces, axis=-1).reshape(rows, width)
+
+
+def _iq4_xs(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[G, B, lane, 136] IQ4_XS blocks → group blocks of 1,088 bytes: d[8], the 6-bit scales in
+    48 bytes, then per sub-block of 32 its nibble registers (see csrc/gguf_rows8.c)."""
+    s = np.arange(8)
+    low = (blocks[..., 4 + s // 2] >> (4 * (s % 2)).astype(np.uint8)) & 0x0F  # [G, B, lane, 8]
+    scales_h = blocks[..., 2].astype(np.uint16) | (blocks[..., 3].astype(np.uint16) << 8)
+    high = (scales_h[..., None] >> (2 * s).astype(np.uint16)) & 3
+    sc = _by_sub_block((low | (high << 4)).astype(np.uint8))  # [G, B, 64]: index 8s + lane
+    pairs = (
+        (sc[..., 0:16] >> 4)
+        | ((sc[..., 16:32] >> 4) << 2)
+        | ((sc[..., 32:48] >> 4) << 4)
+        | ((sc[..., 48:64] >> 4) << 6)
+    )
+    qs = blocks[..., 8:136].reshape(*blocks.shape[:3], 8, 16)  # sub-block s: inputs 32s + j
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(*blocks.shape[:3], 256)
+    pieces = [
+        _halves(blocks[..., 0:2]),
+        (sc[..., :32] & 0x0F) | ((sc[..., 32:] & 0x0F) << 4),
+        pairs.astype(np.uint8),
+        _nibble_registers(codes),
+    ]
     return np.concatenate(pieces, axis=-1).reshape(rows, width)
