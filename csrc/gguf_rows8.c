@@ -412,6 +412,7 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 }
 
 #define ES_LEGACY_SHARED(c)
+#define ES_IQ4_UNSIGNED 0
 #define ES_X86_NAME(name) name##_avx2
 #define ES_X86_TARGET ES_AVX2
 /* 8 * 2 * 15 * 127 < 2^15: all 8 registers in 16 bits */
@@ -442,8 +443,10 @@ ES_AVX2 static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
 #undef ES_ADD_PAIRS
 #undef ES_DOT_HALVES
 #undef ES_DOT_HALVES_SHORT
+#undef ES_IQ4_UNSIGNED
 
 #ifdef ES_VNNI
+#define ES_IQ4_UNSIGNED 1
 /* VNNI: dpbusd adds a register's 4 byte products per lane into 32 bits in one instruction,
  * and the scales multiply the 32-bit sums: the same integers as AVX2's. */
 #define ES_DOT_FOUR(dot, c, y) ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD)

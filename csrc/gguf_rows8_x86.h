@@ -23,6 +23,8 @@
  *                                       bits of each lane, 0 above
  *   ES_LEGACY_SHARED(c)                 declarations from a legacy block's codes c[8] that
  *                                       its rows' ES_DOT forms share (or nothing)
+ *   ES_IQ4_UNSIGNED                     1 where ES_DPBUSD (dpbusd) is defined: IQ4_XS's codes
+ *                                       as unsigned bytes (rows8_iq4_xs), else 0
  * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
 
 /* Outputs n0 .. n1 - 1 (multiples of 8) for every row: `codes` is a constant at each call. */
@@ -106,7 +108,6 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     __m256 acc[ROWS_PER_PASS];                                                                   \
     DOTS dots[ROWS_PER_PASS];                                                                    \
     __m256i offsets[ROWS_PER_PASS];                                                              \
-    (void)offsets; /* IQ4_XS has none */                                                         \
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {                                    \
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;        \
         for (int64_t g = n0 / 8; g < n1 / 8; g++) {                                              \
@@ -254,28 +255,49 @@ ES_X86_TARGET static void ES_X86_NAME(rows8_q6_k)(const Product *p, int64_t n0, 
     ES_ROWS8_K_LOOP_END
 }
 
-/* IQ4_XS: per sub-block of 32 the 8 outputs' integer dots of their signed values times their
- * scales (the 6-bit value - 32), summed in 32 bits (a dot reaches 32 * 127 * 127, past 16
- * bits); one float step per super-block. */
+/* IQ4_XS: per sub-block of 32 the 8 outputs' integer dots of their values times their scales
+ * (the 6-bit value - 32), summed in 32 bits (a dot reaches 32 * 127 * 127, past 16 bits); one
+ * float step per super-block. AVX2 multiplies the signed values (their magnitudes against the
+ * activations with the values' signs). With VNNI (ES_IQ4_UNSIGNED) the codes are the values +
+ * 128, unsigned, which dpbusd sums exactly without moving signs; the 128 returns as an offset
+ * of 128 * scale times the activations' sums, as Q6_K's 32 does. The integers are the same. */
 ES_X86_TARGET static void ES_X86_NAME(rows8_iq4_xs)(const Product *p, int64_t n0, int64_t n1) {
-    const __m256i values = iq4_values(), centre = _mm256_set1_epi32(32);
+    const __m256i centre = _mm256_set1_epi32(32);
+#if ES_IQ4_UNSIGNED
+    const __m256i values = _mm256_xor_si256(iq4_values(), _mm256_set1_epi8((char)0x80));
+#else
+    const __m256i values = iq4_values();
+#endif
     ES_ROWS8_K_LOOP_BEGIN(IQ4_XS_GROUP)
     __m256i six[2];
     iq4_xs_group_scales(group + IQ4_XS_SCALES, six);
     for (int s = 0; s < 8; s++) {
         __m256i c[8], magnitude[8];
-        iq4_registers(group + IQ4_XS_CODES + 128 * s, values, c, magnitude);
         const __m256i scale32 = _mm256_sub_epi32(q4_k_sub_block(six, s), centre);
+#if ES_IQ4_UNSIGNED
+        nibble_registers(group + IQ4_XS_CODES + 128 * s, c);
+        for (int j = 0; j < 8; j++) c[j] = _mm256_shuffle_epi8(values, c[j]);
+        const __m256i pair = signed_pairs(scale32); /* against the sub-block's two sums of 16 */
+        (void)magnitude;
+#else
+        iq4_registers(group + IQ4_XS_CODES + 128 * s, values, c, magnitude);
+#endif
         for (int64_t r = 0; r < rows; r++) {
             const int8_t *y = p->x.q + (m0 + r) * p->k + b * QK + 32 * s;
             __m256i dot;
+#if ES_IQ4_UNSIGNED
+            ES_DOT_FOUR_WITH(dot, c, y, ES_DPBUSD);
+            offsets[r] = ES_ADD_PAIRS(offsets[r], pair, sums_of(p, m0 + r, b, 2 * s));
+#else
             ES_DOT_SIGNED(dot, magnitude, c, y);
+#endif
             dots[r] = _mm256_add_epi32(dots[r], _mm256_mullo_epi32(dot, scale32));
         }
     }
     for (int64_t r = 0; r < rows; r++) {
         const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(d, scale), acc[r]);
+        const __m256i total = _mm256_sub_epi32(dots[r], _mm256_slli_epi32(offsets[r], 7));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
     }
     ES_ROWS8_K_LOOP_END
 }

@@ -163,6 +163,47 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_END
 }
 
+/* IQ4_XS as rows8_iq4_xs's VNNI form (gguf_rows8_x86.h), the dots on zmm: the values + 128
+ * looked up per 128-bit lane, each sub-block's dot times its scale by vpmulld (a dot of 16
+ * products passes 16 bits), the 128 returned by the offsets. */
+ES_ZMM static void rows8_iq4_xs_zmm(const Product *p, int64_t n0, int64_t n1) {
+    const __m512i values = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES), _mm_set1_epi8((char)0x80)));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m256i centre = _mm256_set1_epi32(32);
+    ZMM_K_LOOP_BEGIN(IQ4_XS_GROUP)
+    __m256i six[2];
+    iq4_xs_group_scales(group + IQ4_XS_SCALES, six);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const uint8_t *at = group + IQ4_XS_CODES + 128 * s;
+        /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 (as Q4_K's tile) */
+        const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
+                                              _mm256_loadu_si256((const __m256i *)(at + 32)));
+        const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
+                                               _mm256_loadu_si256((const __m256i *)(at + 96)));
+        const __m512i z[4] = {_mm512_shuffle_epi8(values, _mm512_and_si512(first, low4)),
+                              _mm512_shuffle_epi8(values, _mm512_and_si512(second, low4)),
+                              _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(first, 4), low4)),
+                              _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(second, 4), low4))};
+        const __m256i scale32 = _mm256_sub_epi32(q4_k_sub_block(six, s), centre);
+        const __m512i scale = pair_factors(scale32);
+        const __m256i pair = signed_pairs(scale32);
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t row = m0 + r;
+            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
+            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), scale));
+            offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, row, b, 2 * s));
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
+        const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 7));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+    }
+    ZMM_K_LOOP_END
+}
+
 /* Q2_K and Q3_K (`three`, a constant at each call) as rows8_q2_k and rows8_q3_k
  * (gguf_rows8_x86.h), the dots on zmm: a half's dot fits in 16 bits, so dpwssd scales it. */
 ES_ZMM static inline __attribute__((always_inline)) void rows8_q2_q3_k_zmm(const Product *p, int64_t n0,
@@ -247,6 +288,8 @@ ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int a
         rows8_q2_q3_k_zmm(p, n0, n1, 0);
     else if (p->rows > 1 && p->ggml_type == GGML_Q3_K)
         rows8_q2_q3_k_zmm(p, n0, n1, 1);
+    else if (p->rows > 1 && p->ggml_type == GGML_IQ4_XS)
+        rows8_iq4_xs_zmm(p, n0, n1);
     else if (p->rows > 1)
         es_rows8_outputs_avx512vnni_rows(p, n0, n1);
     else if (avxvnni)
