@@ -56,22 +56,28 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
 #define ZMM_K_LOOP_BEGIN(GROUP) ES_ROWS8_K_LOOP_WITH(GROUP, __m512i, _mm512_setzero_si512())
 #define ZMM_K_LOOP_END ES_ROWS8_K_LOOP_END
 
-/* Q4_K (Q5_K with `five`) for R rows m .. m + R - 1 (R at most ZMM_TILE; R and `five`
- * constants at each call) and the 8
- * outputs of group g, over all of K: the rows' dots, minimum terms and float sums stay in
- * registers from the first block to the last (the 32-row passes of the other types keep them
- * in memory, a load and a store per row and sub-block), and the group's blocks (1,152 bytes
- * each, 1,408 for Q5_K, in L1 after the first tile) are unpacked once per tile. Per output and
- * row the arithmetic is rows8_q4_k's (rows8_q5_k's): the same exact integers per block, then the same two float
- * steps in block order, so the bits do not depend on R or on which rows share a tile.
- * Q6_K's tiles measured no faster (its scales multiply by vpmulld, two uops, whichever loop
- * order), so it keeps the 32-row passes. */
+/* Q4_K (Q5_K with `five`, IQ4_XS with `iq4`) for R rows m .. m + R - 1 (R at most ZMM_TILE;
+ * R, `five` and `iq4` constants at each call) and the 8 outputs of group g, over all of K:
+ * the rows' dots, minimum terms and float sums stay in registers from the first block to the
+ * last (the 32-row passes of the other types keep them in memory, a load and a store per row
+ * and sub-block), and the group's blocks (1,152 bytes each, 1,408 for Q5_K, 1,088 for
+ * IQ4_XS, in L1 after the first tile) are unpacked once per tile. Per output and row the
+ * arithmetic is rows8_q4_k's (rows8_q5_k's, rows8_iq4_xs's VNNI form): the same exact
+ * integers per block, then the same float steps in block order, so the bits do not depend on
+ * R or on which rows share a tile. Q6_K's tiles measured no faster (its scales multiply by
+ * vpmulld, two uops, whichever loop order), so it keeps the 32-row passes. IQ4_XS's, also
+ * by vpmulld, took 0.87x the time of 32-row passes on zmm over 5 tokens of the 1.5B and 0.91x
+ * over 2 (2-core Zen 4), and one-row steps 0.96x the 256-bit form's. */
 #define ZMM_TILE 8
 ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Product *p, int64_t g,
                                                                         int64_t m, const int R,
-                                                                        const int five) {
+                                                                        const int five, const int iq4) {
     const int64_t blocks = p->k / QK;
-    const int GROUP = five ? Q5_K_GROUP : Q4_K_GROUP, CHUNK = five ? Q5_K_CHUNK : 128;
+    const int GROUP = iq4 ? IQ4_XS_GROUP : five ? Q5_K_GROUP : Q4_K_GROUP, CHUNK = five ? Q5_K_CHUNK : 128;
+    const int CODES = iq4 ? IQ4_XS_CODES : Q4_K_CODES;
+    /* IQ4_XS: the values + 128, looked up per 128-bit lane (rows8_iq4_xs's VNNI form) */
+    const __m512i values = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES), _mm_set1_epi8((char)0x80)));
     /* Q5_K's fifth bits (bit j of H for register j) to bit 4 of each code register's bytes:
      * shifts per register pair (lanes 2i, 2i + 1: registers j, j + 1), left for j < 4 */
     const __m512i to_bit4[4] = {_mm512_set1_epi64(0x0000000300000004), _mm512_set1_epi64(0x0000000100000002),
@@ -86,13 +92,16 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
         for (int line = 0; line < GROUP; line += 64)
             _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
         __m256i scales[2], minimums[2];
-        q4_k_group_factors(group + Q4_K_FACTORS, scales, minimums);
+        if (iq4)
+            iq4_xs_group_scales(group + IQ4_XS_SCALES, scales);
+        else
+            q4_k_group_factors(group + Q4_K_FACTORS, scales, minimums);
         __m512i dots[ZMM_TILE];
         __m256i offsets[ZMM_TILE];
         for (int r = 0; r < R; r++) dots[r] = _mm512_setzero_si512(), offsets[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
-            const uint8_t *at = group + Q4_K_CODES + CHUNK * s;
+            const uint8_t *at = group + CODES + CHUNK * s;
             /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 */
             const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
                                                   _mm256_loadu_si256((const __m256i *)(at + 32)));
@@ -107,6 +116,19 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
                 z[1] = _mm512_or_si512(z[1], _mm512_and_si512(_mm512_sllv_epi32(h, to_bit4[1]), fifth));
                 z[2] = _mm512_or_si512(z[2], _mm512_and_si512(_mm512_srlv_epi32(h, to_bit4[2]), fifth));
                 z[3] = _mm512_or_si512(z[3], _mm512_and_si512(_mm512_srlv_epi32(h, to_bit4[3]), fifth));
+            }
+            for (int q = 0; iq4 && q < 4; q++) z[q] = _mm512_shuffle_epi8(values, z[q]);
+            if (iq4) { /* the scale - 32 by vpmulld (16 products of codes to 241 pass 16 bits);
+                        * the offsets 128 * scale against the sums */
+                const __m256i scale32 = _mm256_sub_epi32(q4_k_sub_block(scales, s), _mm256_set1_epi32(32));
+                const __m512i scale = pair_factors(scale32);
+                const __m256i pair = signed_pairs(scale32);
+                for (int r = 0; r < R; r++) {
+                    const int8_t *y = x + r * p->k + b * QK + 32 * s;
+                    dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), scale));
+                    offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, m + r, b, 2 * s));
+                }
+                continue;
             }
             const __m512i scale = pair_factors(q4_k_sub_block(scales, s));
             const __m256i minimum = factor_pairs(q4_k_sub_block(minimums, s));
@@ -127,6 +149,11 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)));
         for (int r = 0; r < R; r++) {
             const __m256 scale = _mm256_set1_ps(p->x.scale[(m + r) * blocks + b]);
+            if (iq4) {
+                const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 7));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
+                continue;
+            }
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(dots[r])), _mm256_mul_ps(d, scale), acc[r]);
             acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets[r]), _mm256_mul_ps(dmin, scale), acc[r]);
         }
@@ -158,47 +185,6 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     for (int64_t r = 0; r < rows; r++) {
         const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
         const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 5));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
-    }
-    ZMM_K_LOOP_END
-}
-
-/* IQ4_XS as rows8_iq4_xs's VNNI form (gguf_rows8_x86.h), the dots on zmm: the values + 128
- * looked up per 128-bit lane, each sub-block's dot times its scale by vpmulld (a dot of 16
- * products passes 16 bits), the 128 returned by the offsets. */
-ES_ZMM static void rows8_iq4_xs_zmm(const Product *p, int64_t n0, int64_t n1) {
-    const __m512i values = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES), _mm_set1_epi8((char)0x80)));
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const __m256i centre = _mm256_set1_epi32(32);
-    ZMM_K_LOOP_BEGIN(IQ4_XS_GROUP)
-    __m256i six[2];
-    iq4_xs_group_scales(group + IQ4_XS_SCALES, six);
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        const uint8_t *at = group + IQ4_XS_CODES + 128 * s;
-        /* packed registers 0-3: low nibbles registers 0-3, high nibbles 4-7 (as Q4_K's tile) */
-        const __m512i first = interleave_pair(_mm256_loadu_si256((const __m256i *)at),
-                                              _mm256_loadu_si256((const __m256i *)(at + 32)));
-        const __m512i second = interleave_pair(_mm256_loadu_si256((const __m256i *)(at + 64)),
-                                               _mm256_loadu_si256((const __m256i *)(at + 96)));
-        const __m512i z[4] = {_mm512_shuffle_epi8(values, _mm512_and_si512(first, low4)),
-                              _mm512_shuffle_epi8(values, _mm512_and_si512(second, low4)),
-                              _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(first, 4), low4)),
-                              _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(second, 4), low4))};
-        const __m256i scale32 = _mm256_sub_epi32(q4_k_sub_block(six, s), centre);
-        const __m512i scale = pair_factors(scale32);
-        const __m256i pair = signed_pairs(scale32);
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = m0 + r;
-            const int8_t *y = p->x.q + row * p->k + b * QK + 32 * s;
-            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), scale));
-            offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, row, b, 2 * s));
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const __m256 scale = _mm256_set1_ps(p->x.scale[(m0 + r) * blocks + b]);
-        const __m256i total = _mm256_sub_epi32(pair_sums(dots[r]), _mm256_slli_epi32(offsets[r], 7));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale), acc[r]);
     }
     ZMM_K_LOOP_END
@@ -248,31 +234,33 @@ ES_ZMM static inline __attribute__((always_inline)) void rows8_q2_q3_k_zmm(const
  * faster there), their sizes within one of each other (10 rows: 5 + 5, not 8 + 2: a tile's
  * unpacking is paid per tile, its rows' products per row). */
 ES_ZMM static inline __attribute__((always_inline)) void rows8_k_zmm_tiles(const Product *p, int64_t n0,
-                                                                            int64_t n1, const int five) {
+                                                                            int64_t n1, const int five,
+                                                                            const int iq4) {
     const int64_t most = p->rows > 16 ? 6 : ZMM_TILE;
     const int64_t tiles = (p->rows + most - 1) / most;
     for (int64_t g = n0 / 8; g < n1 / 8; g++)
         for (int64_t t = 0, m = 0; t < tiles; t++) {
             const int64_t size = p->rows / tiles + (t < p->rows % tiles);
             switch (size) { /* R a constant in each call: the tile's arrays stay in registers */
-            case 8: q4_k_zmm_tile(p, g, m, 8, five); break;
-            case 7: q4_k_zmm_tile(p, g, m, 7, five); break;
-            case 6: q4_k_zmm_tile(p, g, m, 6, five); break;
-            case 5: q4_k_zmm_tile(p, g, m, 5, five); break;
-            case 4: q4_k_zmm_tile(p, g, m, 4, five); break;
-            case 3: q4_k_zmm_tile(p, g, m, 3, five); break;
-            case 2: q4_k_zmm_tile(p, g, m, 2, five); break;
-            default: q4_k_zmm_tile(p, g, m, 1, five); break;
+            case 8: q4_k_zmm_tile(p, g, m, 8, five, iq4); break;
+            case 7: q4_k_zmm_tile(p, g, m, 7, five, iq4); break;
+            case 6: q4_k_zmm_tile(p, g, m, 6, five, iq4); break;
+            case 5: q4_k_zmm_tile(p, g, m, 5, five, iq4); break;
+            case 4: q4_k_zmm_tile(p, g, m, 4, five, iq4); break;
+            case 3: q4_k_zmm_tile(p, g, m, 3, five, iq4); break;
+            case 2: q4_k_zmm_tile(p, g, m, 2, five, iq4); break;
+            default: q4_k_zmm_tile(p, g, m, 1, five, iq4); break;
             }
             m += size;
         }
 }
-ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 0); }
-ES_ZMM static void rows8_q5_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 1); }
+ES_ZMM static void rows8_q4_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 0, 0); }
+ES_ZMM static void rows8_q5_k_zmm(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 1, 0); }
+ES_ZMM static void rows8_iq4_xs_tiles(const Product *p, int64_t n0, int64_t n1) { rows8_k_zmm_tiles(p, n0, n1, 0, 1); }
 
 void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 
-/* Q4_K's and Q5_K's passes and steps on zmm tiles; the other types' passes of several rows on zmm
+/* Q4_K's, Q5_K's and IQ4_XS's passes and steps on zmm tiles; the other types' passes of several rows on zmm
  * (Q8_0's on 256-bit dpbusd) and their one-row steps on the 256-bit forms: AVX-VNNI's where
  * the CPU has it, else AVX512-VNNI's. A one-row Q4_K tile stepped the 1.5B in 0.81x the time
  * of the 256-bit form (51.0 against 63.1 ms, benchmarks/kernel_paths.py --builds); the other
@@ -282,14 +270,14 @@ ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int a
         rows8_q4_k_zmm(p, n0, n1);
     else if (p->ggml_type == GGML_Q5_K)
         rows8_q5_k_zmm(p, n0, n1);
+    else if (p->ggml_type == GGML_IQ4_XS)
+        rows8_iq4_xs_tiles(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
         rows8_q6_k_zmm(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q2_K)
         rows8_q2_q3_k_zmm(p, n0, n1, 0);
     else if (p->rows > 1 && p->ggml_type == GGML_Q3_K)
         rows8_q2_q3_k_zmm(p, n0, n1, 1);
-    else if (p->rows > 1 && p->ggml_type == GGML_IQ4_XS)
-        rows8_iq4_xs_zmm(p, n0, n1);
     else if (p->rows > 1)
         es_rows8_outputs_avx512vnni_rows(p, n0, n1);
     else if (avxvnni)
