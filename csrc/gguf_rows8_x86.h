@@ -23,8 +23,9 @@
  *                                       bits of each lane, 0 above
  *   ES_LEGACY_SHARED(c)                 declarations from a legacy block's codes c[8] that
  *                                       its rows' ES_DOT forms share (or nothing)
- *   ES_IQ4_UNSIGNED                     1 where ES_DPBUSD (dpbusd) is defined: IQ4_XS's codes
- *                                       as unsigned bytes (rows8_iq4_xs), else 0
+ *   ES_IQ4_UNSIGNED                     1 where ES_DOT_FOUR sums bytes up to 255 exactly
+ *                                       (dpbusd): the IQ4 types' codes as unsigned bytes
+ *                                       (rows8_outputs, rows8_iq4_xs), else 0
  * Every sum is an exact integer either way, so the builds' outputs are the same bits. */
 
 /* Outputs n0 .. n1 - 1 (multiples of 8) for every row: `codes` is a constant at each call. */
@@ -34,9 +35,18 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
     const int64_t blocks = p->k / LEGACY;
     /* Q4_0 and Q5_0: d * (code - centre) = d * code + (-centre * d), a minimum term. */
     const float centre = p->ggml_type == GGML_Q4_0 ? 8.0f : p->ggml_type == GGML_Q5_0 ? 16.0f : 0.0f;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), values = iq4_values();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     /* signed codes (Q8_0, IQ4_NL's looked-up values): no minimum term */
     const int is_signed = codes == EIGHT_BITS || codes == TABLE_BITS;
+#if ES_IQ4_UNSIGNED
+    /* IQ4_NL with dpbusd: the values + 128 as unsigned codes, the dot less 128 times the
+     * activations' sum: the signed form's integer, without moving signs per row */
+    const __m256i values = _mm256_xor_si256(iq4_values(), _mm256_set1_epi8((char)0x80));
+    const int unsigned_table = codes == TABLE_BITS;
+#else
+    const __m256i values = iq4_values();
+    const int unsigned_table = 0;
+#endif
     __m256 acc[ROWS_PER_PASS];
     for (int64_t m0 = 0; m0 < p->rows; m0 += ROWS_PER_PASS) {
         const int64_t rows = p->rows - m0 < ROWS_PER_PASS ? p->rows - m0 : ROWS_PER_PASS;
@@ -68,7 +78,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                     if (codes == FIVE_BITS) add_fifth_bits(group + layout.high, c);
                     for (int j = 0; j < 8 && codes == TABLE_BITS; j++) {
                         c[j] = _mm256_shuffle_epi8(values, c[j]);
-                        magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
+                        if (!unsigned_table) magnitude[j] = _mm256_sign_epi8(c[j], c[j]);
                     }
                 }
                 ES_LEGACY_SHARED(c)
@@ -76,12 +86,14 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
                     const int64_t row = m0 + r;
                     const int8_t *y = p->x.q + row * p->k + b * LEGACY;
                     __m256i dot; /* lane i: output 8g + i's integer dot product over the block */
-                    if (is_signed)
+                    if (is_signed && !unsigned_table)
                         ES_DOT_SIGNED(dot, magnitude, c, y);
                     else if (codes == FIVE_BITS)
                         ES_DOT_FIVE(dot, c, y);
                     else
                         ES_DOT_FOUR(dot, c, y);
+                    if (unsigned_table)
+                        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(128 * p->x.sums[row * blocks + b]));
                     const float scale = p->x.scale[row * blocks + b];
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                              _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[r]);
