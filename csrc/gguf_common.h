@@ -226,8 +226,8 @@ enum { ES_PLAIN = 0, ES_SWIGLU = 1 };
  * 4-bit scale and minimum of i's block of 16; Q6_K: code is the 6-bit value, offset = 32 *
  * scale and dmin = d; Q3_K the same with 3-bit codes, offset = 4 * scale, scale the 6-bit
  * value - 32; IQ4_XS: code is the table's value + 128, scale the 6-bit scale - 32 of i's
- * block of 32, offset = 128 * scale). scale_pair[k] holds scale[k] in both 16-bit halves, the form the AVX2 dot
- * broadcasts from. */
+ * block of 32, offset = 128 * scale). scale_pair[k] holds scale[k] in both 16-bit halves,
+ * the form the AVX2 dot broadcasts from. */
 typedef struct {
     uint8_t code[QK];
     int16_t offset[SUB];
@@ -235,6 +235,17 @@ typedef struct {
     float d;
     float dmin;
 } Unpacked;
+
+/* The codes' centre where a type's offset is the centre times its scale (dmin = d: Q3_K 4,
+ * Q6_K 32, IQ4_XS 128), else 0. Then a block's dot less its offsets is the exact integer
+ * d multiplies, as the vectorized paths sum it, and a weight is d * scale * (code - centre),
+ * as ggml dequantizes it. */
+static inline int code_centre(int ggml_type) {
+    return ggml_type == GGML_Q3_K    ? 4
+           : ggml_type == GGML_Q6_K  ? 32
+           : ggml_type == GGML_IQ4_XS ? 128
+                                      : 0;
+}
 
 static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
     u->scale_pair[k] = (int32_t)((uint32_t)(uint16_t)scale * 0x10001u);

@@ -269,8 +269,7 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
                        : p->ggml_type == GGML_Q5_K ? unpack_q5_k_portable
                        : p->ggml_type == GGML_Q6_K ? unpack_q6_k_portable
                                                    : unpack_iq4_xs_portable;
-    /* IQ4_XS's offsets (128 * scale) leave most of `dot`: subtracted as integers, exactly */
-    const int whole = p->ggml_type == GGML_IQ4_XS;
+    const int centred = code_centre(p->ggml_type) != 0;
     const size_t size = block_bytes(p->ggml_type);
     Unpacked u;
     float acc[ROWS_PER_PASS];
@@ -295,7 +294,7 @@ static void outputs_portable(const Product *p, int64_t n0, int64_t n1) {
                         offsets += u.offset[s] * sums[s];
                     }
                     float scale = p->x.scale[m * blocks + b];
-                    if (whole)
+                    if (centred) /* the offsets are most of `dot`: subtracted as integers */
                         acc[r] += u.d * scale * (float)(dot - offsets);
                     else
                         acc[r] += u.d * scale * (float)dot - u.dmin * scale * (float)offsets;
@@ -1061,10 +1060,11 @@ static void dequantize_row(const Kernel *kernel, const uint8_t *w, int64_t n, fl
             unpack_q6_k(row + b * 210, &u);
         else
             unpack_iq4_xs(row + b * 136, &u);
+        const int centre = code_centre(ggml_type);
         for (int i = 0; i < QK; i++) {
             float scale = (float)(int16_t)(u.scale_pair[i / SUB] & 0xFFFF);
-            if (ggml_type == GGML_IQ4_XS) /* d * scale * value, as ggml dequantizes it */
-                out[b * QK + i] = u.d * scale * (float)(u.code[i] - 128);
+            if (centre)
+                out[b * QK + i] = u.d * scale * (float)(u.code[i] - centre);
             else
                 out[b * QK + i] = u.d * scale * (float)u.code[i] - u.dmin * (float)u.offset[i / SUB];
         }
