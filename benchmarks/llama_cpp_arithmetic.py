@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.export.gguf import check
-from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.legacy_quants import _blocks, _half, _nibbles
 from edgespec.export.gguf.reader import float_tensor, open_gguf
+from edgespec.export.gguf.rope import rotary_caches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gguf_vs_llama_cpp import agreement_texts

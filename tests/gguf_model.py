@@ -31,10 +31,15 @@ def write_llama_gguf(
     architecture: str = "llama",
     with_tokenizer: bool = True,
     pre: str = "gpt-2",
+    rope_freqs: np.ndarray | None = None,
+    rope_scaling: dict[str, Any] | None = None,
 ) -> Path:
     """``weight_type`` (Q4_0, Q4_1, Q8_0...) quantizes the 2-D weights with the ``gguf``
     package's reference code (the embedding as Q8_0); ``architecture``, ``with_tokenizer`` and
-    ``pre`` (the pre-tokenizer's name) write files the importer must refuse."""
+    ``pre`` (the pre-tokenizer's name) write files the importer must refuse. ``rope_freqs``
+    ([head_dim / 2] frequency factors, as Llama 3.x files carry them) and ``rope_scaling``
+    ({"type": ..., "factor": ..., "original_context_length": ..., "context_length": ...},
+    as llama.cpp's converter writes linear and YaRN configs) change the rotary angles."""
     import gguf
     import torch
     from transformers import AutoModelForCausalLM
@@ -63,7 +68,13 @@ def write_llama_gguf(
         str(out_path), config.model_type if architecture == "llama" else architecture
     )
     writer.add_name("edgespec-test-llama")
-    writer.add_context_length(config.max_position_embeddings)
+    scaling = dict(rope_scaling or {})
+    writer.add_context_length(int(scaling.pop("context_length", config.max_position_embeddings)))
+    if scaling:
+        writer.add_string(f"{config.model_type}.rope.scaling.type", str(scaling.pop("type")))
+        for key, found in scaling.items():
+            add = writer.add_uint32 if isinstance(found, int) else writer.add_float32
+            add(f"{config.model_type}.rope.scaling.{key}", found)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
@@ -120,6 +131,8 @@ def write_llama_gguf(
             norm = state.get(f"model.layers.{layer}.{hf_name}.weight")
             if norm is not None:
                 writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", norm)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
     writer.add_tensor("output_norm.weight", state["model.norm.weight"])
     lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
     add("output.weight", lm_head, weight_type and "Q8_0")

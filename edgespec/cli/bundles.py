@@ -172,6 +172,12 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rotary_note(extra: dict[str, Any]) -> str:
+    """ ", rotary yarn x4" where an imported GGUF's rotary angles are scaled, else ""."""
+    scaling = (extra.get("gguf") or {}).get("rope_scaling", "none")
+    return "" if scaling == "none" else f", rotary {scaling}"
+
+
 def bundle_summary(bundle: Bundle) -> str:
     m = bundle.manifest
     q = m.quantization
@@ -185,7 +191,7 @@ def bundle_summary(bundle: Bundle) -> str:
         f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} parameters)",
         f"graph       {m.graph.file}: {m.model.num_layers} layers, {m.model.num_kv_heads} KV "
         f"heads x {m.model.head_dim}, KV {m.graph.kv_dtype}, vocab {m.model.vocab_size}, "
-        f"max length {m.model.max_length}",
+        f"max length {m.model.max_length}{_rotary_note(m.extra)}",
         f"weights     {quant}: {m.memory.weight_bytes / 1e6:.2f} MB, KV "
         f"{m.memory.kv_bytes_per_token / 1024:.1f} KiB per token",
     ]

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.gguf.graph import rotary_caches
 from edgespec.export.gguf.reader import (
     GGUFFile,
     WeightSource,
@@ -34,6 +33,7 @@ from edgespec.export.gguf.reader import (
     float_tensor,
     tensor_rows,
 )
+from edgespec.export.gguf.rope import rotary_caches
 from edgespec.export.invariance import check_batch_invariance
 from edgespec.graph.driver import GraphDriver, check_session
 from edgespec.graph.paths import GraphSizes
@@ -90,7 +90,9 @@ def reference_logits_batch(
     longest = max(len(tokens) for tokens in sequences)
     d = arch.head_dim
     rotary = {
-        False: rotary_caches(head_dim=d, theta=arch.rope_theta, capacity=longest),
+        False: rotary_caches(
+            head_dim=d, theta=arch.rope_theta, capacity=longest, scaling=arch.rope_scaling
+        ),
         True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=longest),
     }
     embedding = source.tensor("token_embd.weight")

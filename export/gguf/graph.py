@@ -55,6 +55,7 @@ from edgespec.export.gguf.lm_head import lm_head
 from edgespec.export.gguf.norm_fusion import fuse_residual_norms
 from edgespec.export.gguf.raw_blocks import Reordered
 from edgespec.export.gguf.reader import WeightSource, float_tensor
+from edgespec.export.gguf.rope import rotary_caches
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
@@ -268,13 +269,6 @@ def _layer_norm(builder: GraphBuilder, source: WeightSource, x: str, layer: int,
     return builder.rms_norm(x, weight, f"l{layer}.{name}", source.architecture.rms_norm_eps)
 
 
-def rotary_caches(*, head_dim: int, theta: float, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin [capacity, head_dim / 2] of llama.cpp's rope: angle p * theta^(-2i / D)."""
-    inverse = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.arange(capacity, dtype=np.float64)[:, None] * inverse[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
 def build_graph(
     source: WeightSource,
     *,
@@ -322,7 +316,9 @@ def build_graph(
         )
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention, kv_cache=kv_cache)
     capacity = layout.buffer_length
-    cos, sin = rotary_caches(head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity)
+    cos, sin = rotary_caches(
+        head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity, scaling=arch.rope_scaling
+    )
     caches = {
         "cos": builder.constant("rotary.cos", cos),
         "sin": builder.constant("rotary.sin", sin),

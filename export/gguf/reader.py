@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgespec.errors import ModelSourceError, UnsupportedModelError
+from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, read_rope_scaling
 
 #: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
 #: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases; Gemma 3 adds the
@@ -72,6 +73,9 @@ class GGUFArchitecture:
     #: rows score; the graph scatters them into a full-vocabulary ``logits`` whose other
     #: entries are ``UNSCORED_LOGIT`` (the draft never proposes them). Empty: every token.
     output_vocabulary: tuple[int, ...] = ()
+    #: The rotary frequencies' scaling and factors (global layers; sliding-window ones run
+    #: unscaled, as llama.cpp runs Gemma 3's).
+    rope_scaling: RopeScaling = NO_SCALING
 
     @property
     def embedding_scale(self) -> float:
@@ -224,6 +228,14 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
         local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
         output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
+        rope_scaling=read_rope_scaling(
+            path,
+            arch,
+            fields,
+            tensors,
+            head_dim=head_dim,
+            context_length=int(number("context_length")),
+        ),
     )
 
 
