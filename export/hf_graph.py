@@ -156,7 +156,11 @@ def export_inplace(config: ExportConfig, *, observe: ProgressObserver = ignore_p
             ),
             files=files,
             packages=("edgespec", "onnx"),
-            extra={"graph_builder": "inplace", "torch_top1_agreement": torch_top1},
+            extra={
+                "graph_builder": "inplace",
+                "torch_top1_agreement": torch_top1,
+                "rope_scaling": arch.rope_scaling.describe,
+            },
         )
     return load_bundle(config.out)
 

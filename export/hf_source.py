@@ -13,7 +13,11 @@ import numpy as np
 
 from edgespec.errors import UnsupportedModelError
 from edgespec.export.gguf.reader import GGUFArchitecture
+from edgespec.export.gguf.rope import NO_SCALING, RopeScaling
 
+#: Hugging Face rope types the in-place graph runs: fixed frequencies (transformers' own),
+#: not "dynamic" or "longrope", whose frequencies move with the sequence's length.
+HF_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 #: Hugging Face model types whose blocks the builder covers, as llama.cpp names them
 #: (llama.cpp's converter writes Mistral as a Llama too).
 INPLACE_MODEL_TYPES = {
@@ -113,6 +117,34 @@ class CheckpointSource:
         """Nothing to release: the weights are in memory, not mapped from a file."""
 
 
+def _rope_type(part: dict[str, Any]) -> str:
+    return str(part.get("rope_type", part.get("type", "default")))
+
+
+def hf_rope_scaling(config: Any, *, head_dim: int, theta: float) -> RopeScaling:
+    """The checkpoint's rope scaling (its global layers') as per-pair frequency factors and a
+    cos/sin magnitude, from transformers' own frequencies: exactly what its model rotates by,
+    whichever of :data:`HF_ROPE_TYPES` it is."""
+    rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    per_type = isinstance(rope.get("full_attention"), dict)
+    part = rope["full_attention"] if per_type else rope
+    kind = _rope_type(part)
+    if kind == "default":
+        return NO_SCALING
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    layer = {"layer_type": "full_attention"} if per_type else {}
+    inverse, magnitude = ROPE_INIT_FUNCTIONS[kind](config, "cpu", **layer)
+    unscaled = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factors = unscaled / inverse.double().numpy()
+    factor = part.get("factor")
+    return RopeScaling(
+        frequency_factors=tuple(float(f) for f in factors),
+        magnitude=float(magnitude),
+        label=f"{kind} x{factor:g}" if factor else kind,
+    )
+
+
 def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
     """Why the builder cannot express this Hugging Face config in a graph of ``capacity``
     positions (None: it can)."""
@@ -121,10 +153,13 @@ def unsupported_reason(config: Any, capacity: int | None = None) -> str | None:
         covered = f"{', '.join(others)} and {last}"
         return f"a {config.model_type} model (it covers {covered})"
     rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
-    # transformers 5 keeps Gemma 3's per layer type: {"full_attention": {...}, ...}.
-    for part in [p for p in (rope or {}).values() if isinstance(p, dict)] or [rope or {}]:
-        if part.get("rope_type", part.get("type", "default")) != "default":
-            return f"{part.get('rope_type', part.get('type'))} rope scaling"
+    # transformers 5 keeps Gemma 3's per layer type: {"full_attention": {...}, ...}; its
+    # sliding-window layers run unscaled.
+    per_type = {k: p for k, p in (rope or {}).items() if isinstance(p, dict)}
+    for layer_type, part in list(per_type.items()) or [("", rope or {})]:
+        kind = _rope_type(part)
+        if kind not in HF_ROPE_TYPES or (kind != "default" and layer_type == "sliding_attention"):
+            return f"{kind} rope scaling"
     if config.model_type == "gemma3_text":
         return _gemma_unsupported(config)
     if getattr(config, "use_sliding_window", False):
@@ -257,6 +292,7 @@ def checkpoint_source(
         gemma=gemma,
         sliding_window=int(config.sliding_window) if gemma else 0,
         local_rope_theta=bases[1] if gemma else 0.0,
+        rope_scaling=hf_rope_scaling(config, head_dim=head_dim, theta=bases[0]),
     )
     linear, table = BLOCK_TYPES[quant]
     edges = ("token_embd.weight", "output.weight")

@@ -87,7 +87,7 @@ def test_scaled_rotary_follows_llama_cpp(
     assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
     bundle = load_bundle(tmp_path / "bundle")
     assert bundle.manifest.verification.parity.passed
-    recorded = bundle.manifest.extra["gguf"]["rope_scaling"]
+    recorded = bundle.manifest.extra["rope_scaling"]
     assert recorded == ("frequency factors" if case == "frequency factors" else case)
     assert f"rotary {recorded}" in bundle_summary(bundle)
     theirs = _llama_cpp_logits(path)

@@ -148,3 +148,74 @@ def test_gemma3_text_checkpoints_take_the_inplace_graph_with_their_sliding_windo
         assert engine.generate(prompt, drafter="ngram", k=4, max_new_tokens=24).tokens == (
             ours.tokens
         )
+
+
+@pytest.mark.parametrize(
+    "rope_scaling",
+    [
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        {"rope_type": "linear", "factor": 4.0},
+        {"rope_type": "yarn", "factor": 4.0},
+    ],
+    ids=lambda scaling: scaling["rope_type"],
+)
+def test_inplace_rotates_by_the_checkpoints_rope_scaling(
+    tiny_model: Callable[[str], Path], tmp_path: Path, rope_scaling: dict[str, float]
+) -> None:
+    """A Llama 3.x-style, linear or YaRN rope scaling takes the in-place graph with
+    transformers' own frequencies: the export's float32 check against PyTorch (max |Δlogit|
+    within 1e-3) passes, the scaling is named, and the logits move from the unscaled
+    checkpoint's."""
+    import json
+    import shutil
+
+    from edgespec.cli.bundles import bundle_summary
+    from edgespec.runtime.model import OnnxModel
+
+    bundles = {}
+    for name, scaling in (("plain", None), ("scaled", rope_scaling)):
+        checkpoint = tmp_path / name
+        shutil.copytree(tiny_model("llama"), checkpoint)
+        config = json.loads((checkpoint / "config.json").read_text())
+        (checkpoint / "config.json").write_text(json.dumps({**config, "rope_scaling": scaling}))
+        out = tmp_path / f"{name}-bundle"
+        argv = ["export", str(checkpoint), "--out", str(out), "--graph", "inplace"]
+        assert main([*argv, "--quant", "fp32", "--quiet"]) == 0
+        bundles[name] = load_bundle(out)
+    label = f"{rope_scaling['rope_type']} x{rope_scaling['factor']:g}"
+    assert bundles["scaled"].manifest.extra["rope_scaling"] == label
+    assert f"rotary {label}" in bundle_summary(bundles["scaled"])
+    assert bundles["plain"].manifest.extra["rope_scaling"] == "none"
+    tokens = list(range(5, 45))
+    logits = {}
+    for name, bundle in bundles.items():
+        model = OnnxModel(bundle)
+        logits[name] = np.array(model.forward(tokens, model.new_cache()))
+    assert np.abs(logits["scaled"] - logits["plain"]).max() > 1e-2
+
+
+def test_inplace_refuses_rope_that_moves_with_the_length(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dynamic NTK scaling changes the frequencies with the sequence's length, which fixed
+    rotary tables cannot follow: refused in one line, nothing written."""
+    import json
+    import shutil
+
+    checkpoint = tmp_path / "dynamic"
+    shutil.copytree(tiny_model("llama"), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    scaling = {"rope_type": "dynamic", "factor": 2.0}
+    (checkpoint / "config.json").write_text(json.dumps({**config, "rope_scaling": scaling}))
+    out = tmp_path / "b"
+    argv = ["export", str(checkpoint), "--out", str(out), "--graph", "inplace", "--quant", "fp32"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "cannot express dynamic rope scaling" in err and err.count("\n") <= 2
+    assert not out.exists()

@@ -173,8 +173,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _rotary_note(extra: dict[str, Any]) -> str:
-    """ ", rotary yarn x4" where an imported GGUF's rotary angles are scaled, else ""."""
-    scaling = (extra.get("gguf") or {}).get("rope_scaling", "none")
+    """ ", rotary yarn x4" where the graph's rotary angles are scaled, else ""."""
+    scaling = extra.get("rope_scaling", "none")
     return "" if scaling == "none" else f", rotary {scaling}"
 
 

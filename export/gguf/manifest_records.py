@@ -92,9 +92,9 @@ def write_gguf_manifest(
                 "requantized_types": requantized,
                 # A draft's head scores these many tokens (None: the whole vocabulary).
                 "output_vocabulary": len(arch.output_vocabulary) or None,
-                # The rotary scaling the cos/sin tables carry ("none", "linear x8", ...).
-                "rope_scaling": arch.rope_scaling.describe,
             },
+            # The rotary scaling the cos/sin tables carry ("none", "linear x8", ...).
+            "rope_scaling": arch.rope_scaling.describe,
             **extra,
         },
     )

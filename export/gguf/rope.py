@@ -49,10 +49,15 @@ class RopeScaling:
     magnitude: float = 1.0
     #: Per-pair divisors of the frequencies (``rope_freqs.weight``); empty when none.
     frequency_factors: tuple[float, ...] = ()
+    #: What to call it where the factors carry a scaling of another name (a Hugging Face
+    #: checkpoint's "llama3 x8", its frequencies taken from transformers).
+    label: str = ""
 
     @property
     def describe(self) -> str:
         """A few words for the export summary and the manifest ("none" when unscaled)."""
+        if self.label:
+            return self.label
         parts = [] if self.kind == "none" else [f"{self.kind} x{self.factor:g}"]
         if self.frequency_factors:
             parts.append("frequency factors")
