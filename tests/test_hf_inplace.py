@@ -150,23 +150,31 @@ def test_gemma3_text_checkpoints_take_the_inplace_graph_with_their_sliding_windo
         )
 
 
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+
 @pytest.mark.parametrize(
-    "rope_scaling",
+    ("architecture", "rope_scaling"),
     [
-        {
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64,
-        },
-        {"rope_type": "linear", "factor": 4.0},
-        {"rope_type": "yarn", "factor": 4.0},
+        ("llama", LLAMA3_ROPE),
+        ("llama", {"rope_type": "linear", "factor": 4.0}),
+        ("llama", {"rope_type": "yarn", "factor": 4.0}),
+        # Gemma 3 4B and up: linear x8 on the global layers, the sliding ones unscaled.
+        ("gemma3", {"rope_type": "linear", "factor": 8.0}),
     ],
-    ids=lambda scaling: scaling["rope_type"],
+    ids=["llama3", "linear", "yarn", "gemma3-linear"],
 )
 def test_inplace_rotates_by_the_checkpoints_rope_scaling(
-    tiny_model: Callable[[str], Path], tmp_path: Path, rope_scaling: dict[str, float]
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    architecture: str,
+    rope_scaling: dict[str, float],
 ) -> None:
     """A Llama 3.x-style, linear or YaRN rope scaling takes the in-place graph with
     transformers' own frequencies: the export's float32 check against PyTorch (max |Δlogit|
@@ -181,7 +189,7 @@ def test_inplace_rotates_by_the_checkpoints_rope_scaling(
     bundles = {}
     for name, scaling in (("plain", None), ("scaled", rope_scaling)):
         checkpoint = tmp_path / name
-        shutil.copytree(tiny_model("llama"), checkpoint)
+        shutil.copytree(tiny_model(architecture), checkpoint)
         config = json.loads((checkpoint / "config.json").read_text())
         (checkpoint / "config.json").write_text(json.dumps({**config, "rope_scaling": scaling}))
         out = tmp_path / f"{name}-bundle"
@@ -192,7 +200,7 @@ def test_inplace_rotates_by_the_checkpoints_rope_scaling(
     assert bundles["scaled"].manifest.extra["rope_scaling"] == label
     assert f"rotary {label}" in bundle_summary(bundles["scaled"])
     assert bundles["plain"].manifest.extra["rope_scaling"] == "none"
-    tokens = list(range(5, 45))
+    tokens = list(range(5, 45))  # past the tiny Gemma's window: its global layers decide
     logits = {}
     for name, bundle in bundles.items():
         model = OnnxModel(bundle)
