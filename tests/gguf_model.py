@@ -33,21 +33,25 @@ def write_llama_gguf(
     pre: str = "gpt-2",
     rope_freqs: np.ndarray | None = None,
     rope_scaling: dict[str, Any] | None = None,
+    extra_tensors: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """``weight_type`` (Q4_0, Q4_1, Q8_0...) quantizes the 2-D weights with the ``gguf``
     package's reference code (the embedding as Q8_0); ``architecture``, ``with_tokenizer`` and
     ``pre`` (the pre-tokenizer's name) write files the importer must refuse. ``rope_freqs``
     ([head_dim / 2] frequency factors, as Llama 3.x files carry them) and ``rope_scaling``
     ({"type": ..., "factor": ..., "original_context_length": ..., "context_length": ...},
-    as llama.cpp's converter writes linear and YaRN configs) change the rotary angles."""
+    as llama.cpp's converter writes linear and YaRN configs) change the rotary angles;
+    ``extra_tensors`` are added as float32 (Phi-3's ``rope_factors_long.weight``, say). A Phi-3
+    checkpoint keeps its fused ``attn_qkv`` and double-width ``ffn_up``, as llama.cpp's
+    converter writes them."""
     import gguf
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = model.config
-    if config.model_type not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(f"only Llama and Qwen2/3 checkpoints are written, not {config.model_type}")
+    if config.model_type not in ("llama", "qwen2", "qwen3", "phi3"):
+        raise ValueError(f"only Llama, Qwen2/3 and Phi-3 are written, not {config.model_type}")
     # llama.cpp's Qwen2 uses NeoX rotary (halves), so its Q/K rows keep Hugging Face's order.
     interleave = config.model_type == "llama"
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
@@ -70,11 +74,11 @@ def write_llama_gguf(
     writer.add_name("edgespec-test-llama")
     scaling = dict(rope_scaling or {})
     writer.add_context_length(int(scaling.pop("context_length", config.max_position_embeddings)))
-    if scaling:
+    if "type" in scaling:
         writer.add_string(f"{config.model_type}.rope.scaling.type", str(scaling.pop("type")))
-        for key, found in scaling.items():
-            add = writer.add_uint32 if isinstance(found, int) else writer.add_float32
-            add(f"{config.model_type}.rope.scaling.{key}", found)
+    for key, found in scaling.items():
+        add = writer.add_uint32 if isinstance(found, int) else writer.add_float32
+        add(f"{config.model_type}.rope.scaling.{key}", found)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
@@ -116,6 +120,15 @@ def write_llama_gguf(
         writer.add_tensor(name, quantized, raw_shape=quantized.shape, raw_dtype=qtype)
 
     add("token_embd.weight", state["model.embed_tokens.weight"], weight_type and "Q8_0")
+    if config.model_type == "phi3":
+        layer_names = {
+            "input_layernorm": "attn_norm",
+            "self_attn.qkv_proj": "attn_qkv",
+            "self_attn.o_proj": "attn_output",
+            "post_attention_layernorm": "ffn_norm",
+            "mlp.gate_up_proj": "ffn_up",
+            "mlp.down_proj": "ffn_down",
+        }
     for layer in range(config.num_hidden_layers):
         for hf_name, gguf_name in layer_names.items():
             weight = state[f"model.layers.{layer}.{hf_name}.weight"]
@@ -133,6 +146,8 @@ def write_llama_gguf(
                 writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", norm)
     if rope_freqs is not None:
         writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
+    for name, values in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.asarray(values, dtype=np.float32))
     writer.add_tensor("output_norm.weight", state["model.norm.weight"])
     lm_head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
     add("output.weight", lm_head, weight_type and "Q8_0")

@@ -57,6 +57,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         source.release_tokenizer_fields()
         release_freed_memory()
         capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
+        source = source.for_context(capacity)
         started = time.perf_counter()
         builder, layout = write_graph(
             source,

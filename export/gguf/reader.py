@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from edgespec.errors import ModelSourceError, UnsupportedModelError
+from edgespec.export.gguf.fused import split_phi3
 from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, read_rope_scaling
 
 #: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
 #: attention with grouped KV heads, SwiGLU MLP; Qwen2 adds Q/K/V biases; Gemma 3 adds the
 #: embedding scale, Q/K norms, norms after attention and MLP, GELU, and sliding-window
-#: layers). llama.cpp writes Llama, SmolLM2 and Mistral checkpoints as "llama".
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+#: layers; Phi-3 fuses Q/K/V and gate/up, split back into Llama's by row ranges, and its
+#: sliding window is ignored, as llama.cpp ignores it). llama.cpp writes Llama, SmolLM2 and
+#: Mistral checkpoints as "llama".
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
 #: (its converter permuted HF's Q/K rows for that); Qwen's and Gemma's "neox" rope rotates
 #: halves.
-INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": False}
+INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": False, "phi3": False}
 #: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
 #: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
 GEMMA3_SWA_PATTERN = 6
@@ -107,6 +110,12 @@ class GGUFFile:
         if pages is not None and hasattr(mmap, "MADV_DONTNEED"):
             pages.madvise(mmap.MADV_DONTNEED)
 
+    def for_context(self, capacity: int) -> GGUFFile:
+        """The file with its rotary scaling settled for a graph of ``capacity`` positions
+        (Phi-3's long or short factors), for the graph and its checks alike."""
+        scaling = self.architecture.rope_scaling.for_context(capacity)
+        return replace(self, architecture=replace(self.architecture, rope_scaling=scaling))
+
     def release_tokenizer_fields(self) -> None:
         """Drops the tokenizer's arrays (``TOKENIZER_ARRAYS``) from ``fields`` once the
         tokenizer is built, so that they do not last the whole import."""
@@ -159,6 +168,15 @@ def open_gguf(path: Path) -> GGUFFile:
     fields = dict(reader.fields)
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     architecture = _architecture(path, fields, tensors)
+    if architecture.arch == "phi3":
+        tensors = split_phi3(
+            tensors,
+            layers=architecture.num_layers,
+            q_rows=architecture.num_heads * architecture.head_dim,
+            kv_rows=architecture.num_kv_heads * architecture.head_dim,
+            ffn=architecture.intermediate_size,
+            file=path.name,
+        )
     # Before anything is converted: an unreadable type would otherwise fail midway through
     # the graph with the gguf package's own exception.
     unreadable = sorted({t.tensor_type.name for t in tensors.values()} - set(readable_types()))

@@ -5,6 +5,9 @@ Beyond the base frequencies ``theta^(-2i / D)``, a file may carry:
 - frequency factors (``rope_freqs.weight``, [D / 2] float32): Llama 3.1 and 3.2 store their
   "llama3" rope scaling this way; llama.cpp divides pair i's frequency by factor i (Llama
   files only: its Qwen and Gemma graphs pass no factors);
+- Phi-3's long and short factors (``rope_factors_long``/``_short``): llama.cpp rotates by
+  the long ones where its context is longer than the original one, so a graph takes the set
+  its capacity calls for (:meth:`RopeScaling.for_context`), with the file's ``attn_factor``;
 - a scaling type (``{arch}.rope.scaling.type``) and factor: ``linear`` multiplies every
   frequency by 1 / factor; ``yarn`` blends those interpolated frequencies with the original
   ones over a ramp of dimensions set by the original context length, and scales cos and sin
@@ -18,7 +21,7 @@ bit for bit, as before scaling was read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,22 @@ class RopeScaling:
     #: What to call it where the factors carry a scaling of another name (a Hugging Face
     #: checkpoint's "llama3 x8", its frequencies taken from transformers).
     label: str = ""
+    #: Phi-3's factors for contexts past ``original_context`` (``frequency_factors`` holds
+    #: its short ones) until :meth:`for_context` picks a set; empty otherwise.
+    long_frequency_factors: tuple[float, ...] = ()
+
+    def for_context(self, context: int) -> RopeScaling:
+        """The scaling of a graph of ``context`` positions: Phi-3's long factors past the
+        original context, its short ones within it (llama.cpp's choice by its context size)."""
+        if not self.long_frequency_factors:
+            return self
+        long = context > self.original_context
+        return replace(
+            self,
+            frequency_factors=self.long_frequency_factors if long else self.frequency_factors,
+            long_frequency_factors=(),
+            label=f"longrope, {'long' if long else 'short'} factors",
+        )
 
     @property
     def describe(self) -> str:
@@ -100,17 +119,28 @@ def read_rope_scaling(
     factor = float(value("rope.scaling.factor", 0.0) or value("rope.scale_linear", 0.0) or 0.0)
     if kind == "none" or factor in (0.0, 1.0):
         kind, factor = "none", 1.0
-    factors: tuple[float, ...] = ()
-    if arch == "llama" and "rope_freqs.weight" in tensors:
-        found = float_tensor(tensors["rope_freqs.weight"]).reshape(-1)
+
+    def factors_of(name: str) -> tuple[float, ...]:
+        found = float_tensor(tensors[name]).reshape(-1)
         if found.shape != (head_dim // 2,) or not np.all(found > 0):
             raise UnsupportedModelError(
-                f"{path.name} has a rope_freqs.weight of shape {tuple(found.shape)}; llama.cpp "
+                f"{path.name} has a {name} of shape {tuple(found.shape)}; llama.cpp "
                 f"expects {head_dim // 2} positive frequency factors",
                 fix="re-convert the model with a current llama.cpp converter",
             )
-        factors = tuple(float(f) for f in found)
+        return tuple(float(f) for f in found)
+
+    factors: tuple[float, ...] = ()
+    if arch == "llama" and "rope_freqs.weight" in tensors:
+        factors = factors_of("rope_freqs.weight")
     attention_factor = float(value("rope.scaling.attn_factor", 1.0) or 1.0)
+    if arch == "phi3" and "rope_factors_long.weight" in tensors:
+        return RopeScaling(
+            original_context=int(value("rope.scaling.original_context_length", context_length)),
+            magnitude=attention_factor,
+            frequency_factors=factors_of("rope_factors_short.weight"),
+            long_frequency_factors=factors_of("rope_factors_long.weight"),
+        )
     if kind != "yarn":
         return RopeScaling(
             kind=kind, factor=factor, magnitude=attention_factor, frequency_factors=factors
@@ -155,7 +185,9 @@ def rotary_caches(
     *, head_dim: int, theta: float, capacity: int, scaling: RopeScaling = NO_SCALING
 ) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [capacity, head_dim / 2] of llama.cpp's rope: angle p * theta^(-2i / D),
-    each pair's frequency divided by its factor, then scaled as ``scaling`` says."""
+    each pair's frequency divided by its factor, then scaled as ``scaling`` says (Phi-3's
+    factor sets picked for ``capacity`` where the caller has not picked them)."""
+    scaling = scaling.for_context(capacity)
     inverse = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if scaling.frequency_factors:
         inverse = inverse / np.asarray(scaling.frequency_factors, dtype=np.float64)

@@ -1,0 +1,73 @@
+"""Phi-3 GGUF files: fused Q/K/V and gate/up split back by row ranges (the file's blocks
+kept), and longrope's short or long frequency factors picked by the graph's context, as
+llama.cpp picks them by its own; each against llama.cpp's logits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.cli import main
+from edgespec.manifest import load_bundle
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("gguf")
+
+#: A 256-position original context stretched to 512, with factors of Phi-3.5's shape
+#: (steeper). llama.cpp pads its context to a multiple of 256 positions, so its short factors
+#: are seen only with an original context of 256 or more.
+LONGROPE = {
+    "extra_tensors": {
+        "rope_factors_short.weight": np.array([1, 1, 1.2, 1.5, 2, 2.5, 3, 4], np.float32),
+        "rope_factors_long.weight": np.array([1, 1.5, 2, 3, 5, 8, 12, 20], np.float32),
+    },
+    "rope_scaling": {"context_length": 512, "original_context_length": 256, "attn_factor": 1.2},
+}
+TOKENS = [0, *range(300, 339)]
+
+
+def _llama_cpp_logits(path: Path, context: int) -> np.ndarray:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=context, logits_all=True, verbose=False)
+    llm.eval(TOKENS)
+    return np.array(llm.scores[: len(TOKENS)])
+
+
+@pytest.mark.parametrize("weight_type", [None, "Q8_0"])
+def test_phi3_follows_llama_cpp_with_either_factor_set(
+    tiny_model: Callable[[str], Path], tmp_path: Path, weight_type: str | None
+) -> None:
+    """A 256-position graph rotates by the short factors and a 512-position one by the long
+    ones, each within 0.2% of llama.cpp's largest logit at the same context (1% on Q8_0,
+    whose fused blocks run split on the GGUF kernels), while the two sets are far apart."""
+    from gguf_model import write_llama_gguf
+
+    from edgespec.cli.bundles import bundle_summary
+    from edgespec.runtime.model import OnnxModel
+
+    path = write_llama_gguf(
+        tiny_model("phi3"), tmp_path / "phi3.gguf", weight_type=weight_type, **LONGROPE
+    )
+    theirs = {}
+    for context, kind in ((256, "short"), (512, "long")):
+        out = tmp_path / kind
+        argv = ["export", str(path), "--out", str(out), "--max-length", str(context)]
+        assert main([*argv, "--quiet"]) == 0
+        bundle = load_bundle(out)
+        assert bundle.manifest.verification.parity.passed
+        assert bundle.manifest.extra["rope_scaling"] == f"longrope, {kind} factors"
+        assert f"longrope, {kind} factors" in bundle_summary(bundle)
+        if weight_type is not None:
+            assert bundle.manifest.extra["gguf"]["grid_kept"]
+        model = OnnxModel(bundle)
+        cache = model.new_cache()
+        ours = np.concatenate(
+            [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
+        )
+        theirs[kind] = _llama_cpp_logits(path, context)
+        tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs[kind]).max()
+        assert np.abs(ours - theirs[kind]).max() < tolerance, kind
+    assert np.abs(theirs["long"] - theirs["short"]).max() > 5 * tolerance
