@@ -212,9 +212,17 @@ def _mistral_wide() -> Any:
     return _mistral(extra_rows=16)
 
 
+def _llama_four_layers() -> Any:
+    """The tiny Llama with 4 layers (SmolLM3's block leaves the fourth's rotary out)."""
+    config = _llama()
+    config.num_hidden_layers = 4
+    return config
+
+
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "llama": _llama,
     "llama-groups-of-3": _llama_groups_of_three,
+    "llama-4-layers": _llama_four_layers,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
     "gemma3": _gemma3,

@@ -95,6 +95,8 @@ def reference_logits_batch(
         ),
         True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=longest),
     }
+    # SmolLM3's layers without rotary embedding: cos 1, sin 0.
+    identity = (np.ones_like(rotary[False][0]), np.zeros_like(rotary[False][1]))
     embedding = source.tensor("token_embd.weight")
     xs = [
         float_rows(embedding, list(tokens)).astype(np.float64) * arch.embedding_scale
@@ -113,9 +115,8 @@ def reference_logits_batch(
             q = [_rms(_heads(x, arch.num_heads, d), q_norm, eps) for x in q]
             k = [_rms(_heads(x, arch.num_kv_heads, d), k_norm, eps) for x in k]
         sliding = arch.is_sliding(layer)
-        attended = [
-            _attention(arch, sliding, rotary[sliding], *qkv) for qkv in zip(q, k, v, strict=True)
-        ]
+        tables = rotary[sliding] if arch.rotates(layer) else identity
+        attended = [_attention(arch, sliding, tables, *qkv) for qkv in zip(q, k, v, strict=True)]
         outs = _times(source, p + "attn_output.weight", attended)
         if arch.gemma:
             outs = [_rms(out, vector("post_attention_norm.weight"), eps) for out in outs]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.export.gguf.builder import GraphBuilder
+from edgespec.export.gguf.rope import layer_tables
 
 #: The widest pass a folded graph's buffers leave room for at the end of the context: the
 #: runtime prefills 128 tokens per pass.
@@ -226,14 +227,10 @@ def rotated_query_key(
     layer: int,
     caches: dict[str, str],
     position: str,
-    *,
-    sliding: bool = False,
 ) -> list[str]:
     """Q [1, S, heads × D] and K [1, S, kv_heads × D] rotated from ``position`` (the pass's
-    first position [1]) with the global rotary tables, or a ``sliding`` layer's local ones."""
-    cos, sin = (
-        (caches["local_cos"], caches["local_sin"]) if sliding else (caches["cos"], caches["sin"])
-    )
+    first position [1]) by the layer's rotary tables (:func:`layer_tables`)."""
+    cos, sin = layer_tables(caches, arch, layer)
     heads = (arch.num_heads, arch.num_kv_heads)
     return [
         builder.node(
@@ -269,9 +266,7 @@ def folded_attention(
     from onnx import helper
 
     query, key, value = qkv
-    rotated = rotated_query_key(
-        builder, arch, (query, key), layer, caches, names["position"], sliding=sliding
-    )
+    rotated = rotated_query_key(builder, arch, (query, key), layer, caches, names["position"])
     d = arch.head_dim
     folded_q = builder.node(
         "Reshape",
@@ -350,9 +345,7 @@ def cache_attention(
     from edgespec.graph.kernels import CACHE_ATTENTION, CACHE_ATTENTION_HALF, GGUF_DOMAIN
 
     query, key, value = qkv
-    rotated = rotated_query_key(
-        builder, arch, (query, key), layer, caches, position, sliding=sliding
-    )
+    rotated = rotated_query_key(builder, arch, (query, key), layer, caches, position)
     op = CACHE_ATTENTION_HALF if half_cache else CACHE_ATTENTION
     builder.kernel_ops.add(op)
     past_key, past_value, present_key, present_value = kv

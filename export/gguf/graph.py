@@ -55,7 +55,7 @@ from edgespec.export.gguf.lm_head import lm_head
 from edgespec.export.gguf.norm_fusion import fuse_residual_norms
 from edgespec.export.gguf.raw_blocks import Reordered
 from edgespec.export.gguf.reader import WeightSource, float_tensor
-from edgespec.export.gguf.rope import rotary_caches
+from edgespec.export.gguf.rope import layer_tables, rotary_caches
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
@@ -158,11 +158,7 @@ def _attention(
         )
     else:
         sliding = arch.is_sliding(layer)
-        cos, sin = (
-            (caches["local_cos"], caches["local_sin"])
-            if sliding
-            else (caches["cos"], caches["sin"])
-        )
+        cos, sin = layer_tables(caches, arch, layer)
         window: dict[str, Any] = {"local_window_size": arch.sliding_window} if sliding else {}
         builder.nodes.append(
             helper.make_node(
@@ -333,6 +329,9 @@ def build_graph(
         )
         caches["local_cos"] = builder.constant("rotary.local_cos", local_cos)
         caches["local_sin"] = builder.constant("rotary.local_sin", local_sin)
+    if arch.no_rope_every:
+        caches["identity_cos"] = builder.constant("rotary.identity_cos", np.ones_like(cos))
+        caches["identity_sin"] = builder.constant("rotary.identity_sin", np.zeros_like(sin))
     folding = (
         folding_inputs(
             builder,

@@ -21,12 +21,23 @@ from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, read_rope_scaling
 #: embedding scale, Q/K norms, norms after attention and MLP, GELU, and sliding-window
 #: layers; Phi-3 fuses Q/K/V and gate/up, split back into Llama's by row ranges, and its
 #: sliding window is ignored, as llama.cpp ignores it). llama.cpp writes Llama, SmolLM2 and
-#: Mistral checkpoints as "llama".
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+#: Mistral checkpoints as "llama"; SmolLM3 is Llama's block with no rotary embedding in every
+#: fourth layer.
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
 #: (its converter permuted HF's Q/K rows for that); Qwen's and Gemma's "neox" rope rotates
 #: halves.
-INTERLEAVED_ROPE = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": False, "phi3": False}
+INTERLEAVED_ROPE = {
+    "llama": True,
+    "qwen2": False,
+    "qwen3": False,
+    "gemma3": False,
+    "phi3": False,
+    "smollm3": True,
+}
+#: SmolLM3 leaves out the rotary embedding in layers 3, 7, 11, ... (llama.cpp's
+#: ``n_no_rope_layer_step``).
+SMOLLM3_NO_ROPE_EVERY = 4
 #: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
 #: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
 GEMMA3_SWA_PATTERN = 6
@@ -79,6 +90,12 @@ class GGUFArchitecture:
     #: The rotary frequencies' scaling and factors (global layers; sliding-window ones run
     #: unscaled, as llama.cpp runs Gemma 3's).
     rope_scaling: RopeScaling = NO_SCALING
+    #: Every this many layers one attends without rotary embedding (its last); 0: none.
+    no_rope_every: int = 0
+
+    def rotates(self, layer: int) -> bool:
+        """Whether ``layer`` rotates Q and K (all but SmolLM3's every fourth)."""
+        return not self.no_rope_every or (layer + 1) % self.no_rope_every != 0
 
     @property
     def embedding_scale(self) -> float:
@@ -246,6 +263,7 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
         local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
         output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
+        no_rope_every=SMOLLM3_NO_ROPE_EVERY if arch == "smollm3" else 0,
         rope_scaling=read_rope_scaling(
             path,
             arch,

@@ -201,3 +201,14 @@ def rotary_caches(
     if scaling.magnitude != 1.0:
         cos, sin = cos * scaling.magnitude, sin * scaling.magnitude
     return cos.astype(np.float32), sin.astype(np.float32)
+
+
+def layer_tables(caches: dict[str, str], arch: Any, layer: int) -> tuple[str, str]:
+    """The cos and sin tables ``layer`` rotates by (``arch`` a GGUFArchitecture): identity
+    ones for a layer without rotary embedding (SmolLM3's every fourth: cos 1, sin 0 leave Q and
+    K exactly as they are), a sliding-window layer's local ones, else the global ones."""
+    if not arch.rotates(layer):
+        return caches["identity_cos"], caches["identity_sin"]
+    if arch.is_sliding(layer):
+        return caches["local_cos"], caches["local_sin"]
+    return caches["cos"], caches["sin"]

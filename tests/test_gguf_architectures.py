@@ -1,6 +1,7 @@
-"""Phi-3 GGUF files: fused Q/K/V and gate/up split back by row ranges (the file's blocks
-kept), and longrope's short or long frequency factors picked by the graph's context, as
-llama.cpp picks them by its own; each against llama.cpp's logits."""
+"""GGUF architectures beyond the Llama block, each against llama.cpp's logits: Phi-3 (fused
+Q/K/V and gate/up split back by row ranges, the file's blocks kept; longrope's short or long
+frequency factors picked by the graph's context, as llama.cpp picks them by its own) and
+SmolLM3 (no rotary embedding in every fourth layer)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,55 @@ def test_phi3_follows_llama_cpp_with_either_factor_set(
         tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs[kind]).max()
         assert np.abs(ours - theirs[kind]).max() < tolerance, kind
     assert np.abs(theirs["long"] - theirs["short"]).max() > 5 * tolerance
+
+
+def _sharp_fourth_layer(source: Path, out: Path) -> Path:
+    """The checkpoint with its fourth layer's Q and K scaled by 6 and its output by 8:
+    attention sharp and loud enough that whether that layer rotates shows in the logits (in
+    the briefly trained model's, barely)."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(source, out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    attention = model.model.layers[3].self_attn
+    with torch.no_grad():
+        attention.q_proj.weight.mul_(6.0)
+        attention.k_proj.weight.mul_(6.0)
+        attention.o_proj.weight.mul_(8.0)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("weight_type", [None, "Q8_0"])
+def test_smollm3_leaves_every_fourth_layer_unrotated(
+    tiny_model: Callable[[str], Path], tmp_path: Path, weight_type: str | None
+) -> None:
+    """A 4-layer SmolLM3 file (its fourth layer without rotary embedding) follows llama.cpp's
+    logits, while the same weights read as a Llama (every layer rotating) score apart."""
+    from gguf_model import write_llama_gguf
+
+    from edgespec.runtime.model import OnnxModel
+
+    checkpoint = _sharp_fourth_layer(tiny_model("llama-4-layers"), tmp_path / "checkpoint")
+    path = write_llama_gguf(
+        checkpoint, tmp_path / "smollm3.gguf", weight_type=weight_type, architecture="smollm3"
+    )
+    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    assert bundle.manifest.verification.parity.passed
+    assert bundle.manifest.model.architecture == "gguf:smollm3"
+    model = OnnxModel(bundle)
+    cache = model.new_cache()
+    ours = np.concatenate(
+        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
+    )
+    theirs = _llama_cpp_logits(path, 256)
+    # Measured: 0.01% of the largest logit in float32, 0.15% on Q8_0; read as a Llama, 1%.
+    tolerance = (4e-4 if weight_type is None else 1e-2) * np.abs(theirs).max()
+    assert np.abs(ours - theirs).max() < tolerance
+    if weight_type is None:
+        as_llama = write_llama_gguf(checkpoint, tmp_path / "llama.gguf")
+        assert np.abs(_llama_cpp_logits(as_llama, 256) - theirs).max() > 5 * tolerance
