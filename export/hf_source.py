@@ -133,8 +133,11 @@ def hf_rope_scaling(config: Any, *, head_dim: int, theta: float) -> RopeScaling:
         return NO_SCALING
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+    # transformers 5 takes the layer type of a per-type config (typed loosely: 4 has no such
+    # argument).
     layer = {"layer_type": "full_attention"} if per_type else {}
-    inverse, magnitude = ROPE_INIT_FUNCTIONS[kind](config, "cpu", **layer)
+    initial: Any = ROPE_INIT_FUNCTIONS[kind]
+    inverse, magnitude = initial(config, "cpu", **layer)
     unscaled = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     factors = unscaled / inverse.double().numpy()
     factor = part.get("factor")
