@@ -84,7 +84,8 @@ def write_llama_gguf(
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_dimension_count(head_dim)
+    # Phi-3-style partial rotary: the first partial_rotary_factor of each head turns.
+    writer.add_rope_dimension_count(int(head_dim * getattr(config, "partial_rotary_factor", 1.0)))
     writer.add_rope_freq_base(float(getattr(config, "rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(len(tokens))

@@ -1,7 +1,8 @@
 """GGUF architectures beyond the Llama block, each against llama.cpp's logits: Phi-3 (fused
 Q/K/V and gate/up split back by row ranges, the file's blocks kept; longrope's short or long
-frequency factors picked by the graph's context, as llama.cpp picks them by its own) and
-SmolLM3 (no rotary embedding in every fourth layer)."""
+frequency factors picked by the graph's context, as llama.cpp picks them by its own; a
+rotary embedding over part of each head, as Phi-4-mini's) and SmolLM3 (no rotary embedding in
+every fourth layer)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from edgespec.cli import main
+from edgespec.graph.kernels import gguf_kernel_library
 from edgespec.manifest import load_bundle
 
 pytestmark = pytest.mark.integration
@@ -72,6 +74,69 @@ def test_phi3_follows_llama_cpp_with_either_factor_set(
         tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs[kind]).max()
         assert np.abs(ours - theirs[kind]).max() < tolerance, kind
     assert np.abs(theirs["long"] - theirs["short"]).max() > 5 * tolerance
+
+
+@pytest.mark.parametrize("weight_type", [None, "Q8_0"])
+def test_partial_rotary_turns_the_first_dimensions_only(
+    tiny_model: Callable[[str], Path], tmp_path: Path, weight_type: str | None
+) -> None:
+    """A Phi-3 file whose heads rotate over their first half only (``rope.dimension_count``
+    16 of 32, as Phi-4-mini's 96 of 128) follows llama.cpp's logits on each attention path
+    (F32: GroupQueryAttention; Q8_0: the kernels' attention after RotaryEmbedding), while
+    the same weights rotated whole score apart."""
+    import json
+    import shutil
+
+    from gguf_model import write_llama_gguf
+
+    from edgespec.runtime.model import OnnxModel
+
+    checkpoint = tiny_model("phi3-partial-rotary")
+    path = write_llama_gguf(checkpoint, tmp_path / "partial.gguf", weight_type=weight_type)
+    theirs = _llama_cpp_logits(path, 256)
+    tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs).max()
+    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    assert bundle.manifest.verification.parity.passed
+    model = OnnxModel(bundle)
+    cache = model.new_cache()
+    ours = np.concatenate(
+        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
+    )
+    assert np.abs(ours - theirs).max() < tolerance
+    if weight_type is None:
+        whole = tmp_path / "whole"
+        shutil.copytree(checkpoint, whole)
+        config = json.loads((whole / "config.json").read_text())
+        (whole / "config.json").write_text(json.dumps({**config, "partial_rotary_factor": 1.0}))
+        rotated_whole = write_llama_gguf(whole, tmp_path / "whole.gguf")
+        assert np.abs(_llama_cpp_logits(rotated_whole, 256) - theirs).max() > 5 * tolerance
+
+
+def test_partial_rotary_that_attention_cannot_turn_is_one_line(
+    tiny_model: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """8 turned dimensions of 16 on GroupQueryAttention (which turns multiples of 16): one
+    line naming the fix, nothing written; a Q8_0 file of the same weights imports onto the
+    kernels' attention."""
+    import json
+    import shutil
+
+    from gguf_model import write_llama_gguf
+
+    checkpoint = tmp_path / "narrow"
+    shutil.copytree(tiny_model("phi3"), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "partial_rotary_factor": 0.5}))
+    path = write_llama_gguf(checkpoint, tmp_path / "narrow.gguf")
+    out = tmp_path / "out"
+    assert main(["export", str(path), "--out", str(out), "--quiet"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "turn 8 of 16" in lines[0] and "block-quantized" in lines[0]
+    assert not out.exists()
+    if gguf_kernel_library() is not None:
+        quantized = write_llama_gguf(checkpoint, tmp_path / "q8.gguf", weight_type="Q8_0")
+        assert main(["export", str(quantized), "--out", str(out), "--quiet"]) == 0
 
 
 def _sharp_fourth_layer(source: Path, out: Path) -> Path:

@@ -191,6 +191,15 @@ def _phi3() -> Any:
     return _grouped_query(Phi3Config, original_max_position_embeddings=256)
 
 
+def _phi3_partial_rotary() -> Any:
+    """Phi-4-mini's rotary over part of each head: heads 32 wide (128 wide, 4 heads), the
+    first 16 dimensions turning (ONNX Runtime's attention rotates multiples of 16)."""
+    config = _phi3()
+    config.hidden_size, config.intermediate_size = 128, 256
+    config.partial_rotary_factor = 0.5
+    return config
+
+
 def _mistral(*, extra_rows: int = 0) -> Any:
     """A one-layer Mistral draft; ``extra_rows`` unused embedding rows widen its vocabulary."""
     from transformers import MistralConfig
@@ -228,6 +237,7 @@ ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "gemma3": _gemma3,
     "gpt2": _gpt2,
     "phi3": _phi3,
+    "phi3-partial-rotary": _phi3_partial_rotary,
     "mistral": _mistral,
     "mistral-wide": _mistral_wide,
 }

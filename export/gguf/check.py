@@ -88,12 +88,12 @@ def reference_logits_batch(
     arch = source.architecture
     eps = arch.rms_norm_eps
     longest = max(len(tokens) for tokens in sequences)
-    d = arch.head_dim
+    d, turned = arch.head_dim, arch.rotated_dims
     rotary = {
         False: rotary_caches(
-            head_dim=d, theta=arch.rope_theta, capacity=longest, scaling=arch.rope_scaling
+            head_dim=turned, theta=arch.rope_theta, capacity=longest, scaling=arch.rope_scaling
         ),
-        True: rotary_caches(head_dim=d, theta=arch.local_rope_theta or 1.0, capacity=longest),
+        True: rotary_caches(head_dim=turned, theta=arch.local_rope_theta or 1.0, capacity=longest),
     }
     # SmolLM3's layers without rotary embedding: cos 1, sin 0.
     identity = (np.ones_like(rotary[False][0]), np.zeros_like(rotary[False][1]))
@@ -218,7 +218,12 @@ def _rms(x: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
 
 
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
-    """x [S, heads, D]: rotate pairs (adjacent when interleaved, else first/second halves)."""
+    """x [S, heads, D]: rotate pairs (adjacent when interleaved, else first/second halves) of
+    the first 2 x cos.shape[-1] dimensions; the rest pass as they are."""
+    turned = 2 * cos.shape[-1]
+    if turned < x.shape[-1]:
+        rest = x[..., turned:]
+        return np.concatenate([_rope(x[..., :turned], cos, sin, interleaved), rest], axis=-1)
     c, s = cos[: len(x), None, :], sin[: len(x), None, :]
     half = x.shape[-1] // 2
     first, second = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])

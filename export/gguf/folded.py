@@ -232,6 +232,8 @@ def rotated_query_key(
     first position [1]) by the layer's rotary tables (:func:`layer_tables`)."""
     cos, sin = layer_tables(caches, arch, layer)
     heads = (arch.num_heads, arch.num_kv_heads)
+    # A head rotated over its first dimensions only (Phi-4-mini): the tables are that narrow.
+    partial = {"rotary_embedding_dim": arch.rotated_dims} if arch.rotary_dim else {}
     return [
         builder.node(
             "RotaryEmbedding",
@@ -240,6 +242,7 @@ def rotated_query_key(
             domain="com.microsoft",
             num_heads=count,
             interleaved=int(arch.rope_interleaved),
+            **partial,
         )
         for part, tensor, count in zip(("q", "k"), query_key, heads, strict=True)
     ]

@@ -159,6 +159,13 @@ def _attention(
     else:
         sliding = arch.is_sliding(layer)
         cos, sin = layer_tables(caches, arch, layer)
+        if arch.rotary_dim and arch.rotary_dim % 16:
+            raise ConfigError(
+                f"ONNX Runtime's GroupQueryAttention rotates a multiple of 16 of each head's "
+                f"dimensions; this model's heads turn {arch.rotary_dim} of {arch.head_dim}",
+                fix="import a block-quantized file of it (Q8_0, Q4_K_M ...), whose attention "
+                "runs on the GGUF kernels",
+            )
         window: dict[str, Any] = {"local_window_size": arch.sliding_window} if sliding else {}
         builder.nodes.append(
             helper.make_node(
@@ -313,7 +320,10 @@ def build_graph(
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention, kv_cache=kv_cache)
     capacity = layout.buffer_length
     cos, sin = rotary_caches(
-        head_dim=arch.head_dim, theta=arch.rope_theta, capacity=capacity, scaling=arch.rope_scaling
+        head_dim=arch.rotated_dims,
+        theta=arch.rope_theta,
+        capacity=capacity,
+        scaling=arch.rope_scaling,
     )
     caches = {
         "cos": builder.constant("rotary.cos", cos),
@@ -325,7 +335,7 @@ def build_graph(
         x = builder.node("Mul", [x, scale], "embed.scaled")
     if arch.sliding_window:
         local_cos, local_sin = rotary_caches(
-            head_dim=arch.head_dim, theta=arch.local_rope_theta, capacity=capacity
+            head_dim=arch.rotated_dims, theta=arch.local_rope_theta, capacity=capacity
         )
         caches["local_cos"] = builder.constant("rotary.local_cos", local_cos)
         caches["local_sin"] = builder.constant("rotary.local_sin", local_sin)

@@ -92,6 +92,13 @@ class GGUFArchitecture:
     rope_scaling: RopeScaling = NO_SCALING
     #: Every this many layers one attends without rotary embedding (its last); 0: none.
     no_rope_every: int = 0
+    #: The dimensions of each head the rotary embedding turns, the first ones (Phi-4-mini: 96
+    #: of 128); 0: all of them.
+    rotary_dim: int = 0
+
+    @property
+    def rotated_dims(self) -> int:
+        return self.rotary_dim or self.head_dim
 
     def rotates(self, layer: int) -> bool:
         """Whether ``layer`` rotates Q and K (all but SmolLM3's every fourth)."""
@@ -236,6 +243,7 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
     heads = int(number("attention.head_count"))
     hidden = int(number("embedding_length"))
     head_dim = int(number("attention.key_length", hidden // heads))
+    rotated = int(field_value(fields, f"{arch}.rope.dimension_count", head_dim))
     tokens = field_value(fields, "tokenizer.ggml.tokens")
     if tokens is None:
         raise UnsupportedModelError(
@@ -264,12 +272,14 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
         output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
         no_rope_every=SMOLLM3_NO_ROPE_EVERY if arch == "smollm3" else 0,
+        rotary_dim=rotated if rotated != head_dim else 0,
         rope_scaling=read_rope_scaling(
             path,
             arch,
             fields,
             tensors,
             head_dim=head_dim,
+            rotated=rotated,
             context_length=int(number("context_length")),
         ),
     )

@@ -93,20 +93,21 @@ def read_rope_scaling(
     tensors: dict[str, Any],
     *,
     head_dim: int,
+    rotated: int,
     context_length: int,
 ) -> RopeScaling:
-    """The file's rotary scaling as llama.cpp reads it; one-line refusals for what it is not."""
+    """The file's rotary scaling as llama.cpp reads it (``rotated``: the dimensions of each
+    head it rotates, the first ones); one-line refusals for what it is not."""
     from edgespec.export.gguf.reader import field_value, float_tensor
 
     def value(key: str, default: Any = None) -> Any:
         return field_value(fields, f"{arch}.{key}", default)
 
-    rotated = value("rope.dimension_count")
-    if rotated is not None and int(rotated) != head_dim:
+    if rotated % 2 or not 0 < rotated <= head_dim:
         raise UnsupportedModelError(
-            f"{path.name} rotates {int(rotated)} of each head's {head_dim} dimensions; the "
-            "importer runs rotary embeddings over whole heads only",
-            fix="use a model whose rope.dimension_count equals its head size",
+            f"{path.name} rotates {rotated} of each head's {head_dim} dimensions; llama.cpp "
+            "rotates an even number of them, at most the head's",
+            fix="re-convert the model with a current llama.cpp converter",
         )
     # llama.cpp: the type defaults to linear, a missing or zero factor to 1 (no stretch).
     kind = str(value("rope.scaling.type", "linear"))
@@ -122,10 +123,10 @@ def read_rope_scaling(
 
     def factors_of(name: str) -> tuple[float, ...]:
         found = float_tensor(tensors[name]).reshape(-1)
-        if found.shape != (head_dim // 2,) or not np.all(found > 0):
+        if found.shape != (rotated // 2,) or not np.all(found > 0):
             raise UnsupportedModelError(
                 f"{path.name} has a {name} of shape {tuple(found.shape)}; llama.cpp "
-                f"expects {head_dim // 2} positive frequency factors",
+                f"expects {rotated // 2} positive frequency factors",
                 fix="re-convert the model with a current llama.cpp converter",
             )
         return tuple(float(f) for f in found)
@@ -184,7 +185,8 @@ def _yarn_ramp(scaling: RopeScaling, head_dim: int, theta: float) -> np.ndarray:
 def rotary_caches(
     *, head_dim: int, theta: float, capacity: int, scaling: RopeScaling = NO_SCALING
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin [capacity, head_dim / 2] of llama.cpp's rope: angle p * theta^(-2i / D),
+    """cos and sin [capacity, head_dim / 2] of llama.cpp's rope over ``head_dim`` rotated
+    dimensions (a head's first ones where it rotates only part): angle p * theta^(-2i / D),
     each pair's frequency divided by its factor, then scaled as ``scaling`` says (Phi-3's
     factor sets picked for ``capacity`` where the caller has not picked them)."""
     scaling = scaling.for_context(capacity)
