@@ -56,6 +56,16 @@ VOCABS = {
     "baichuan": "spm",
 }
 SEPARATOR = "\n__ggml_vocab_test__\n"
+#: Pre-tokenizers llama.cpp ships no vocabulary file for: another file's vocabulary (its tokens
+#: and merges) with this pre-tokenizer named instead, split as llama.cpp splits for it.
+DERIVED_VOCABS = {"gpt-4o": "llama-bpe"}
+#: Letter case, where GPT-4o's split differs from the others'.
+CASE_TEXTS = [
+    "HelloWorld XMLHttpRequest getHTTPResponseCode parseJSON2Dict",
+    "iPhone McDonald's DON'T I'M you'RE O'Neil",
+    "naïve café ÉCOLE Ελληνικά ΑΒΓδεζ Привет МИР ǅemal ǈubljana",
+    "snake_case and CONSTANT_CASE, x/y/z\n\n/path/to/File.TXT\r\n",
+]
 
 
 def corpus() -> list[str]:
@@ -149,10 +159,42 @@ def test_tokens_equal_llama_cpp(name: str, vocab_dir: Path, llama_cpp: Any, tmp_
     assert not found, "\n".join(found)
 
 
+def _renamed_vocab(source: Path, pre: str, out: Path) -> Path:
+    """``source``'s vocabulary-only GGUF with ``tokenizer.ggml.pre`` set to ``pre``."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    writer = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = pre if field.name == "tokenizer.ggml.pre" else field.contents()
+        array = field.types[0] == gguf.GGUFValueType.ARRAY
+        writer.add_key_value(
+            field.name, value, field.types[0], sub_type=field.types[-1] if array else None
+        )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return out
+
+
+@pytest.mark.parametrize("pre", sorted(DERIVED_VOCABS))
+def test_pre_tokenizers_without_their_own_file_equal_llama_cpp(
+    pre: str, vocab_dir: Path, llama_cpp: Any, tmp_path: Path
+) -> None:
+    source = vocab_dir / f"ggml-vocab-{DERIVED_VOCABS[pre]}.gguf"
+    path = _renamed_vocab(source, pre, tmp_path / f"ggml-vocab-{pre}.gguf")
+    own = source.with_name(source.name + ".inp").read_text(encoding="utf-8").split(SEPARATOR)
+    (tmp_path / "ours").mkdir()
+    found = disagreements(path, corpus() + own + CASE_TEXTS, llama_cpp, tmp_path / "ours")
+    assert not found, "\n".join(found)
+
+
 def test_every_pre_tokenizer_is_compared() -> None:
     from edgespec.export.gguf.tokenizer import PRE_TOKENIZERS
 
-    covered = set(VOCABS.values())
+    covered = set(VOCABS.values()) | set(DERIVED_VOCABS)
     assert all(any(name in covered for name in pre.names) for pre in PRE_TOKENIZERS)
 
 

@@ -149,6 +149,20 @@ PRE_TOKENIZERS = (
         names=("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"),
         splits=(_llama3_style(r"\p{L}", r"\p{N}"),),
     ),
+    # GPT-4o's (Phi-4-mini, Llama 4): a word is an optional leading non-letter, then letters
+    # other than a-z, then letters other than A-Z (or the two the other way round), then an
+    # any-case contraction; digits in threes; punctuation keeps following newlines and
+    # slashes. llama.cpp's form, whose lookaheads stand in for the letter case classes.
+    PreTokenizer(
+        names=("gpt-4o", "llama4", "kanana2", "talkie"),
+        splits=(
+            rf"[^\r\n\p{{L}}\p{{N}}]?((?=[\p{{L}}])([^a-z]))*((?=[\p{{L}}])([^A-Z]))+"
+            rf"{_ANY_CASE_CONTRACTIONS}?"
+            rf"|[^\r\n\p{{L}}\p{{N}}]?((?=[\p{{L}}])([^a-z]))+((?=[\p{{L}}])([^A-Z]))*"
+            rf"{_ANY_CASE_CONTRACTIONS}?"
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ),
+    ),
     # Qwen3.5: combining marks count as letters.
     PreTokenizer(names=("qwen35",), splits=(_llama3_style(r"\p{L}\p{M}", r"\p{N}"),)),
     PreTokenizer(
