@@ -5,7 +5,8 @@
  *       past_value float [1, kv_heads, C, D], seqlens_k int32 [1], total_sequence_length int32)
  *       -> output float [1, S, heads × D], present_key, present_value (past's shapes)
  *   attributes: num_heads, kv_num_heads, window (0: none; else the row at position t sees
- *   positions t - window + 1 .. t only: llama.cpp's sliding window)
+ *   positions t - window + 1 .. t only: llama.cpp's sliding window), softcap (0: none; else
+ *   each score s becomes softcap * tanh(s / softcap) before the softmax: Gemma 2's 50)
  *
  * The lengths read as GroupQueryAttention's: past P = total_sequence_length - S, and
  * R = seqlens_k + 1 - P real rows (the rest is padding: not written, output zeros). Query and
@@ -45,7 +46,8 @@
 typedef struct {
     const OrtApiTable *api;
     int64_t heads, kv_heads, window;
-    int half; /* float16 caches */
+    int64_t softcap; /* Gemma 2's cap of the scores (0: none): cap * tanh(score / cap) */
+    int half;        /* float16 caches */
 } AttentionKernel;
 
 /* One call's operands; partial [kv_heads, blocks, R, group, D + 2]: each block's maximum,
@@ -62,6 +64,7 @@ typedef struct {
      * ATTENTION_BLOCK], position lo of the row's part of the block first */
     float *probabilities;
     volatile int out_of_memory; /* a task could not get its scratch */
+    float softcap;              /* 0: none; else scores become softcap * tanh(score / softcap) */
 } Attention;
 
 static OrtStatus *attention_fail(const OrtApiTable *api, const char *message) {
@@ -418,6 +421,10 @@ static inline void scores_of(const Attention *a, const float *q, const float *k,
     else
 #endif
         scores_portable(q, a->group, k, n, a->d, a->scale, out, ATTENTION_BLOCK);
+    if (a->softcap != 0.0f) /* scalar on every path, so every path keeps the same bits */
+        for (int64_t g = 0; g < a->group; g++)
+            for (int64_t j = 0; j < n; j++)
+                out[g * ATTENTION_BLOCK + j] = a->softcap * tanhf(out[g * ATTENTION_BLOCK + j] / a->softcap);
 }
 
 /* s[0 .. n) = e^(s - maximum), s padded with -inf to a multiple of 8; their sum. */
@@ -745,6 +752,7 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     Attention a = attention_of((const float *)ptr[0], caches[0], caches[1], y, rows, past, heads,
                                kv_heads, d, capacity, kernel->window, kernel->half);
     if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
+    a.softcap = (float)kernel->softcap;
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
     const size_t tasks = (size_t)(kv_heads * a.blocks);
@@ -778,11 +786,14 @@ static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
     }
     if ((status = attribute(info, "window", &kernel->window))) /* optional: none */
         ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->window = 0;
+    if ((status = attribute(info, "softcap", &kernel->softcap))) /* optional: none */
+        ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->softcap = 0;
     if (kernel->kv_heads < 1 || kernel->heads % kernel->kv_heads ||
-        kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0) {
+        kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0 || kernel->softcap < 0) {
         free(kernel);
         return attention_fail(api, "CacheAttention: num_heads must be a multiple of kv_num_heads "
-                                   "(at most 16 query heads per KV head), window 0 or more");
+                                   "(at most 16 query heads per KV head), window and softcap 0 "
+                                   "or more");
     }
     kernel->api = api;
     kernel->half = op == (const void *)&es_cache_attention_half_op;

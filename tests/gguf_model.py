@@ -232,18 +232,27 @@ def write_gemma3_gguf(
     sliding_window: int = 4,
     head_dim: int = 16,
     weight_type: str | None = None,
+    gemma2: bool = False,
+    softcaps: tuple[float, float] | None = (2.0, 3.0),
 ) -> Path:
     """A random-weight Gemma 3 in F32 as llama.cpp's converter lays it out (norm weights
     already hold Gemma's 1 + w): layers 0-4 and 6 attend to the last ``sliding_window``
     positions, layer 5 to all; Q/K norms, post-attention and post-MLP norms, a tied
     embedding, and the SentencePiece test vocabulary. ``weight_type`` (Q8_0, ...) quantizes
-    the layers' matrices with the ``gguf`` package's reference code."""
+    the layers' matrices with the ``gguf`` package's reference code. ``gemma2`` writes Gemma
+    2 instead: no Q/K norms, even layers sliding, scores and logits capped (``softcaps``: 2
+    and 3 by default, so that random weights feel them; None leaves the keys out, and
+    llama.cpp then caps at its defaults, 50 and 30)."""
     import gguf
 
     hidden, heads, kv_heads, ffn = 64, 4, 1, 128
     rng = np.random.default_rng(seed)
-    writer = gguf.GGUFWriter(str(out_path), "gemma3")
-    writer.add_name("edgespec-test-gemma3")
+    arch = "gemma2" if gemma2 else "gemma3"
+    writer = gguf.GGUFWriter(str(out_path), arch)
+    if gemma2 and softcaps is not None:
+        writer.add_float32(f"{arch}.attn_logit_softcapping", softcaps[0])
+        writer.add_float32(f"{arch}.final_logit_softcapping", softcaps[1])
+    writer.add_name(f"edgespec-test-{arch}")
     writer.add_context_length(128)
     writer.add_embedding_length(hidden)
     writer.add_block_count(layers)
@@ -281,8 +290,9 @@ def write_gemma3_gguf(
         add_matrix(p + "attn_q.weight", heads * head_dim, hidden)
         add_matrix(p + "attn_k.weight", kv_heads * head_dim, hidden)
         add_matrix(p + "attn_v.weight", kv_heads * head_dim, hidden)
-        writer.add_tensor(p + "attn_q_norm.weight", norm(head_dim))
-        writer.add_tensor(p + "attn_k_norm.weight", norm(head_dim))
+        if not gemma2:
+            writer.add_tensor(p + "attn_q_norm.weight", norm(head_dim))
+            writer.add_tensor(p + "attn_k_norm.weight", norm(head_dim))
         add_matrix(p + "attn_output.weight", hidden, heads * head_dim)
         writer.add_tensor(p + "post_attention_norm.weight", norm(hidden))
         writer.add_tensor(p + "ffn_norm.weight", norm(hidden))

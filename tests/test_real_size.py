@@ -233,7 +233,7 @@ def test_a_fresh_import_peaks_within_its_estimate_and_repeats_the_bundle(
         ({"layer_type": "Q8_K"}, ("holds Q8_K tensors", "it reads F32, F16, Q4_0", "Q6_K")),
         (
             {"architecture": "gpt2"},
-            ("is a 'gpt2' model", "covers llama, qwen2, qwen3, gemma3, phi3, smollm3"),
+            ("is a 'gpt2' model", "covers llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3"),
         ),
         ({"pre": "mystery-bpe"}, ("pre-tokenizer 'mystery-bpe'", "qwen2, ", "llama-bpe")),
     ],

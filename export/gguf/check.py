@@ -143,6 +143,8 @@ def reference_logits_batch(
     norm = float_tensor(source.tensor("output_norm.weight")).astype(np.float64)
     lm_head = "token_embd.weight" if arch.tied_embeddings else "output.weight"
     logits = _times(source, lm_head, [_rms(x, norm, eps) for x in xs])
+    if arch.final_softcap:  # Gemma 2
+        logits = [arch.final_softcap * np.tanh(scored / arch.final_softcap) for scored in logits]
     if not arch.output_vocabulary:
         return logits
     fulls = []
@@ -178,7 +180,10 @@ def _attention(
     group = arch.num_heads // arch.num_kv_heads
     heads = []
     for head in range(arch.num_heads):
-        scores = q[:, head] @ k[:, head // group].T / np.sqrt(d) + mask
+        scores = q[:, head] @ k[:, head // group].T / np.sqrt(d)
+        if arch.attention_softcap:  # Gemma 2: cap * tanh(score / cap), before the mask
+            scores = arch.attention_softcap * np.tanh(scores / arch.attention_softcap)
+        scores = scores + mask
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, head // group])
     return np.concatenate(heads, axis=-1)

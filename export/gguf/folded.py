@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.errors import ConfigError
 from edgespec.export.gguf.builder import GraphBuilder
-from edgespec.export.gguf.rope import layer_tables
+from edgespec.export.gguf.rope import layer_tables, softcap
 
 #: The widest pass a folded graph's buffers leave room for at the end of the context: the
 #: runtime prefills 128 tokens per pass.
@@ -304,6 +305,7 @@ def folded_attention(
             domain="com.microsoft",
             num_heads=arch.num_kv_heads,
             kv_num_heads=arch.num_kv_heads,
+            **softcap(arch),
         )
     )
     unfolded = builder.node(
@@ -321,6 +323,18 @@ def real_rows(builder: GraphBuilder, tensor: str, names: dict[str, str], output:
     """``tensor`` [1, S, n] cut to the pass's R real tokens [1, R, n] (see
     :func:`folding_inputs`)."""
     return builder.node("Slice", [tensor, names["first"], names["real"], names["axis1"]], output)
+
+
+def _kernel_softcap(arch: Any) -> dict[str, Any]:
+    """CacheAttention's ``softcap``: an integer attribute (Gemma 2's 50)."""
+    cap = arch.attention_softcap
+    if cap and cap != int(cap):
+        raise ConfigError(
+            f"edgespec's attention kernel caps scores at whole numbers; this model's cap is "
+            f"{cap:g}",
+            fix="import it with --attention plain",
+        )
+    return {"softcap": int(cap)} if cap else {}
 
 
 def cache_attention(
@@ -363,6 +377,7 @@ def cache_attention(
             num_heads=arch.num_heads,
             kv_num_heads=arch.num_kv_heads,
             window=arch.sliding_window if sliding else 0,
+            **_kernel_softcap(arch),
         )
     )
 

@@ -55,7 +55,7 @@ from edgespec.export.gguf.lm_head import lm_head
 from edgespec.export.gguf.norm_fusion import fuse_residual_norms
 from edgespec.export.gguf.raw_blocks import Reordered
 from edgespec.export.gguf.reader import WeightSource, float_tensor
-from edgespec.export.gguf.rope import layer_tables, rotary_caches
+from edgespec.export.gguf.rope import layer_tables, rotary_constants, softcap
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
@@ -184,6 +184,7 @@ def _attention(
                 domain="com.microsoft",
                 num_heads=arch.num_heads,
                 kv_num_heads=arch.num_kv_heads,
+                **softcap(arch),
                 do_rotary=1,
                 rotary_interleaved=int(arch.rope_interleaved),
                 **window,
@@ -319,29 +320,11 @@ def build_graph(
         )
     layout = kv_layout(arch, capacity, quantized=quantized, attention=attention, kv_cache=kv_cache)
     capacity = layout.buffer_length
-    cos, sin = rotary_caches(
-        head_dim=arch.rotated_dims,
-        theta=arch.rope_theta,
-        capacity=capacity,
-        scaling=arch.rope_scaling,
-    )
-    caches = {
-        "cos": builder.constant("rotary.cos", cos),
-        "sin": builder.constant("rotary.sin", sin),
-    }
+    caches = rotary_constants(builder, arch, capacity)
     x, tied = embedding(builder, source, IO["input_ids"])
     if arch.embedding_scale != 1.0:  # Gemma: the embedding times sqrt(hidden), in float32
         scale = builder.constant("embed.scale", np.float32(arch.embedding_scale))
         x = builder.node("Mul", [x, scale], "embed.scaled")
-    if arch.sliding_window:
-        local_cos, local_sin = rotary_caches(
-            head_dim=arch.rotated_dims, theta=arch.local_rope_theta, capacity=capacity
-        )
-        caches["local_cos"] = builder.constant("rotary.local_cos", local_cos)
-        caches["local_sin"] = builder.constant("rotary.local_sin", local_sin)
-    if arch.no_rope_every:
-        caches["identity_cos"] = builder.constant("rotary.identity_cos", np.ones_like(cos))
-        caches["identity_sin"] = builder.constant("rotary.identity_sin", np.zeros_like(sin))
     folding = (
         folding_inputs(
             builder,

@@ -16,7 +16,18 @@ from edgespec.manifest import UNSCORED_LOGIT
 
 def lm_head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any, *, logits: str) -> str:
     """The logits [1, R, vocab] (``logits``) from the final hidden state ``x``: the output
-    weight's product, the tied embedding's, or a draft's head over a reduced vocabulary."""
+    weight's product, the tied embedding's, or a draft's head over a reduced vocabulary;
+    Gemma 2's capped as cap * tanh(logits / cap)."""
+    cap = source.architecture.final_softcap
+    if not cap:
+        return _head(builder, source, x, tied, logits=logits)
+    raw = _head(builder, source, x, tied, logits=f"{logits}.uncapped")
+    factor = builder.constant("logits.softcap", np.float32(cap))
+    scaled = builder.node("Div", [raw, factor], f"{logits}.scaled")
+    return builder.node("Mul", [builder.node("Tanh", [scaled], f"{logits}.tanh"), factor], logits)
+
+
+def _head(builder: GraphBuilder, source: WeightSource, x: str, tied: Any, *, logits: str) -> str:
     kept = source.architecture.output_vocabulary
     if kept:
         return _reduced_lm_head(builder, source, x, np.asarray(kept, np.int64), logits)

@@ -23,7 +23,7 @@ from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, read_rope_scaling
 #: sliding window is ignored, as llama.cpp ignores it). llama.cpp writes Llama, SmolLM2 and
 #: Mistral checkpoints as "llama"; SmolLM3 is Llama's block with no rotary embedding in every
 #: fourth layer.
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3")
 #: Rotary embedding types by architecture: llama.cpp's "normal" rope rotates adjacent pairs
 #: (its converter permuted HF's Q/K rows for that); Qwen's and Gemma's "neox" rope rotates
 #: halves.
@@ -31,6 +31,7 @@ INTERLEAVED_ROPE = {
     "llama": True,
     "qwen2": False,
     "qwen3": False,
+    "gemma2": False,
     "gemma3": False,
     "phi3": False,
     "smollm3": True,
@@ -41,6 +42,12 @@ SMOLLM3_NO_ROPE_EVERY = 4
 #: Gemma 3 as llama.cpp runs it: five sliding-window layers, then one global layer; the
 #: sliding-window layers' rope base (the file's ``rope.freq_base`` is the global layers').
 GEMMA3_SWA_PATTERN = 6
+#: Gemma 2 alternates: even layers slide (a 4,096-position window), odd ones see everything;
+#: its scores and final logits are soft-capped (cap * tanh(x / cap)), 50 and 30 by default.
+GEMMA2_SWA_PATTERN = 2
+GEMMA2_SOFTCAPS = (50.0, 30.0)
+GEMMA2_WINDOW = 4096
+GEMMA2_27B_LAYERS = 46
 #: edgespec's metadata key for a draft's reduced output vocabulary (int32 token ids).
 OUTPUT_VOCABULARY_KEY = "edgespec.output_vocabulary"
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
@@ -95,6 +102,11 @@ class GGUFArchitecture:
     #: The dimensions of each head the rotary embedding turns, the first ones (Phi-4-mini: 96
     #: of 128); 0: all of them.
     rotary_dim: int = 0
+    #: Sliding-window layers: all but the last of every ``swa_pattern`` (Gemma 3: 6, Gemma 2:
+    #: 2); Gemma 2's caps of the attention scores and of the logits (0: none).
+    swa_pattern: int = GEMMA3_SWA_PATTERN
+    attention_softcap: float = 0.0
+    final_softcap: float = 0.0
 
     @property
     def rotated_dims(self) -> int:
@@ -109,7 +121,8 @@ class GGUFArchitecture:
         return float(np.sqrt(self.hidden_size)) if self.gemma else 1.0
 
     def is_sliding(self, layer: int) -> bool:
-        return self.sliding_window > 0 and layer % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1
+        pattern = self.swa_pattern
+        return self.sliding_window > 0 and layer % pattern < pattern - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +257,16 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
     hidden = int(number("embedding_length"))
     head_dim = int(number("attention.key_length", hidden // heads))
     rotated = int(field_value(fields, f"{arch}.rope.dimension_count", head_dim))
+    gemma2, softcaps = arch == "gemma2", GEMMA2_SOFTCAPS
+    # Gemma 2's sliding layers share the global base unless the file names one; Gemma 3's
+    # default to 10,000.
+    local_base = number("rope.freq_base", 10000.0) if gemma2 else GEMMA3_LOCAL_ROPE_THETA
+    if gemma2 and int(number("block_count")) == GEMMA2_27B_LAYERS:
+        raise UnsupportedModelError(
+            f"{path.name} is Gemma 2 27B, whose queries scale by its width per head rather "
+            "than by the head size; the importer runs Gemma 2 2B and 9B",
+            fix="use Gemma 2 2B or 9B, or a Gemma 3 model",
+        )
     tokens = field_value(fields, "tokenizer.ggml.tokens")
     if tokens is None:
         raise UnsupportedModelError(
@@ -264,12 +287,16 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
         rope_theta=float(number("rope.freq_base", 10000.0)),
         rope_interleaved=INTERLEAVED_ROPE[arch],
         rms_norm_eps=float(number("attention.layer_norm_rms_epsilon")),
-        tied_embeddings="output.weight" not in tensors,
+        # llama.cpp's Gemma 2 scores with the embedding whatever else the file holds.
+        tied_embeddings="output.weight" not in tensors or arch == "gemma2",
         qkv_bias="blk.0.attn_q.bias" in tensors,
-        gemma=arch == "gemma3",
+        gemma=arch in ("gemma2", "gemma3"),
         qk_norm="blk.0.attn_q_norm.weight" in tensors,
-        sliding_window=int(number("attention.sliding_window", 0)) if arch == "gemma3" else 0,
-        local_rope_theta=float(number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_THETA)),
+        sliding_window=_window(arch, number),
+        local_rope_theta=float(number("rope.freq_base_swa", local_base)),
+        swa_pattern=GEMMA2_SWA_PATTERN if gemma2 else GEMMA3_SWA_PATTERN,
+        attention_softcap=float(number("attn_logit_softcapping", softcaps[0])) if gemma2 else 0.0,
+        final_softcap=float(number("final_logit_softcapping", softcaps[1])) if gemma2 else 0.0,
         output_vocabulary=tuple(int(t) for t in (field_value(fields, OUTPUT_VOCABULARY_KEY) or ())),
         no_rope_every=SMOLLM3_NO_ROPE_EVERY if arch == "smollm3" else 0,
         rotary_dim=rotated if rotated != head_dim else 0,
@@ -283,6 +310,13 @@ def _architecture(path: Path, fields: dict[str, Any], tensors: dict[str, Any]) -
             context_length=int(number("context_length")),
         ),
     )
+
+
+def _window(arch: str, number: Any) -> int:
+    """The sliding window: Gemma 3's from the file, Gemma 2's (4,096 without the key)."""
+    if arch == "gemma3":
+        return int(number("attention.sliding_window", 0))
+    return int(number("attention.sliding_window", GEMMA2_WINDOW)) if arch == "gemma2" else 0
 
 
 def tensor_rows(tensor: Any) -> tuple[int, int]:

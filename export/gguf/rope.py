@@ -214,3 +214,34 @@ def layer_tables(caches: dict[str, str], arch: Any, layer: int) -> tuple[str, st
     if arch.is_sliding(layer):
         return caches["local_cos"], caches["local_sin"]
     return caches["cos"], caches["sin"]
+
+
+def softcap(arch: Any) -> dict[str, Any]:
+    """GroupQueryAttention's ``softcap`` attribute for Gemma 2's capped scores, else none."""
+    return {"softcap": float(arch.attention_softcap)} if arch.attention_softcap else {}
+
+
+def rotary_constants(builder: Any, arch: Any, capacity: int) -> dict[str, str]:
+    """The graph's rotary tables [capacity, turned / 2] as constants, by the names
+    :func:`layer_tables` reads: the global ones, a sliding-window layer's (its own base,
+    unscaled), and the identity for layers without rotary embedding."""
+    cos, sin = rotary_caches(
+        head_dim=arch.rotated_dims,
+        theta=arch.rope_theta,
+        capacity=capacity,
+        scaling=arch.rope_scaling,
+    )
+    caches = {
+        "cos": builder.constant("rotary.cos", cos),
+        "sin": builder.constant("rotary.sin", sin),
+    }
+    if arch.sliding_window:
+        local_cos, local_sin = rotary_caches(
+            head_dim=arch.rotated_dims, theta=arch.local_rope_theta, capacity=capacity
+        )
+        caches["local_cos"] = builder.constant("rotary.local_cos", local_cos)
+        caches["local_sin"] = builder.constant("rotary.local_sin", local_sin)
+    if arch.no_rope_every:
+        caches["identity_cos"] = builder.constant("rotary.identity_cos", np.ones_like(cos))
+        caches["identity_sin"] = builder.constant("rotary.identity_sin", np.zeros_like(sin))
+    return caches
