@@ -39,6 +39,23 @@ def _llama_cpp_logits(path: Path, context: int) -> np.ndarray:
     return np.array(llm.scores[: len(TOKENS)])
 
 
+def _imported_logits(path: Path, out: Path, *options: str, architecture: str = "") -> np.ndarray:
+    """Imports ``path`` (its checks passing) and returns the bundle's logits [40, vocab] over
+    :data:`TOKENS`, in passes of 8 (each copied: forward's output is reused)."""
+    from edgespec.runtime.model import OnnxModel
+
+    assert main(["export", str(path), "--out", str(out), *options, "--quiet"]) == 0
+    bundle = load_bundle(out)
+    assert bundle.manifest.verification.parity.passed
+    if architecture:
+        assert bundle.manifest.model.architecture == f"gguf:{architecture}"
+    model = OnnxModel(bundle)
+    cache = model.new_cache()
+    return np.concatenate(
+        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, len(TOKENS), 8)]
+    )
+
+
 @pytest.mark.parametrize("weight_type", [None, "Q8_0"])
 def test_phi3_follows_llama_cpp_with_either_factor_set(
     tiny_model: Callable[[str], Path], tmp_path: Path, weight_type: str | None
@@ -49,7 +66,6 @@ def test_phi3_follows_llama_cpp_with_either_factor_set(
     from gguf_model import write_llama_gguf
 
     from edgespec.cli.bundles import bundle_summary
-    from edgespec.runtime.model import OnnxModel
 
     path = write_llama_gguf(
         tiny_model("phi3"), tmp_path / "phi3.gguf", weight_type=weight_type, **LONGROPE
@@ -57,19 +73,12 @@ def test_phi3_follows_llama_cpp_with_either_factor_set(
     theirs = {}
     for context, kind in ((256, "short"), (512, "long")):
         out = tmp_path / kind
-        argv = ["export", str(path), "--out", str(out), "--max-length", str(context)]
-        assert main([*argv, "--quiet"]) == 0
+        ours = _imported_logits(path, out, "--max-length", str(context), architecture="phi3")
         bundle = load_bundle(out)
-        assert bundle.manifest.verification.parity.passed
         assert bundle.manifest.extra["rope_scaling"] == f"longrope, {kind} factors"
         assert f"longrope, {kind} factors" in bundle_summary(bundle)
         if weight_type is not None:
             assert bundle.manifest.extra["gguf"]["grid_kept"]
-        model = OnnxModel(bundle)
-        cache = model.new_cache()
-        ours = np.concatenate(
-            [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
-        )
         theirs[kind] = _llama_cpp_logits(path, context)
         tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs[kind]).max()
         assert np.abs(ours - theirs[kind]).max() < tolerance, kind
@@ -89,20 +98,11 @@ def test_partial_rotary_turns_the_first_dimensions_only(
 
     from gguf_model import write_llama_gguf
 
-    from edgespec.runtime.model import OnnxModel
-
     checkpoint = tiny_model("phi3-partial-rotary")
     path = write_llama_gguf(checkpoint, tmp_path / "partial.gguf", weight_type=weight_type)
     theirs = _llama_cpp_logits(path, 256)
     tolerance = (2e-3 if weight_type is None else 1e-2) * np.abs(theirs).max()
-    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
-    bundle = load_bundle(tmp_path / "bundle")
-    assert bundle.manifest.verification.parity.passed
-    model = OnnxModel(bundle)
-    cache = model.new_cache()
-    ours = np.concatenate(
-        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
-    )
+    ours = _imported_logits(path, tmp_path / "bundle", architecture="phi3")
     assert np.abs(ours - theirs).max() < tolerance
     if weight_type is None:
         whole = tmp_path / "whole"
@@ -167,21 +167,11 @@ def test_smollm3_leaves_every_fourth_layer_unrotated(
     logits, while the same weights read as a Llama (every layer rotating) score apart."""
     from gguf_model import write_llama_gguf
 
-    from edgespec.runtime.model import OnnxModel
-
     checkpoint = _sharp_fourth_layer(tiny_model("llama-4-layers"), tmp_path / "checkpoint")
     path = write_llama_gguf(
         checkpoint, tmp_path / "smollm3.gguf", weight_type=weight_type, architecture="smollm3"
     )
-    assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0
-    bundle = load_bundle(tmp_path / "bundle")
-    assert bundle.manifest.verification.parity.passed
-    assert bundle.manifest.model.architecture == "gguf:smollm3"
-    model = OnnxModel(bundle)
-    cache = model.new_cache()
-    ours = np.concatenate(
-        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
-    )
+    ours = _imported_logits(path, tmp_path / "bundle", architecture="smollm3")
     theirs = _llama_cpp_logits(path, 256)
     # Measured: 0.01% of the largest logit in float32, 0.15% on Q8_0; read as a Llama, 1%.
     tolerance = (4e-4 if weight_type is None else 1e-2) * np.abs(theirs).max()
@@ -203,19 +193,10 @@ def test_gemma2_caps_its_scores_and_logits_as_llama_cpp(
     weights at llama.cpp's default caps (50 and 30) score apart."""
     from gguf_model import write_gemma3_gguf
 
-    from edgespec.runtime.model import OnnxModel
-
     shape = {"head_dim": 32, "weight_type": weight_type, "gemma2": True}
     path = write_gemma3_gguf(tmp_path / "gemma2.gguf", **shape)
-    argv = ["export", str(path), "--out", str(tmp_path / "bundle"), "--attention", attention]
-    assert main([*argv, "--quiet"]) == 0
-    bundle = load_bundle(tmp_path / "bundle")
-    assert bundle.manifest.verification.parity.passed
-    assert bundle.manifest.model.architecture == "gguf:gemma2"
-    model = OnnxModel(bundle)
-    cache = model.new_cache()
-    ours = np.concatenate(
-        [np.array(model.forward(TOKENS[i : i + 8], cache)) for i in range(0, 40, 8)]
+    ours = _imported_logits(
+        path, tmp_path / "bundle", "--attention", attention, architecture="gemma2"
     )
     theirs = _llama_cpp_logits(path, 256)
     # Logits capped at 3. Measured: 0.006 apart in float32; 0.18-0.21 on Q8_0, as far as
