@@ -13,7 +13,7 @@ import numpy as np
 
 from edgespec.errors import UnsupportedModelError
 from edgespec.export.gguf.reader import GGUFArchitecture
-from edgespec.export.gguf.rope import NO_SCALING, RopeScaling
+from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, base_frequencies
 
 #: Hugging Face rope types the in-place graph runs: fixed frequencies (transformers' own),
 #: not "dynamic" or "longrope", whose frequencies move with the sequence's length.
@@ -138,8 +138,7 @@ def hf_rope_scaling(config: Any, *, head_dim: int, theta: float) -> RopeScaling:
     layer = {"layer_type": "full_attention"} if per_type else {}
     initial: Any = ROPE_INIT_FUNCTIONS[kind]
     inverse, magnitude = initial(config, "cpu", **layer)
-    unscaled = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    factors = unscaled / inverse.double().numpy()
+    factors = base_frequencies(head_dim, theta) / inverse.double().numpy()
     factor = part.get("factor")
     return RopeScaling(
         frequency_factors=tuple(float(f) for f in factors),

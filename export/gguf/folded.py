@@ -10,7 +10,7 @@ import numpy as np
 
 from edgespec.errors import ConfigError
 from edgespec.export.gguf.builder import GraphBuilder
-from edgespec.export.gguf.rope import layer_tables, softcap
+from edgespec.export.gguf.rope import layer_tables
 
 #: The widest pass a folded graph's buffers leave room for at the end of the context: the
 #: runtime prefills 128 tokens per pass.
@@ -323,6 +323,11 @@ def real_rows(builder: GraphBuilder, tensor: str, names: dict[str, str], output:
     """``tensor`` [1, S, n] cut to the pass's R real tokens [1, R, n] (see
     :func:`folding_inputs`)."""
     return builder.node("Slice", [tensor, names["first"], names["real"], names["axis1"]], output)
+
+
+def softcap(arch: Any) -> dict[str, Any]:
+    """GroupQueryAttention's ``softcap`` attribute for Gemma 2's capped scores, else none."""
+    return {"softcap": float(arch.attention_softcap)} if arch.attention_softcap else {}
 
 
 def _kernel_softcap(arch: Any) -> dict[str, Any]:

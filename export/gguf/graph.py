@@ -50,12 +50,13 @@ from edgespec.export.gguf.folded import (
     kv_layout,
     pass_position,
     real_rows,
+    softcap,
 )
 from edgespec.export.gguf.lm_head import lm_head
 from edgespec.export.gguf.norm_fusion import fuse_residual_norms
 from edgespec.export.gguf.raw_blocks import Reordered
 from edgespec.export.gguf.reader import WeightSource, float_tensor
-from edgespec.export.gguf.rope import layer_tables, rotary_constants, softcap
+from edgespec.export.gguf.rope import layer_tables, rotary_constants
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21

@@ -182,6 +182,11 @@ def _yarn_ramp(scaling: RopeScaling, head_dim: int, theta: float) -> np.ndarray:
     return (1.0 - np.clip((pairs - low) / max(0.001, high - low), 0.0, 1.0)) * scaling.ext_factor
 
 
+def base_frequencies(head_dim: int, theta: float) -> np.ndarray:
+    """Each pair's unscaled frequency theta^(-2i / D), [D / 2] float64."""
+    return 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
 def rotary_caches(
     *, head_dim: int, theta: float, capacity: int, scaling: RopeScaling = NO_SCALING
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +195,7 @@ def rotary_caches(
     each pair's frequency divided by its factor, then scaled as ``scaling`` says (Phi-3's
     factor sets picked for ``capacity`` where the caller has not picked them)."""
     scaling = scaling.for_context(capacity)
-    inverse = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    inverse = base_frequencies(head_dim, theta)
     if scaling.frequency_factors:
         inverse = inverse / np.asarray(scaling.frequency_factors, dtype=np.float64)
     if scaling.kind == "linear":
@@ -214,11 +219,6 @@ def layer_tables(caches: dict[str, str], arch: Any, layer: int) -> tuple[str, st
     if arch.is_sliding(layer):
         return caches["local_cos"], caches["local_sin"]
     return caches["cos"], caches["sin"]
-
-
-def softcap(arch: Any) -> dict[str, Any]:
-    """GroupQueryAttention's ``softcap`` attribute for Gemma 2's capped scores, else none."""
-    return {"softcap": float(arch.attention_softcap)} if arch.attention_softcap else {}
 
 
 def rotary_constants(builder: Any, arch: Any, capacity: int) -> dict[str, str]:
