@@ -300,6 +300,9 @@ void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, 
                          uint8_t *out);
 void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
                        Unpacked *u);
+/* X's quantized inputs reordered in place within every 32: 4-byte groups 0, 4, 1, 5, 2, 6, 3, 7
+ * (the sums of 16 are left as quantized: they describe the inputs' original order). */
+void es_rows8_pair_inputs(int8_t *q, int64_t rows, int64_t k);
 #ifdef ES_X86
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
 #ifdef ES_VNNI
@@ -309,6 +312,10 @@ void es_rows8_outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1);
 /* The K-quants' several-row passes with 512-bit dpbusd (gguf_rows8_zmm.h), everything else on
  * the 256-bit forms (AVX-VNNI's when `avxvnni`). */
 void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni);
+/* Whether es_rows8_outputs_zmm reads P's activations paired: X's 4-byte groups j and j + 4 of
+ * every 32 side by side (es_rows8_pair_inputs), so that a 512-bit lane pair meets two
+ * sub-blocks of 16. */
+int es_rows8_zmm_pairs_inputs(const Product *p);
 #endif
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);

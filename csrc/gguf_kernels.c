@@ -1019,6 +1019,9 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     int failed = quantized_rows(ordered ? ordered : x, rows, p.k, type, path != outputs_portable, &p.x);
     free(ordered);
     if (failed) return fail("GgufMatMul: out of memory for the quantized activations");
+#if defined(ES_X86) && defined(ES_VNNI)
+    if (path == outputs_avx512vnni && es_rows8_zmm_pairs_inputs(&p)) es_rows8_pair_inputs(p.x.q, rows, p.k);
+#endif
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
                          es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES,

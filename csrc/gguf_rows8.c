@@ -164,6 +164,15 @@ void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, 
     for (int j = 0; j < 16; j++) out[qs + j] = (uint8_t)(code[j] | (code[j + 16] << 4));
 }
 
+void es_rows8_pair_inputs(int8_t *q, int64_t rows, int64_t k) {
+    for (int64_t at = 0; at + 32 <= rows * k; at += 32) {
+        uint32_t group[8], paired[8];
+        memcpy(group, q + at, 32);
+        for (int j = 0; j < 4; j++) paired[2 * j] = group[j], paired[2 * j + 1] = group[j + 4];
+        memcpy(q + at, paired, 32);
+    }
+}
+
 #ifdef ES_X86
 #include <immintrin.h>
 

@@ -162,24 +162,29 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
     for (int r = 0; r < R; r++) _mm256_storeu_ps(p->y + (m + r) * p->n + 8 * g, acc[r]);
 }
 
-/* Q6_K as rows8_q6_k (gguf_rows8_x86.h), the dots on zmm. */
+/* Q6_K as rows8_q6_k (gguf_rows8_x86.h), the dots on zmm, each lane pair holding both
+ * sub-blocks of a chunk: lane 2i register j's 4 codes of output i (sub-block 2 chunk), lane
+ * 2i + 1 register j + 4's (sub-block 2 chunk + 1), so that one chain of 4 dpbusd gives every
+ * output's two sub-block dots (16 products each: at most 16 * 63 * 127 < 2^17) and one vpmulld
+ * scales both. The activations' 4-byte groups were paired to match (es_rows8_pair_q6_k_inputs:
+ * groups j, j + 4 of each 32 side by side). Against one chain per sub-block (two vpmulld and
+ * an add more per row and chunk) the sums are the same integers, so the bits are. */
 ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     ZMM_K_LOOP_BEGIN(Q6_K_GROUP)
     const uint8_t *scales = group + Q6_K_SCALES;
     for (int chunk = 0; chunk < 8; chunk++) { /* 32 inputs: sub-blocks 2 chunk, 2 chunk + 1 */
         __m256i c[8];
         q6_k_registers(group + Q6_K_CODES + Q6_K_CHUNK * chunk, c);
-        const __m512i z[4] = {interleave_pair(c[0], c[1]), interleave_pair(c[2], c[3]),
-                              interleave_pair(c[4], c[5]), interleave_pair(c[6], c[7])};
+        const __m512i z[4] = {interleave_pair(c[0], c[4]), interleave_pair(c[1], c[5]),
+                              interleave_pair(c[2], c[6]), interleave_pair(c[3], c[7])};
         const __m256i pair = lane_pairs(scales + 16 * chunk, scales + 16 * chunk + 8, 1);
-        const __m512i first = pair_factors(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk))));
-        const __m512i second =
-            pair_factors(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk + 8))));
+        const __m512i both = interleave_pair(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk))),
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 * chunk + 8))));
         for (int64_t r = 0; r < rows; r++) {
             const int64_t row = m0 + r;
             const int8_t *y = p->x.q + row * p->k + b * QK + 32 * chunk;
-            dots[r] = _mm512_add_epi32(dots[r], _mm512_add_epi32(_mm512_mullo_epi32(ZMM_DOT_FIRST(z, y), first),
-                                                                 _mm512_mullo_epi32(ZMM_DOT_SECOND(z, y), second)));
+            dots[r] = _mm512_add_epi32(dots[r], _mm512_mullo_epi32(ZMM_DOT_EIGHT(z, y), both));
             offsets[r] = _mm256_dpwssd_epi32(offsets[r], pair, sums_of(p, row, b, 2 * chunk));
         }
     }
@@ -190,6 +195,10 @@ ES_ZMM static void rows8_q6_k_zmm(const Product *p, int64_t n0, int64_t n1) {
     }
     ZMM_K_LOOP_END
 }
+
+/* Whether es_rows8_outputs_zmm reads P's activations with their 4-byte groups paired
+ * (rows8_q6_k_zmm). */
+int es_rows8_zmm_pairs_inputs(const Product *p) { return p->rows8 && p->rows > 1 && p->ggml_type == GGML_Q6_K; }
 
 /* Q2_K and Q3_K (`three`, a constant at each call) as rows8_q2_k and rows8_q3_k
  * (gguf_rows8_x86.h), the dots on zmm: a half's dot fits in 16 bits, so dpwssd scales it. */
