@@ -13,9 +13,12 @@ then times passes of each width over that context (each cropped back after it: 2
 after 5 warm ones, 4 for widths above 16) and prints its medians. The parent prints, per
 path and width, the median over rounds of the children's medians in milliseconds and its
 ratio to the first path's. Every path's outputs are the same bits (tests/test_gguf_kernels.py
-checks it), so only time differs. ``--builds`` compares builds of the library instead (each
-child loads one through ``EDGESPEC_GGUF_KERNELS``, on the CPU's own path): the same source
-compiled with other settings, ``-DES_ROWS8_PREFETCH_BYTES=8192`` say.
+checks it), so only time differs. ``--builds`` compares builds of the library instead: the
+same source compiled with other settings (``CFLAGS=-DES_ROWS8_PREFETCH_BYTES=4096 python
+setup.py build_ext --inplace --force``, then copy the .so it writes). The builds run in one
+process, each session registering its own build, their passes taking turns in batches of 8
+(after 5 warm ones) ``--rounds`` times: separate processes moved by up to 40% between runs
+of the same build on a 2-core EPYC whose memory speed drifts, batches in one process by 1-3%.
 """
 
 from __future__ import annotations
@@ -51,6 +54,53 @@ def child(bundle: Path, widths: list[int], context: int, threads: int) -> None:
     print(json.dumps({"path": gguf_kernel_path(), "ms": medians}), flush=True)
 
 
+def builds_in_one_process(
+    bundle: Path, builds: list[str], widths: list[int], args: argparse.Namespace
+) -> None:
+    """Loads the bundle once per library build (each session registers its own) and times
+    their passes in turn; prints each build's medians and their ratios to the first build's."""
+    import numpy as np
+    from step_cost import WARM_PASSES, timed_passes  # this folder, first on sys.path
+
+    import edgespec.graph.kernels as kernels
+    from edgespec.api import Engine
+
+    missing = [build for build in builds if not Path(build).is_file()]
+    if missing:
+        sys.exit(
+            f"no library build at {', '.join(missing)}: build one with 'python setup.py "
+            "build_ext --inplace --force' and copy the .so it writes"
+        )
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    loaded = []
+    for build in builds:
+        os.environ[kernels.ENVIRONMENT] = str(Path(build).resolve())
+        kernels.gguf_kernel_library.cache_clear()
+        engine = Engine.load(target=bundle, threads=args.threads, measure_energy=False)
+        ids = engine.encode(text * 20)
+        cache = engine.target.new_cache()
+        engine.target.forward(ids[: args.context], cache)
+        loaded.append((engine.target, cache, ids))
+    found: dict[tuple[int, int], list[float]] = {
+        (i, w): [] for i in range(len(builds)) for w in widths
+    }
+    for _ in range(args.rounds):
+        for index, (model, cache, ids) in enumerate(loaded):
+            for width in widths:
+                step = ids[args.context : args.context + width]
+                batch = 8 if width <= 16 else 2
+                passes = timed_passes(model, cache, step, args.context, WARM_PASSES + batch)
+                found[(index, width)] += passes
+    for index, build in enumerate(builds):
+        row: dict[str, object] = {"build": build}
+        for width in widths:
+            median = float(np.median(found[(index, width)])) * 1e3
+            baseline = float(np.median(found[(0, width)])) * 1e3
+            row[f"T({width}) ms"] = round(median, 2)
+            row[f"T({width}) vs the first"] = round(median / baseline, 3)
+        print(json.dumps(row), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
@@ -66,15 +116,15 @@ def main() -> None:
     if args.child:
         child(args.bundle, widths, args.context, args.threads)
         return
-    builds = args.builds.split(",") if args.builds else []
-    paths = builds or args.paths.split(",")
+    if args.builds:
+        builds_in_one_process(args.bundle, args.builds.split(","), widths, args)
+        return
+    paths = args.paths.split(",")
     runs: dict[str, list[dict[str, float]]] = {path: [] for path in paths}
     ran: dict[str, str] = {}
     for _ in range(args.rounds):
         for path in paths:
             env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": "" if path == "auto" else path}
-            if builds:
-                env |= {"EDGESPEC_GGUF_KERNEL_PATH": "", "EDGESPEC_GGUF_KERNELS": path}
             command = [sys.executable, __file__, str(args.bundle), "--child"]
             command += ["--widths", args.widths, "--context", str(args.context)]
             command += ["--threads", str(args.threads)]

@@ -55,7 +55,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;
             for (int64_t b = 0; b < blocks; b++, group += layout.size) {
                 for (int line = 0; line < layout.size; line += 64)
-                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
+                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, ES_ROWS8_PREFETCH_HINT);
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
                 const __m256 minimum =
                     layout.minimum >= 0
@@ -127,7 +127,7 @@ ES_X86_TARGET static inline __attribute__((always_inline)) void ES_X86_NAME(rows
             const uint8_t *group = p->w + (size_t)g * 8 * p->row_bytes;                          \
             for (int64_t b = 0; b < blocks; b++, group += GROUP) {                               \
                 for (int line = 0; line < GROUP; line += 64)                                     \
-                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0); \
+                    _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, ES_ROWS8_PREFETCH_HINT); \
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));        \
                 for (int64_t r = 0; r < rows; r++) {                                             \
                     dots[r] = DOTS_ZERO;                                                         \

@@ -91,7 +91,7 @@ ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Pro
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++, group += GROUP) {
         for (int line = 0; line < GROUP; line += 64)
-            _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, _MM_HINT_T0);
+            _mm_prefetch((const char *)group + ES_ROWS8_PREFETCH_BYTES + line, ES_ROWS8_PREFETCH_HINT);
         __m256i scales[2], minimums[2];
         if (iq4)
             iq4_xs_group_scales(group + IQ4_XS_SCALES, scales);
