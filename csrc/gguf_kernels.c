@@ -801,6 +801,16 @@ ES_EXPORT int edgespec_gguf_quantize(const float *x, int64_t rows, int64_t k, in
     return 0;
 }
 
+/* P's activations: x [rows, k] quantized for P's type (0, or -1 out of memory), in the order
+ * P's path reads them. */
+static int product_activations(Product *p, const float *x) {
+    if (quantized_rows(x, p->rows, p->k, p->ggml_type, path != outputs_portable, &p->x)) return -1;
+#if defined(ES_X86) && defined(ES_VNNI)
+    if (path == outputs_avx512vnni && es_rows8_zmm_pairs_inputs(p)) es_rows8_pair_inputs(p->x.q, p->rows, p->k);
+#endif
+    return 0;
+}
+
 /* y [rows, n] = x [rows, k] @ W.T, or with `activation` ES_SWIGLU y [rows, n / 2] = SwiGLU
  * of W's alternate groups of 8 gates and ups; returns 0, or -1 for an unsupported type or
  * width. */
@@ -814,7 +824,7 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
     if (activation == ES_SWIGLU && n % 16) return -1;
     Product p = {ggml_type, k, n, rows, row_bytes(ggml_type, k), w, {NULL, NULL, NULL}, y, NULL, 0, rows8,
                  activation == ES_SWIGLU ? ES_SWIGLU : ES_PLAIN};
-    if (quantized_rows(x, rows, k, ggml_type, path != outputs_portable, &p.x)) return -1;
+    if (product_activations(&p, x)) return -1;
     size_t tasks = (size_t)((n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     for (size_t t = 0; t < tasks; t++) run_task(&p, t);
     free_quantized(&p.x);
@@ -1016,12 +1026,9 @@ static OrtStatus *compute(void *data, OrtKernelContext *context) {
     const float *x = (const float *)io.first;
     float *ordered = NULL;
     if ((status = input_order(kernel, context, rows, x, &ordered))) return status;
-    int failed = quantized_rows(ordered ? ordered : x, rows, p.k, type, path != outputs_portable, &p.x);
+    int failed = product_activations(&p, ordered ? ordered : x);
     free(ordered);
     if (failed) return fail("GgufMatMul: out of memory for the quantized activations");
-#if defined(ES_X86) && defined(ES_VNNI)
-    if (path == outputs_avx512vnni && es_rows8_zmm_pairs_inputs(&p)) es_rows8_pair_inputs(p.x.q, rows, p.k);
-#endif
     size_t tasks = (size_t)((p.n + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK);
     status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
                          es_kernel_context_parallel_for_fn)(context, run_task, tasks, ES_BATCHES,
