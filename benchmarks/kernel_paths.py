@@ -18,7 +18,8 @@ same source compiled with other settings (``CFLAGS=-DES_ROWS8_PREFETCH_BYTES=409
 setup.py build_ext --inplace --force``, then copy the .so it writes). The builds run in one
 process, each session registering its own build, their passes taking turns in batches of 8
 (after 5 warm ones) ``--rounds`` times: separate processes moved by up to 40% between runs
-of the same build on a 2-core EPYC whose memory speed drifts, batches in one process by 1-3%.
+of the same build on a 2-core EPYC whose memory speed drifts, batches in one process by up
+to 6%.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int a
         rows8_q5_k_zmm(p, n0, n1);
     else if (p->ggml_type == GGML_IQ4_XS)
         rows8_iq4_xs_tiles(p, n0, n1);
-    else if (p->rows > 1 && p->ggml_type == GGML_Q6_K)
+    else if (es_rows8_zmm_pairs_inputs(p)) /* Q6_K's passes of several rows */
         rows8_q6_k_zmm(p, n0, n1);
     else if (p->rows > 1 && p->ggml_type == GGML_Q2_K)
         rows8_q2_q3_k_zmm(p, n0, n1, 0);
