@@ -169,3 +169,56 @@ def client_for(engine: Any, **options: Any) -> Any:
 
     app = create_app(engine, options=ServerOptions(**options), profile=FAKE_PROFILE)
     return TestClient(app, raise_server_exceptions=False)
+
+
+#: Where ``tools/build_llama_server.sh`` puts llama.cpp's programs ($EDGESPEC_LLAMA_CPP_DIR).
+LLAMA_CPP_DIR = Path(
+    os.environ.get("EDGESPEC_LLAMA_CPP_DIR", Path.home() / ".cache" / "edgespec" / "llama.cpp")
+)
+
+
+def llama_server_binary() -> Path | None:
+    """llama.cpp's ``llama-server`` built by ``tools/build_llama_server.sh``, or None."""
+    found = LLAMA_CPP_DIR / "bin" / "llama-server"
+    return found if os.access(found, os.X_OK) else None
+
+
+class LlamaServer(ServerProcess):
+    """llama.cpp's own ``llama-server`` on a GGUF ``model`` with ``slots`` slots of ``context``
+    tokens each and idle slots kept (``--no-cache-idle-slots``), as docs/serving.md deploys it.
+    ``unified`` shares one KV pool of ``context`` tokens instead (``--kv-unified``), with the
+    server's default ``--cache-idle-slots`` unless ``keep_idle_slots``."""
+
+    def __init__(
+        self,
+        *,
+        model: Path,
+        port: int,
+        slots: int = 5,
+        context: int = 4096,
+        threads: int = 2,
+        unified: bool = False,
+        keep_idle_slots: bool = True,
+    ) -> None:
+        binary = llama_server_binary()
+        assert binary is not None, "build llama-server first: bash tools/build_llama_server.sh"
+        pool = ["--kv-unified", "-c", str(context)] if unified else ["-c", str(context * slots)]
+        super().__init__(
+            [
+                str(binary),
+                "-m",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-np",
+                str(slots),
+                *pool,
+                "-t",
+                str(threads),
+                "--no-webui",
+                *(["--no-cache-idle-slots"] if keep_idle_slots else []),
+            ],
+            port=port,
+        )

@@ -27,6 +27,7 @@ from edgespec.runtime.k_policy import (
 )
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.engine_probe import BATCHED_PROMPT_ENGINES
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.local import LocalVerifier
@@ -82,11 +83,19 @@ REMOTE_TARGETS: dict[str, Callable[..., RemoteTarget]] = {
     "openai": OpenAITarget,
 }
 
-#: Protocol name → the verifier of one generation on such a target. An OpenAI-compatible
-#: engine names tokens by text, so its verifier needs the draft tokenizer's ``TokenPieces``.
+
+def _openai_verifier(target: OpenAITarget, pieces: Callable[[], TokenPieces]) -> MeteredVerifier:
+    """llama-server and vLLM verify by batched prompts; other engines by echo, which names
+    tokens by text and so needs the draft tokenizer's ``TokenPieces``."""
+    if target.engine() in BATCHED_PROMPT_ENGINES:
+        return target.prompt_batch_verifier(pieces())
+    return OpenAIVerifier(target, pieces())
+
+
+#: Protocol name → the verifier of one generation on such a target.
 REMOTE_VERIFIERS: dict[str, Callable[[Any, Callable[[], TokenPieces]], MeteredVerifier]] = {
     "edgespec": lambda target, pieces: RemoteVerifier(target),
-    "openai": lambda target, pieces: OpenAIVerifier(target, pieces()),
+    "openai": _openai_verifier,
 }
 
 

@@ -12,6 +12,7 @@ from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.http import Traffic
 from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+from edgespec.runtime.verifiers.prompt_batch import EngineWork
 from edgespec.runtime.verifiers.remote import ServerTarget
 
 #: A remote target: an ``edgespec serve`` server, or an OpenAI-compatible serving engine.
@@ -19,11 +20,14 @@ RemoteTarget = ServerTarget | OpenAITarget
 
 
 class MeteredVerifier(Verifier, Protocol):
-    """A remote verifier: its traffic, and the draft length its server suggests."""
+    """A remote verifier: its traffic, the draft length its server suggests, and what the
+    engine computed (None where the peer does not say per round)."""
 
     suggested_k: int
 
     def traffic(self) -> Traffic: ...
+
+    def work(self) -> EngineWork | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +47,12 @@ class RemoteRun:
         """``remote`` traffic; ``fell_back`` (the reason) and ``lossy`` when it fell back;
         under a budget, how many rounds ran remotely and why the remote was given up."""
         fell_back = self.fallback is not None and self.fallback.fell_back
+        remote = traffic_stats(self.remote.traffic(), new_tokens)
+        work = self.remote.work()
+        if work is not None:
+            remote["engine"] = engine_work_stats(work, new_tokens)
         found: dict[str, Any] = {
-            "remote": traffic_stats(self.remote.traffic(), new_tokens),
+            "remote": remote,
             "fell_back": self.fallback.reason if self.fallback and fell_back else None,
             "lossy": fell_back and self.lossy,
         }
@@ -61,6 +69,21 @@ def remote_profile(info: ServerInfo, *, rtt_s: float, draft_step_s: float) -> Co
     step = rtt_s + info.target_step_s
     costs = tuple((rtt_s + info.target_step_s * cost) / step for cost in info.verify_cost)
     return CostProfile(target_step_s=step, draft_step_s=draft_step_s, verify_cost=costs)
+
+
+def engine_work_stats(work: EngineWork, new_tokens: int) -> dict[str, Any]:
+    """``Result.stats.remote["engine"]``: the prompt tokens a serving engine computed at the
+    prefill and per round (-1 where it does not say), and its milliseconds per round."""
+    rounds = len(work.round_tokens)
+    computed = sum(work.round_tokens)
+    return {
+        "prefill_tokens": work.prefill_tokens,
+        "round_tokens": list(work.round_tokens),
+        "tokens_per_round": computed / rounds if rounds else 0.0,
+        "tokens_per_new_token": computed / max(new_tokens, 1),
+        "round_ms": [round(ms, 3) for ms in work.round_server_ms],
+        "ms_per_new_token": sum(work.round_server_ms) / max(new_tokens, 1),
+    }
 
 
 def traffic_stats(traffic: Traffic, new_tokens: int) -> dict[str, Any]:

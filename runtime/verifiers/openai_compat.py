@@ -1,18 +1,26 @@
-"""Verification by an OpenAI-compatible serving engine (vLLM, llama-cpp-python's server).
+"""Verification by an OpenAI-compatible serving engine: llama.cpp's ``llama-server``, vLLM,
+and engines that echo prompts with log-probabilities (llama-cpp-python's server).
 
-When one verification server is not enough, the target runs on an engine built for serving.
-Such an engine has no verification endpoint, but its legacy ``/v1/completions`` can echo the
+:class:`OpenAITarget` finds out which engine answers (``engine_probe``). llama-server and vLLM
+verify each round by batched prompts (``engine_rounds``, ``prompt_batch``): the k + 1 prompts
+"history + the first i drafted tokens" in one request, token ids end to end, the engine's work
+per round bounded by the draft, not the history. Other engines verify by echo, with this
+module's :class:`OpenAIVerifier`:
+
+An echoing engine's legacy ``/v1/completions`` returns the
 prompt with log-probabilities: sending ``history + draft`` with ``echo``, ``logprobs=1``,
 ``max_tokens=1`` and temperature 0 returns, for every prompt position, the target's top token
 there and the log-probability of the token we sent, plus the engine's own greedy next token.
 A drafted token is accepted while it is the target's top token; the first one that is not is
 replaced by the top token, and when all are accepted the engine's next token is the bonus.
-That is greedy verification, so the output equals the engine's own greedy output. Engines
-cache prefixes (vLLM's prefix caching, llama.cpp's longest-prefix reuse of its KV cache), so
-resending the history each round costs little compute; its bytes grow with the history.
+That is greedy verification, so the output equals the engine's own greedy output.
+llama-cpp-python reuses its KV cache by longest prefix, so the resent history costs it little
+compute; the bytes grow with the history. (vLLM skips its prefix cache for prompt
+log-probabilities: every echo would recompute the history, which is why vLLM verifies by
+batched prompts.)
 
-Two kinds of engines:
-- token-id prompts (vLLM): the prompt travels as token ids and ``return_tokens_as_token_ids``
+Two kinds of echoing engines:
+- token-id prompts: the prompt travels as token ids and ``return_tokens_as_token_ids``
   names every token as ``token_id:N``. Nothing is re-tokenized, nothing is ambiguous.
 - text prompts (llama-cpp-python's server): the engine re-tokenizes the text it is sent and
   names tokens by their text. That is exact only while our tokens are the engine's own
@@ -21,8 +29,8 @@ Two kinds of engines:
   the top log-probability is the engine's); where neither works the round raises
   :class:`OpenAIMismatchError` before anything unverified is committed.
 
-Greedy only: log-probabilities of the top tokens are not the whole distribution that lossless
-rejection sampling needs (``edgespec serve`` verifies sampled drafts).
+Echo is greedy only: log-probabilities of the top tokens are not the whole distribution that
+lossless rejection sampling needs (llama-server and ``edgespec serve`` verify sampled drafts).
 """
 
 from __future__ import annotations
@@ -38,6 +46,23 @@ from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError, Remot
 from edgespec.protocol.server_info import ChatFormat, ServerInfo
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.base import Verdict
+from edgespec.runtime.verifiers.engine_probe import (
+    ECHO,
+    LLAMA_SERVER,
+    VLLM,
+    VOCABULARY_PROBE,
+    LlamaServerProps,
+    check_vocabulary,
+    is_vllm,
+    llama_server_prefill,
+    llama_server_props,
+    llama_server_round_cost,
+)
+from edgespec.runtime.verifiers.engine_rounds import (
+    llama_server_round,
+    openai_prompts_round,
+    sampled_support_size,
+)
 from edgespec.runtime.verifiers.http import Connection, Traffic, TrafficMeter, raise_for_status
 from edgespec.runtime.verifiers.openai_echo import (
     REPLACEMENT_CHARACTER,
@@ -48,10 +73,13 @@ from edgespec.runtime.verifiers.openai_echo import (
     history_mismatch,
     top_token,
 )
+from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
 
 #: How far a recomputed log-probability may drift (a different batch shape on the engine).
 LOGPROB_TOLERANCE = 1e-3
 PROMPT_FORMATS = ("auto", "ids", "text")
+#: The context assumed of an engine that does not tell its own (all but llama-server).
+DEFAULT_CONTEXT = 2048
 #: Candidates echoed at most to settle which token a shared text names.
 MAX_CANDIDATES = 4
 
@@ -60,13 +88,14 @@ class OpenAITarget(Connection):
     """An OpenAI-compatible engine at ``url`` (with or without its ``/v1``) serving ``model``
     (default: the first of ``GET /v1/models``). ``prompt_format`` "ids" sends token ids,
     "text" sends text, "auto" tries ids once and falls back to text when they are refused.
-    ``max_length`` bounds a generation (the engine's context); ``max_k`` the draft length.
+    ``max_length`` bounds a generation (default: llama-server's context per slot, else
+    :data:`DEFAULT_CONTEXT`); ``max_k`` the draft length (llama-server: also its slots less one).
     """
 
     peer = "the serving engine"
     fix = (
-        "check that the engine (vLLM, llama-cpp-python's server) runs there, or use "
-        "--fallback local/draft"
+        "check that the engine (llama-server, vLLM, llama-cpp-python's server) runs there, or "
+        "use --fallback local/draft"
     )
     health_path = "/v1/models"
     kind = "an OpenAI-compatible server"
@@ -75,8 +104,6 @@ class OpenAITarget(Connection):
         "for 'edgespec serve'"
     )
     api = "openai"
-    #: Echoed log-probabilities show the top token, not the distribution: greedy only.
-    greedy_only = True
 
     def __init__(
         self,
@@ -84,7 +111,7 @@ class OpenAITarget(Connection):
         *,
         model: str | None = None,
         prompt_format: str = "auto",
-        max_length: int = 2048,
+        max_length: int | None = None,
         max_k: int = 8,
         **connection: Any,
     ) -> None:
@@ -96,8 +123,14 @@ class OpenAITarget(Connection):
         super().__init__(base[: -len("/v1")] if base.endswith("/v1") else base, **connection)
         self._model = model
         self.prompt_format = prompt_format
-        self.max_length = max_length
+        self.max_length = max_length or DEFAULT_CONTEXT
+        self._max_length_given = max_length is not None
         self.max_k = max_k
+        self._engine: str | None = None
+        self._props: LlamaServerProps | None = None
+        self._info: ServerInfo | None = None
+        self._checked_vocabulary = False
+        self._vllm = False
 
     @property
     def model(self) -> str:
@@ -112,19 +145,106 @@ class OpenAITarget(Connection):
                     fix="start the engine with a model, or pass the model name",
                 )
             self._model = str(models[0]["id"])
+            self._vllm = is_vllm(exchange.data)
         return self._model
 
+    @property
+    def greedy_only(self) -> bool:
+        """Only llama-server returns the distribution it samples from (``post_sampling_probs``);
+        echoed or batched log-probabilities elsewhere show the top token, not the whole
+        distribution."""
+        return self.engine() != LLAMA_SERVER
+
+    def engine(self) -> str:
+        """Which engine answers (``engine_probe``): asked once, before the first generation."""
+        if self._engine is None:
+            self._props = llama_server_props(self)
+            if self._props is not None:
+                self._engine = LLAMA_SERVER
+            else:
+                self.model  # noqa: B018 (asks GET /v1/models, which says whether it is vLLM)
+                self._engine = VLLM if self._vllm else ECHO
+        return self._engine
+
     def info(self) -> ServerInfo:
-        """What the engine's cost model and limits need. An engine reports no step times, so
-        a round costs one round trip whatever k is; ``AutoK`` then learns from the rounds."""
-        return ServerInfo(
+        """What the engine's cost model and limits need. llama-server: the context of one
+        slot, k up to its slots less one (a round takes k + 1), and its measured cost of a round
+        of w prompts. Other engines report no costs: a round is priced as one round trip
+        whatever k is, and ``AutoK`` learns from the rounds."""
+        if self._info is not None:
+            return self._info
+        max_length, max_k = self.max_length, self.max_k
+        step_s, verify_cost = 0.0, (1.0,) * (self.max_k + 1)
+        if self.engine() == LLAMA_SERVER:
+            props = self._props
+            assert props is not None
+            if props.total_slots < 2:
+                raise RemoteError(
+                    f"llama-server at {self.url} has {props.total_slots} slot: a verification "
+                    "round sends k + 1 prompts at once and needs at least 2",
+                    fix="restart it with -np 5 --kv-unified (k + 1 slots for each device that "
+                    "drafts k tokens; docs/serving.md)",
+                )
+            max_k = min(max_k, props.total_slots - 1)
+            if props.slot_context:
+                given = max_length if self._max_length_given else props.slot_context
+                max_length = min(given, props.slot_context)
+            step_s, verify_cost = llama_server_round_cost(self, max_k)
+        self._info = ServerInfo(
             vocab_size=0,
-            max_length=self.max_length,
+            max_length=max_length,
             eos_token_ids=(),
             tokenizer_sha256="",
-            max_k=self.max_k,
-            target_step_s=0.0,
-            verify_cost=(1.0,) * (self.max_k + 1),
+            max_k=max_k,
+            target_step_s=step_s,
+            verify_cost=verify_cost,
+        )
+        return self._info
+
+    def _vllm_prefill(self, history: Sequence[int], meter: TrafficMeter) -> int:
+        """The history once, so that its blocks are in vLLM's prefix cache before a round's
+        k + 1 prompts arrive together. vLLM does not say what it computed: -1."""
+        openai_prompts_round(self, self.model, [history], meter)
+        return -1
+
+    def check_vocabulary(self, pieces: TokenPieces) -> None:
+        """Refuses, once, a draft whose tokenizer is not the served model's
+        (``engine_probe.check_vocabulary``)."""
+        if self._checked_vocabulary:
+            return
+        encoded = pieces.tokenizer.encode(VOCABULARY_PROBE, add_special_tokens=False)
+        check_vocabulary(self, self.model, list(encoded.ids))
+        self._checked_vocabulary = True
+
+    def prompt_batch_verifier(self, pieces: TokenPieces) -> PromptBatchVerifier:
+        """One generation's verifier by batched prompts (llama-server, vLLM)."""
+        self.check_vocabulary(pieces)
+        info = self.info()
+        meter_slots = info.max_k + 1
+        if self.engine() == LLAMA_SERVER:
+            return PromptBatchVerifier(
+                round_request=lambda prompts, sampling, meter: llama_server_round(
+                    self, prompts, sampling, meter
+                ),
+                prefill=lambda history, meter: llama_server_prefill(
+                    self, history, slots=meter_slots, meter=meter
+                ),
+                max_length=info.max_length,
+                suggested_k=info.max_k,
+                sampled=True,
+                sampled_fix="",
+                check_sampling=sampled_support_size,
+            )
+        return PromptBatchVerifier(
+            round_request=lambda prompts, sampling, meter: openai_prompts_round(
+                self, self.model, prompts, meter
+            ),
+            prefill=self._vllm_prefill,
+            max_length=info.max_length,
+            suggested_k=info.max_k,
+            sampled=False,
+            sampled_fix="use temperature 0 with vLLM (its log-probabilities are not the "
+            "distribution it samples from), or verify on llama-server or 'edgespec serve'",
         )
 
     def chat_format(self) -> ChatFormat | None:
@@ -320,6 +440,9 @@ class OpenAIVerifier:
 
     def traffic(self) -> Traffic:
         return self.meter.traffic()
+
+    def work(self) -> None:
+        """The peer does not report what it computed per round."""
 
     def close(self) -> None:
         """Nothing to release: an engine keeps no session for us."""

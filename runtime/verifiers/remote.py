@@ -163,6 +163,9 @@ class RemoteVerifier:
     def traffic(self) -> Traffic:
         return self.meter.traffic()
 
+    def work(self) -> None:
+        """The peer does not report what it computed per round."""
+
     def close(self) -> None:
         """Closes the server's session (best effort: it expires by itself otherwise)."""
         if self._session_id is None:
