@@ -72,14 +72,14 @@ def remote_profile(info: ServerInfo, *, rtt_s: float, draft_step_s: float) -> Co
 
 
 def engine_work_stats(work: EngineWork, new_tokens: int) -> dict[str, Any]:
-    """``Result.stats.remote["engine"]``: the prompt tokens a serving engine computed at the
-    prefill and per round (-1 where it does not say), and its milliseconds per round."""
-    rounds = len(work.round_tokens)
+    """``Result.stats.remote["engine"]``: the prompt tokens a serving engine computed per round
+    (0 where it does not say; the first round computes the history in each slot it uses), per
+    later round on average, and per new token; its milliseconds per round."""
     computed = sum(work.round_tokens)
+    later = work.round_tokens[1:]
     return {
-        "prefill_tokens": work.prefill_tokens,
         "round_tokens": list(work.round_tokens),
-        "tokens_per_round": computed / rounds if rounds else 0.0,
+        "tokens_per_later_round": sum(later) / len(later) if later else 0.0,
         "tokens_per_new_token": computed / max(new_tokens, 1),
         "round_ms": [round(ms, 3) for ms in work.round_server_ms],
         "ms_per_new_token": sum(work.round_server_ms) / max(new_tokens, 1),

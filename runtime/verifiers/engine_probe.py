@@ -127,7 +127,8 @@ def llama_server_round_cost(target: Connected, max_k: int) -> tuple[float, tuple
     history = probe_history(target)
     meter = TrafficMeter()
     greedy = SamplingConfig()
-    llama_server_prefill(target, history, slots=max_k + 1, meter=meter)
+    # The history into every slot a round may use (as a generation's first round does).
+    llama_server_round(target, [history] * (max_k + 1), greedy, meter)
     best = [float("inf")] * (max_k + 1)
     for repeat in range(COST_REPEATS):
         # Drafted tokens differ every repeat, so no slot holds a round's prompts already.
@@ -150,26 +151,3 @@ def llama_server_round_cost(target: Connected, max_k: int) -> tuple[float, tuple
 
 def _round_ms(answers: Sequence[NextToken]) -> float:
     return max((answer.server_ms or 0.0) for answer in answers)
-
-
-def llama_server_prefill(
-    target: Connected, history: Sequence[int], *, slots: int, meter: TrafficMeter
-) -> int:
-    """Computes ``history`` into ``slots`` slots at once (one batched pass), so that each of
-    a round's k + 1 prompts finds it cached in a slot of its own: llama-server has no way to
-    copy one slot's cache into another that lasts past the request. A slot that holds the
-    history already (an earlier turn of the conversation) computes only what is new. Returns
-    the prompt tokens the server computed."""
-    body = {
-        "prompt": [list(history)] * slots,
-        "n_predict": 1,
-        "cache_prompt": True,
-        "temperature": 0.0,
-        "samplers": ["temperature"],
-        "response_fields": ["timings/prompt_n"],
-    }
-    exchange = meter.record(target.request("POST", "/completion", body))
-    if exchange.status >= 400:
-        raise RemoteError(f"{target.peer} refused to prefill the history: {exchange.data}")
-    results = exchange.data if isinstance(exchange.data, list) else [exchange.data]
-    return sum(int(result.get("timings/prompt_n", 0)) for result in results)

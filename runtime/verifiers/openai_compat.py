@@ -54,7 +54,6 @@ from edgespec.runtime.verifiers.engine_probe import (
     LlamaServerProps,
     check_vocabulary,
     is_vllm,
-    llama_server_prefill,
     llama_server_props,
     llama_server_round_cost,
 )
@@ -201,12 +200,6 @@ class OpenAITarget(Connection):
         )
         return self._info
 
-    def _vllm_prefill(self, history: Sequence[int], meter: TrafficMeter) -> int:
-        """The history once, so that its blocks are in vLLM's prefix cache before a round's
-        k + 1 prompts arrive together. vLLM does not say what it computed: -1."""
-        openai_prompts_round(self, self.model, [history], meter)
-        return -1
-
     def check_vocabulary(self, pieces: TokenPieces) -> None:
         """Refuses, once, a draft whose tokenizer is not the served model's
         (``engine_probe.check_vocabulary``)."""
@@ -220,14 +213,10 @@ class OpenAITarget(Connection):
         """One generation's verifier by batched prompts (llama-server, vLLM)."""
         self.check_vocabulary(pieces)
         info = self.info()
-        meter_slots = info.max_k + 1
         if self.engine() == LLAMA_SERVER:
             return PromptBatchVerifier(
                 round_request=lambda prompts, sampling, meter: llama_server_round(
                     self, prompts, sampling, meter
-                ),
-                prefill=lambda history, meter: llama_server_prefill(
-                    self, history, slots=meter_slots, meter=meter
                 ),
                 max_length=info.max_length,
                 suggested_k=info.max_k,
@@ -239,7 +228,6 @@ class OpenAITarget(Connection):
             round_request=lambda prompts, sampling, meter: openai_prompts_round(
                 self, self.model, prompts, meter
             ),
-            prefill=self._vllm_prefill,
             max_length=info.max_length,
             suggested_k=info.max_k,
             sampled=False,

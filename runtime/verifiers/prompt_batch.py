@@ -29,17 +29,15 @@ from edgespec.runtime.verifiers.http import Traffic, TrafficMeter
 
 #: A round: the next token after each prompt, from one request.
 RoundRequest = Callable[[Sequence[Sequence[int]], SamplingConfig, TrafficMeter], list[NextToken]]
-#: A prefill: the engine computes ``history`` once into the caches the rounds will reuse.
-PrefillRequest = Callable[[Sequence[int], TrafficMeter], int]
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineWork:
-    """What the engine computed for one generation: prompt tokens at the prefill, prompt
-    tokens per round (a history-independent round computes about (k + 1)(k + 2) / 2), and the
-    engine's own milliseconds per round (empty when it does not report them)."""
+    """What the engine computed for one generation: the prompt tokens of each round (the first
+    round computes the history in each slot it uses, once; a later round what it adds and
+    what its slots missed, about (k + 1)(k + 2) / 2 tokens) and the engine's own milliseconds
+    per round (empty when it does not report them)."""
 
-    prefill_tokens: int
     round_tokens: tuple[int, ...]
     round_server_ms: tuple[float, ...]
 
@@ -54,7 +52,6 @@ class PromptBatchVerifier:
         self,
         *,
         round_request: RoundRequest,
-        prefill: PrefillRequest,
         max_length: int,
         suggested_k: int,
         sampled: bool,
@@ -62,7 +59,6 @@ class PromptBatchVerifier:
         check_sampling: Callable[[SamplingConfig], object] = lambda sampling: None,
     ) -> None:
         self.round_request = round_request
-        self.prefill = prefill
         self.max_length = max_length
         self.suggested_k = suggested_k
         self.sampled = sampled
@@ -72,7 +68,6 @@ class PromptBatchVerifier:
         self._history: list[int] = []
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
-        self._prefill_tokens = 0
         self._round_tokens: list[int] = []
         self._round_ms: list[float] = []
 
@@ -88,8 +83,9 @@ class PromptBatchVerifier:
                 )
             self.check_sampling(sampling)
         self._sampling, self._rng = sampling, rng
+        # Nothing is sent yet: the first round's prompts compute the history in the slots
+        # they land in, each slot once, and only as many slots as that round's k needs.
         self._history = list(prompt)
-        self._prefill_tokens = self.prefill(self._history, self.meter)
         self._round_tokens, self._round_ms = [], []
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
@@ -145,7 +141,6 @@ class PromptBatchVerifier:
 
     def work(self) -> EngineWork:
         return EngineWork(
-            prefill_tokens=self._prefill_tokens,
             round_tokens=tuple(self._round_tokens),
             round_server_ms=tuple(self._round_ms),
         )

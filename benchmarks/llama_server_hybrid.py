@@ -1,0 +1,314 @@
+"""Hybrid verification on llama.cpp's ``llama-server``: a local draft, the target on the server.
+
+    python benchmarks/llama_server_hybrid.py --llama-bin DIR [--model qwen2.5-coder-1.5b]
+        [--history 64,1500] [--prompts 2] [--clients 1,4,8] [--k 4] [--tokens 64]
+        [--threads 2] [--parts history,clients]
+
+DIR holds llama.cpp's programs (``bash tools/build_llama_server.sh`` builds them into
+``~/.cache/edgespec/llama.cpp/bin``). ``--model`` is a catalog name: llama-server serves its
+joined GGUF, edgespec drafts with the model's catalog draft (the 0.5B for the 1.5B) and
+verifies every round on the server (``--remote-api openai``). The server runs with slots of
+its own context each (no ``--kv-unified``) and ``--no-cache-idle-slots``, as docs/serving.md
+deploys it.
+
+Part "history": per prompt of the code and chat sets (``--prompts`` each), padded with this
+repository's README to exactly each ``--history`` length in tokens, one hybrid generation of
+``--tokens`` tokens (the model drafter, fixed ``--k``), then llama-server's own greedy
+completion of the same token ids: the outputs must be equal. Printed per history: the
+server's prompt tokens computed per round (``timings.prompt_n`` summed over the round's
+prompts; median and max, after the first round, which computes the history in each slot), its
+milliseconds per round, the first round's tokens and time, rounds, tokens
+per round, and the hybrid's and the server's own decode rates.
+
+Part "clients": N devices on one server (``-np`` = max N × (k + 1)). Each client replays the
+drafts its prompt drew in a recorded single-client run (so this machine's cores serve only
+the server), N clients at once, each on a prompt of its own; then the same N prompts as plain
+greedy completions on the same server, N at once (llama-server's continuous batching), in
+turn. Printed per N: aggregate and per-client tokens/s of both, the server's computed tokens
+and batched passes per generated token, and whether every client's output equalled the
+server's own greedy output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llama_cpp_peers import post, prompt_sets, start_server
+
+from edgespec.api import Engine
+from edgespec.config import SamplingConfig
+from edgespec.engine import catalog
+from edgespec.engine.default_model import cache_dir
+from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+from edgespec.runtime.verifiers.openai_echo import TokenPieces
+from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
+
+
+@dataclass
+class Recording:
+    """The drafts of one generation's rounds, in order."""
+
+    drafts: list[tuple[int, ...]] = field(default_factory=list)
+
+
+class RecordingTarget(OpenAITarget):
+    """An :class:`OpenAITarget` whose verifiers note each round's draft (the last prompt of a
+    round is the history plus the whole draft)."""
+
+    def __init__(self, url: str, *, max_k: int) -> None:
+        super().__init__(url, timeout_s=3600, max_k=max_k)
+        self.recording = Recording()
+
+    def prompt_batch_verifier(self, pieces: TokenPieces) -> PromptBatchVerifier:
+        verifier = super().prompt_batch_verifier(pieces)
+        inner = verifier.round_request
+        self.recording = Recording()
+
+        def noted(prompts: Any, sampling: SamplingConfig, meter: Any) -> Any:
+            self.recording.drafts.append(tuple(prompts[-1][len(prompts[0]) :]))
+            return inner(prompts, sampling, meter)
+
+        verifier.round_request = noted
+        return verifier
+
+
+def server_greedy(url: str, prompt: list[int], tokens: int) -> dict[str, Any]:
+    """llama-server's own greedy completion of a token-id prompt (cache off: its own run)."""
+    body = {
+        "prompt": prompt,
+        "n_predict": tokens,
+        "temperature": 0.0,
+        "return_tokens": True,
+        "cache_prompt": False,
+    }
+    reply = post(url + "/completion", body)
+    return {
+        "tokens": [int(t) for t in reply["tokens"]],
+        "tok_s": float(reply["timings"]["predicted_per_second"]),
+    }
+
+
+def padded(prompt: list[int], length: int, filler: list[int]) -> list[int]:
+    """``prompt`` after the first tokens of ``filler``: ``length`` tokens in all."""
+    return filler[: max(length - len(prompt), 0)] + prompt
+
+
+def history_part(args: argparse.Namespace, url: str, engine: Engine, target: Any) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    filler = engine.encode(readme * 20)
+    sets = prompt_sets(engine, ["code", "chat"], args.prompts, 0)
+    for history in args.history:
+        runs = []
+        for set_name, prompts in sets.items():
+            for prompt in prompts:
+                ids = padded(prompt, history, filler)
+                result = engine.generate(ids, max_new_tokens=args.tokens, k=args.k, drafter="model")
+                own = server_greedy(url, ids, args.tokens)
+                work = result.stats.remote["engine"]
+                run = {
+                    "history": len(ids),
+                    "set": set_name,
+                    "exact": list(result.tokens) == own["tokens"][: len(result.tokens)],
+                    "rounds": result.stats.rounds,
+                    "tokens_per_round": result.stats.new_tokens / max(result.stats.rounds, 1),
+                    "first_round_tokens": work["round_tokens"][0],
+                    "round_tokens_median": statistics.median(work["round_tokens"][1:]),
+                    "round_tokens_max": max(work["round_tokens"][1:]),
+                    "first_round_ms": work["round_ms"][0],
+                    "round_ms_median": statistics.median(work["round_ms"][1:]),
+                    "hybrid_tok_s": result.stats.new_tokens
+                    / max(result.stats.decode_ms / 1e3, 1e-9),
+                    "server_alone_tok_s": own["tok_s"],
+                }
+                print(json.dumps(run), flush=True)
+                runs.append(run)
+        print(
+            f"history {history}: exact {sum(r['exact'] for r in runs)}/{len(runs)}; server "
+            f"prompt tokens per round median {_median(runs, 'round_tokens_median')}, max "
+            f"{max(r['round_tokens_max'] for r in runs)}; server ms per round "
+            f"{_median(runs, 'round_ms_median'):.1f}; first round "
+            f"{_median(runs, 'first_round_tokens'):.0f} tokens in "
+            f"{_median(runs, 'first_round_ms'):.0f} ms; {_median(runs, 'tokens_per_round'):.2f}"
+            " tokens per round; hybrid "
+            f"{_median(runs, 'hybrid_tok_s'):.1f} tok/s, server alone "
+            f"{_median(runs, 'server_alone_tok_s'):.1f} tok/s",
+            flush=True,
+        )
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(run[key] for run in runs))
+
+
+def replay(
+    target: OpenAITarget,
+    pieces: TokenPieces,
+    prompt: list[int],
+    drafts: list[tuple[int, ...]],
+    out: dict[str, Any],
+) -> None:
+    """One client: the recorded drafts verified round by round on the server."""
+    verifier = target.prompt_batch_verifier(pieces)
+    started = time.perf_counter()
+    verifier.begin(prompt, sampling=SamplingConfig(), rng=np.random.default_rng(0))
+    tokens: list[int] = []
+    for draft in drafts:
+        last = tokens[-1] if tokens else prompt[-1]
+        verdict = verifier.verify(last, Draft(tokens=draft))
+        tokens.extend(verdict.tokens)
+    work = verifier.work()
+    out.update(
+        tokens=tokens,
+        seconds=time.perf_counter() - started,
+        computed=sum(work.round_tokens),
+        rounds=len(work.round_tokens),
+    )
+
+
+def plain(url: str, prompt: list[int], tokens: int, out: dict[str, Any]) -> None:
+    """One user of the server alone: a greedy completion of ``tokens`` tokens."""
+    started = time.perf_counter()
+    body = {"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "return_tokens": True}
+    reply = post(url + "/completion", body)
+    out.update(
+        tokens=[int(t) for t in reply["tokens"]],
+        seconds=time.perf_counter() - started,
+    )
+
+
+def at_once(jobs: list[Any]) -> float:
+    """Runs ``jobs`` in threads at once; the seconds until the last one ends."""
+    threads = [threading.Thread(target=job) for job in jobs]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def clients_part(
+    args: argparse.Namespace, url: str, engine: Engine, target: RecordingTarget
+) -> None:
+    pieces = engine._token_pieces()
+    sets = prompt_sets(engine, ["code", "chat"], (max(args.clients) + 1) // 2, 0)
+    prompts = [p for pair in zip(sets["code"], sets["chat"], strict=False) for p in pair]
+    prompts = prompts[: max(args.clients)]
+    recorded = []
+    for prompt in prompts:  # one client alone, drafting for real: the drafts to replay
+        result = engine.generate(prompt, max_new_tokens=args.tokens, k=args.k, drafter="model")
+        own = server_greedy(url, prompt, args.tokens)
+        recorded.append((prompt, list(target.recording.drafts), own["tokens"]))
+        assert list(result.tokens) == own["tokens"][: len(result.tokens)], "not exact"
+    for n in args.clients:
+        chosen = recorded[:n]
+        hybrid_out: list[dict[str, Any]] = [{} for _ in chosen]
+        wall = at_once(
+            [
+                partial(replay, target, pieces, prompt, drafts, out)
+                for (prompt, drafts, _), out in zip(chosen, hybrid_out, strict=True)
+            ]
+        )
+        plain_out: list[dict[str, Any]] = [{} for _ in chosen]
+        plain_wall = at_once(
+            [
+                partial(plain, url, prompt, args.tokens, out)
+                for (prompt, _, _), out in zip(chosen, plain_out, strict=True)
+            ]
+        )
+        made = sum(len(o["tokens"]) for o in hybrid_out)
+        plain_made = sum(len(o["tokens"]) for o in plain_out)
+        exact = all(
+            o["tokens"][: len(c[2])] == c[2][: len(o["tokens"])]
+            for o, c in zip(hybrid_out, chosen, strict=True)
+        )
+        line = {
+            "clients": n,
+            "exact": exact,
+            "hybrid_tok_s": made / wall,
+            "hybrid_per_client_tok_s": statistics.mean(
+                len(o["tokens"]) / o["seconds"] for o in hybrid_out
+            ),
+            "hybrid_server_tokens_per_token": sum(o["computed"] for o in hybrid_out) / made,
+            "hybrid_passes_per_token": sum(o["rounds"] for o in hybrid_out) / made,
+            "alone_tok_s": plain_made / plain_wall,
+            "alone_per_client_tok_s": statistics.mean(
+                len(o["tokens"]) / o["seconds"] for o in plain_out
+            ),
+        }
+        print(json.dumps(line), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--llama-bin", type=Path, required=True)
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--history", default="64,1500")
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--clients", default="1,4,8")
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parts", default="history,clients")
+    args = parser.parse_args()
+    args.history = [int(n) for n in args.history.split(",")]
+    args.clients = [int(n) for n in args.clients.split(",")]
+    parts = args.parts.split(",")
+    model = catalog.find(args.model)
+    gguf = catalog.joined_gguf(model, cache_dir() / "downloads")
+    draft = catalog.draft_bundle(model)
+    assert draft is not None, f"{model.name} has no draft model"
+    slots = (args.k + 1) * (max(args.clients) if "clients" in parts else 1)
+    context = max(args.history) + args.tokens + args.k + 64
+    with ExitStack() as stack:
+        url = start_server(
+            stack,
+            args.llama_bin / "llama-server",
+            [
+                "-m",
+                str(gguf),
+                "-np",
+                str(slots),
+                "-c",
+                str(context * slots),
+                "-t",
+                str(args.threads),
+                "--no-cache-idle-slots",
+                "--no-webui",
+            ],
+            "llama-server",
+        )
+        target = RecordingTarget(url, max_k=args.k)
+        engine = Engine.load(
+            draft=draft.root, remote=target, threads=args.threads, measure_energy=False
+        )
+        info = target.info()
+        print(
+            f"llama-server: {slots} slots of {info.max_length} tokens; k up to {info.max_k}; "
+            f"a round of one prompt {info.target_step_s * 1e3:.1f} ms, of w prompts T(w)/T(1) "
+            + ", ".join(f"{c:.2f}" for c in info.verify_cost),
+            flush=True,
+        )
+        if "history" in parts:
+            history_part(args, url, engine, target)
+        if "clients" in parts:
+            clients_part(args, url, engine, target)
+
+
+if __name__ == "__main__":
+    main()
