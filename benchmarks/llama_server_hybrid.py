@@ -2,7 +2,7 @@
 
     python benchmarks/llama_server_hybrid.py --llama-bin DIR [--model qwen2.5-coder-1.5b]
         [--history 64,1500] [--prompts 2] [--clients 1,4,8] [--k 4] [--tokens 64]
-        [--threads 2] [--parts history,clients]
+        [--threads 2] [--parts history,clients] [--server-args '--no-repack']
 
 DIR holds llama.cpp's programs (``bash tools/build_llama_server.sh`` builds them into
 ``~/.cache/edgespec/llama.cpp/bin``). ``--model`` is a catalog name: llama-server serves its
@@ -103,6 +103,27 @@ def server_greedy(url: str, prompt: list[int], tokens: int) -> dict[str, Any]:
     }
 
 
+def parted(url: str, prompt: list[int], ours: list[int], theirs: list[int]) -> dict[str, Any]:
+    """Where two outputs part, and the server's top log-probabilities there (from a prompt
+    computed in one batch, cache off): a gap near 0 is a near-tie that the server's batch
+    shapes can flip."""
+    at = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b)
+    body = {
+        "prompt": prompt + ours[:at],
+        "n_predict": 1,
+        "temperature": 0.0,
+        "n_probs": 2,
+        "cache_prompt": False,
+    }
+    top = post(url + "/completion", body)["completion_probabilities"][0]["top_logprobs"]
+    return {
+        "at": at,
+        "ours": ours[at],
+        "theirs": theirs[at],
+        "top": [(entry["id"], round(entry["logprob"], 4)) for entry in top],
+    }
+
+
 def padded(prompt: list[int], length: int, filler: list[int]) -> list[int]:
     """``prompt`` after the first tokens of ``filler``: ``length`` tokens in all."""
     return filler[: max(length - len(prompt), 0)] + prompt
@@ -135,6 +156,8 @@ def history_part(args: argparse.Namespace, url: str, engine: Engine, target: Any
                     / max(result.stats.decode_ms / 1e3, 1e-9),
                     "server_alone_tok_s": own["tok_s"],
                 }
+                if not run["exact"]:
+                    run["parted"] = parted(url, ids, list(result.tokens), own["tokens"])
                 print(json.dumps(run), flush=True)
                 runs.append(run)
         print(
@@ -214,7 +237,13 @@ def clients_part(
         result = engine.generate(prompt, max_new_tokens=args.tokens, k=args.k, drafter="model")
         own = server_greedy(url, prompt, args.tokens)
         recorded.append((prompt, list(target.recording.drafts), own["tokens"]))
-        assert list(result.tokens) == own["tokens"][: len(result.tokens)], "not exact"
+        if list(result.tokens) != own["tokens"][: len(result.tokens)]:
+            print(
+                json.dumps(
+                    {"recorded_not_exact": parted(url, prompt, list(result.tokens), own["tokens"])}
+                ),
+                flush=True,
+            )
     for n in args.clients:
         chosen = recorded[:n]
         hybrid_out: list[dict[str, Any]] = [{} for _ in chosen]
@@ -265,6 +294,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parts", default="history,clients")
+    parser.add_argument(
+        "--server-args", default="", help="more llama-server arguments, e.g. '--no-repack'"
+    )
     args = parser.parse_args()
     args.history = [int(n) for n in args.history.split(",")]
     args.clients = [int(n) for n in args.clients.split(",")]

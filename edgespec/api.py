@@ -138,8 +138,9 @@ class Engine:
         ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
         threads, io_binding, verify_checksums, memory_budget_mb, shrink_context, budget,
         telemetry_root. ``remote`` (a URL, or a configured target) verifies there: a URL of
-        ``edgespec serve`` (``remote_api`` "edgespec") or of an OpenAI-compatible engine such
-        as vLLM or llama-cpp-python's server ("openai": greedy only). A local target is then
+        ``edgespec serve`` (``remote_api`` "edgespec") or of a serving engine ("openai":
+        llama.cpp's llama-server, greedy or sampled with a top-k; vLLM and llama-cpp-python's
+        server, greedy; docs/serving.md). A local target is then
         loaded only when ``target`` is given or the remote options need one (``fallback``
         "local", ``remote_when`` "budget"; see :class:`RemoteOptions`). ``remote_timeout_s``
         is the deadline of each request to ``remote``, retries included: a server that is

@@ -170,10 +170,10 @@ def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
 def test_sampled_output_follows_the_servers_distribution(hybrid: Any, served: LlamaServer) -> None:
     """χ²: the first token of sampled rounds, drafted from a distribution unlike the target's,
     is distributed as the server's own sampling distribution there (false-failure rate 1e-4)."""
-    from test_distribution import chi_square, chi_square_critical
-
     from edgespec.runtime.verifiers.engine_rounds import llama_server_round
     from edgespec.runtime.verifiers.http import TrafficMeter
+
+    from test_distribution import chi_square, chi_square_critical
 
     target: OpenAITarget = hybrid.remote
     verifier = target.prompt_batch_verifier(hybrid._token_pieces())
@@ -199,6 +199,24 @@ def test_sampled_output_follows_the_servers_distribution(hybrid: Any, served: Ll
     observed = np.array([counts[t] for t in support.tolist()])
     statistic, df = chi_square(observed, p)
     assert statistic < chi_square_critical(df), (statistic, df)
+
+
+def test_the_openai_route_of_batched_prompts_gives_the_same_tokens(
+    hybrid: Any, served: LlamaServer
+) -> None:
+    """vLLM's request shape (a token-id prompt list on /v1/completions) against llama-server's
+    form of that route: the same next tokens as its native /completion."""
+    from edgespec.runtime.verifiers.engine_rounds import llama_server_round, openai_prompts_round
+    from edgespec.runtime.verifiers.http import TrafficMeter
+
+    target: OpenAITarget = hybrid.remote
+    history = hybrid.encode("def quicksort(items):\n")
+    drafted = hybrid.encode("    if len(items) <= 1:")
+    prompts = [history + drafted[:i] for i in range(len(drafted) + 1)]
+    meter = TrafficMeter()
+    native = llama_server_round(target, prompts, SamplingConfig(), meter)
+    openai = openai_prompts_round(target, target.model, prompts, meter)
+    assert [a.token for a in openai] == [a.token for a in native]
 
 
 def test_sampling_without_a_bounding_top_k_is_refused(hybrid: Any) -> None:

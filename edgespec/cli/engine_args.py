@@ -75,8 +75,8 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         default="edgespec",
         choices=REMOTE_APIS,
         help="what --remote speaks: edgespec (verification protocol v1, default) or openai "
-        "(an OpenAI-compatible engine such as vLLM or llama-cpp-python's server: greedy "
-        "drafts verified from prompt log-probabilities)",
+        "(a serving engine, detected from its answers: llama.cpp's llama-server, greedy or "
+        "sampled with --top-k; vLLM and llama-cpp-python's server, greedy)",
     )
     parser.add_argument(
         "--remote-model",

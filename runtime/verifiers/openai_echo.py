@@ -79,8 +79,9 @@ class Echo:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
             raise RemoteError(
                 f"the engine's completion has no usable prompt log-probabilities ({error!r})",
-                fix="the engine must support echo with logprobs on /v1/completions "
-                "(llama-cpp-python: start it with --logits_all true)",
+                fix="verify on llama.cpp's llama-server, vLLM, 'edgespec serve', or an engine "
+                "that echoes prompts with logprobs on /v1/completions (llama-cpp-python: "
+                "start it with --logits_all true)",
             ) from error
         if not len(tokens) == len(token_logprobs) == len(top_logprobs):
             raise RemoteError("the engine's log-probability lists differ in length")
