@@ -24,8 +24,9 @@ Part "clients": N devices on one server (``-np`` = max N × (k + 1)). Each clien
 drafts its prompt drew in a recorded single-client run (so this machine's cores serve only
 the server), N clients at once, each on a prompt of its own; then the same N prompts as plain
 greedy completions on the same server, N at once (llama-server's continuous batching), in
-turn. Printed per N: aggregate and per-client tokens/s of both, the server's computed tokens
-and batched passes per generated token, and whether every client's output equalled the
+turn. Printed per N: aggregate and per-client tokens/s of both (prompt included), the
+server's computed tokens and batched passes (``llama_decode`` calls) per generated token from
+its own counters (``--metrics``), and whether every client's output equalled the
 server's own greedy output.
 """
 
@@ -79,9 +80,9 @@ class RecordingTarget(OpenAITarget):
         inner = verifier.round_request
         self.recording = Recording()
 
-        def noted(prompts: Any, sampling: SamplingConfig, meter: Any) -> Any:
+        def noted(prompts: Any, sampling: SamplingConfig, meter: Any, uncached: int) -> Any:
             self.recording.drafts.append(tuple(prompts[-1][len(prompts[0]) :]))
-            return inner(prompts, sampling, meter)
+            return inner(prompts, sampling, meter, uncached)
 
         verifier.round_request = noted
         return verifier
@@ -214,6 +215,32 @@ def plain(url: str, prompt: list[int], tokens: int, out: dict[str, Any]) -> None
     )
 
 
+COUNTERS = ("n_decode_total", "prompt_tokens_total", "tokens_predicted_total")
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """llama-server's own counters (``--metrics``): its batched passes (``llama_decode``
+    calls), the prompt tokens it computed and the tokens it generated."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=60) as response:
+        text = response.read().decode()
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.removeprefix("llamacpp:") in COUNTERS:
+            found[name.removeprefix("llamacpp:")] = float(value)
+    return found
+
+
+def counted(url: str, run: Any) -> tuple[float, dict[str, float]]:
+    """Runs ``run()`` (it returns seconds); those seconds and the server's counters' growth."""
+    before = server_counters(url)
+    seconds = run()
+    after = server_counters(url)
+    return seconds, {name: after[name] - before[name] for name in COUNTERS}
+
+
 def at_once(jobs: list[Any]) -> float:
     """Runs ``jobs`` in threads at once; the seconds until the last one ends."""
     threads = [threading.Thread(target=job) for job in jobs]
@@ -247,18 +274,24 @@ def clients_part(
     for n in args.clients:
         chosen = recorded[:n]
         hybrid_out: list[dict[str, Any]] = [{} for _ in chosen]
-        wall = at_once(
-            [
-                partial(replay, target, pieces, prompt, drafts, out)
-                for (prompt, drafts, _), out in zip(chosen, hybrid_out, strict=True)
-            ]
+        wall, hybrid_counts = counted(
+            url,
+            lambda chosen=chosen, hybrid_out=hybrid_out: at_once(
+                [
+                    partial(replay, target, pieces, prompt, drafts, out)
+                    for (prompt, drafts, _), out in zip(chosen, hybrid_out, strict=True)
+                ]
+            ),
         )
         plain_out: list[dict[str, Any]] = [{} for _ in chosen]
-        plain_wall = at_once(
-            [
-                partial(plain, url, prompt, args.tokens, out)
-                for (prompt, _, _), out in zip(chosen, plain_out, strict=True)
-            ]
+        plain_wall, plain_counts = counted(
+            url,
+            lambda chosen=chosen, plain_out=plain_out: at_once(
+                [
+                    partial(plain, url, prompt, args.tokens, out)
+                    for (prompt, _, _), out in zip(chosen, plain_out, strict=True)
+                ]
+            ),
         )
         made = sum(len(o["tokens"]) for o in hybrid_out)
         plain_made = sum(len(o["tokens"]) for o in plain_out)
@@ -266,21 +299,32 @@ def clients_part(
             o["tokens"][: len(c[2])] == c[2][: len(o["tokens"])]
             for o, c in zip(hybrid_out, chosen, strict=True)
         )
+        # The server's own outputs with N users at once against its outputs alone: its
+        # numerics depend on what shares a batch, so these can part too.
+        alone_exact = all(o["tokens"] == c[2] for o, c in zip(plain_out, chosen, strict=True))
         line = {
             "clients": n,
             "exact": exact,
+            "alone_exact": alone_exact,
             "hybrid_tok_s": made / wall,
             "hybrid_per_client_tok_s": statistics.mean(
                 len(o["tokens"]) / o["seconds"] for o in hybrid_out
             ),
-            "hybrid_server_tokens_per_token": sum(o["computed"] for o in hybrid_out) / made,
-            "hybrid_passes_per_token": sum(o["rounds"] for o in hybrid_out) / made,
+            "hybrid_server_tokens_per_token": _computed(hybrid_counts) / made,
+            "hybrid_server_passes_per_token": hybrid_counts["n_decode_total"] / made,
+            "hybrid_requests_per_token": sum(o["rounds"] for o in hybrid_out) / made,
             "alone_tok_s": plain_made / plain_wall,
             "alone_per_client_tok_s": statistics.mean(
                 len(o["tokens"]) / o["seconds"] for o in plain_out
             ),
+            "alone_server_tokens_per_token": _computed(plain_counts) / plain_made,
+            "alone_server_passes_per_token": plain_counts["n_decode_total"] / plain_made,
         }
         print(json.dumps(line), flush=True)
+
+
+def _computed(counts: dict[str, float]) -> float:
+    return counts["prompt_tokens_total"] + counts["tokens_predicted_total"]
 
 
 def main() -> None:
@@ -306,7 +350,7 @@ def main() -> None:
     draft = catalog.draft_bundle(model)
     assert draft is not None, f"{model.name} has no draft model"
     slots = (args.k + 1) * (max(args.clients) if "clients" in parts else 1)
-    context = max(args.history) + args.tokens + args.k + 64
+    context = max(max(args.history) + args.tokens + args.k + 64, 512)
     with ExitStack() as stack:
         url = start_server(
             stack,
@@ -322,6 +366,7 @@ def main() -> None:
                 str(args.threads),
                 "--no-cache-idle-slots",
                 "--no-webui",
+                "--metrics",
             ],
             "llama-server",
         )

@@ -150,6 +150,21 @@ def test_greedy_output_is_the_servers_own(hybrid: Any, served: LlamaServer, prom
     assert 0 < accepted < tested  # drafts both accepted and cut short
 
 
+def test_generate_cli_verifies_on_llama_server(
+    served: LlamaServer, shipped_draft: Path, hybrid: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command a user types, as the user types it: the printed text is the text of the
+    server's own greedy tokens."""
+    from edgespec.cli import main
+
+    prompt = "def is_prime(n):\n"
+    args = ["generate", prompt, "--draft", str(shipped_draft), "--remote", served.url]
+    code = main([*args, "--remote-api", "openai", "--max-new-tokens", "24", "--no-color"])
+    assert code == 0
+    expected = server_greedy(served.url, hybrid.encode(prompt), 24)
+    assert capsys.readouterr().out.rstrip("\n") == hybrid.tokenizer.decode(expected)
+
+
 def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
     """The server's computed tokens per round after ~1,500 tokens of history are those after
     ~10: (k + 1)(k + 2) / 2 and what the slots missed, never the history."""

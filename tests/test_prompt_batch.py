@@ -43,11 +43,17 @@ class ScriptedEngine:
 
     def __init__(self) -> None:
         self.rounds: list[list[list[int]]] = []
+        self.uncached: list[int] = []
 
     def __call__(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, meter: TrafficMeter
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        meter: TrafficMeter,
+        uncached: int,
     ) -> list[NextToken]:
         self.rounds.append([list(p) for p in prompts])
+        self.uncached.append(uncached)
         if sampling.greedy:
             return [NextToken(token=greedy_next(p), computed=1 + i) for i, p in enumerate(prompts)]
         return [
@@ -103,6 +109,10 @@ def test_rounds_continue_from_the_committed_tokens() -> None:
         made += verdict.tokens
         last = made[-1]
     assert made[:10] == truth[:10]
+    # The first round's prompts are all uncached; later ones only past the last history.
+    assert engine.uncached[0] == sum(len(p) for p in engine.rounds[0])
+    second = engine.rounds[1]
+    assert engine.uncached[1] == sum(len(p) - len(engine.rounds[0][0]) for p in second)
 
 
 def test_sampled_first_token_follows_the_engines_distribution() -> None:

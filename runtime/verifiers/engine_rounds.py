@@ -126,11 +126,13 @@ def llama_server_round(
     prompts: Sequence[Sequence[int]],
     sampling: SamplingConfig,
     meter: TrafficMeter,
+    *,
+    timeout_s: float | None = None,
 ) -> list[NextToken]:
-    """The next token after each of ``prompts`` (in order), from one ``POST /completion``."""
-    exchange = meter.record(
-        target.request("POST", "/completion", llama_server_body(prompts, sampling))
-    )
+    """The next token after each of ``prompts`` (in order), from one ``POST /completion``
+    (``timeout_s``: its deadline, when the round's work needs more than the connection's)."""
+    body = llama_server_body(prompts, sampling)
+    exchange = meter.record(target.request("POST", "/completion", body, timeout_s=timeout_s))
     raise_for_status(exchange, "a verification request", peer=target.peer)
     results = exchange.data if isinstance(exchange.data, list) else [exchange.data]
     if len(results) != len(prompts):
@@ -173,6 +175,8 @@ def openai_prompts_round(
     model: str,
     prompts: Sequence[Sequence[int]],
     meter: TrafficMeter,
+    *,
+    timeout_s: float | None = None,
 ) -> list[NextToken]:
     """The greedy next token after each of ``prompts``, from one ``POST /v1/completions``
     (vLLM: token ids named ``token_id:N``; llama-server's form of it names them by ``id``)."""
@@ -184,7 +188,7 @@ def openai_prompts_round(
         "logprobs": 1,
         "return_tokens_as_token_ids": True,
     }
-    exchange = meter.record(target.request("POST", "/v1/completions", body))
+    exchange = meter.record(target.request("POST", "/v1/completions", body, timeout_s=timeout_s))
     raise_for_status(exchange, "a verification request", peer=target.peer)
     try:
         choices = sorted(exchange.data["choices"], key=lambda choice: int(choice["index"]))

@@ -113,14 +113,16 @@ class Connection:
         *,
         retry: bool = True,
         headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> Exchange:
-        """Sends one request, retrying transport failures and 429/5xx until the deadline."""
+        """Sends one request, retrying transport failures and 429/5xx until the deadline
+        (``timeout_s`` after the first attempt; default the connection's)."""
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         sent_headers = dict(headers or {})
         if content:
             sent_headers["Content-Type"] = "application/json"
         started = time.monotonic()
-        deadline = started + self.timeout_s
+        deadline = started + (timeout_s or self.timeout_s)
         limit = 1 if not retry else None if self.retries is None else 1 + self.retries
         attempts, problem = 0, ""
         while True:

@@ -200,6 +200,15 @@ class OpenAITarget(Connection):
         )
         return self._info
 
+    def round_deadline(self, uncached: int) -> float:
+        """A round's deadline: the connection's, plus twice the time the engine would take to
+        compute ``uncached`` prompt tokens at the per-token cost of its measured widest round
+        (a first round after a long history computes it once per slot)."""
+        info = self.info()
+        widest = len(info.verify_cost)
+        per_token_s = info.target_step_s * info.verify_cost[-1] / (widest * (widest + 1) / 2)
+        return self.timeout_s + 2.0 * uncached * per_token_s
+
     def check_vocabulary(self, pieces: TokenPieces) -> None:
         """Refuses, once, a draft whose tokenizer is not the served model's
         (``engine_probe.check_vocabulary``)."""
@@ -215,8 +224,8 @@ class OpenAITarget(Connection):
         info = self.info()
         if self.engine() == LLAMA_SERVER:
             return PromptBatchVerifier(
-                round_request=lambda prompts, sampling, meter: llama_server_round(
-                    self, prompts, sampling, meter
+                round_request=lambda prompts, sampling, meter, uncached: llama_server_round(
+                    self, prompts, sampling, meter, timeout_s=self.round_deadline(uncached)
                 ),
                 max_length=info.max_length,
                 suggested_k=info.max_k,
@@ -225,8 +234,8 @@ class OpenAITarget(Connection):
                 check_sampling=sampled_support_size,
             )
         return PromptBatchVerifier(
-            round_request=lambda prompts, sampling, meter: openai_prompts_round(
-                self, self.model, prompts, meter
+            round_request=lambda prompts, sampling, meter, uncached: openai_prompts_round(
+                self, self.model, prompts, meter, timeout_s=self.round_deadline(uncached)
             ),
             max_length=info.max_length,
             suggested_k=info.max_k,

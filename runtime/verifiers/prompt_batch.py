@@ -27,8 +27,12 @@ from edgespec.runtime.verifiers.base import Verdict
 from edgespec.runtime.verifiers.engine_rounds import NextToken
 from edgespec.runtime.verifiers.http import Traffic, TrafficMeter
 
-#: A round: the next token after each prompt, from one request.
-RoundRequest = Callable[[Sequence[Sequence[int]], SamplingConfig, TrafficMeter], list[NextToken]]
+#: A round: the next token after each prompt, from one request, and the tokens of the prompts
+#: the engine may have to compute (none of them cached: the first round), which its deadline
+#: allows for.
+RoundRequest = Callable[
+    [Sequence[Sequence[int]], SamplingConfig, TrafficMeter, int], list[NextToken]
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +70,7 @@ class PromptBatchVerifier:
         self.check_sampling = check_sampling
         self.meter = TrafficMeter()
         self._history: list[int] = []
+        self._cached = 0
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
         self._round_tokens: list[int] = []
@@ -86,6 +91,7 @@ class PromptBatchVerifier:
         # Nothing is sent yet: the first round's prompts compute the history in the slots
         # they land in, each slot once, and only as many slots as that round's k needs.
         self._history = list(prompt)
+        self._cached = 0
         self._round_tokens, self._round_ms = [], []
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
@@ -94,7 +100,11 @@ class PromptBatchVerifier:
         started = time.perf_counter()
         drafted = list(draft.tokens)
         prompts = [self._history + drafted[:i] for i in range(len(drafted) + 1)]
-        answers = self.round_request(prompts, self._sampling, self.meter)
+        # Tokens no slot may hold yet: all of them in the first round, then what follows the
+        # history every slot of the last round shared.
+        uncached = sum(len(prompt) - self._cached for prompt in prompts)
+        answers = self.round_request(prompts, self._sampling, self.meter, uncached)
+        self._cached = len(self._history)
         acceptance = self._accept(draft, answers)
         self._history.extend(acceptance.tokens)
         self._round_tokens.append(sum(max(answer.computed, 0) for answer in answers))
