@@ -165,6 +165,43 @@ def test_generate_cli_verifies_on_llama_server(
     assert capsys.readouterr().out.rstrip("\n") == hybrid.tokenizer.decode(expected)
 
 
+def test_four_devices_at_once_each_get_the_servers_own_output(hybrid: Any) -> None:
+    """Four clients verify at once on one server (4 x (k + 1) slots), each with drafts right
+    for a few tokens, then wrong, then right again: every output is the server's own greedy
+    output for its prompt."""
+    import threading
+
+    prompts = [hybrid.encode(p) for p in (*CODE_PROMPTS, "for i in range(10):\n")]
+    with LlamaServer(model=_smollm2_gguf(), port=free_port(), slots=20, context=512) as shared:
+        expected = [server_greedy(shared.url, ids, 40) for ids in prompts]
+        # Four first rounds compute their histories in one batch: room for a busy machine.
+        target = OpenAITarget(shared.url, timeout_s=300)
+        pieces = hybrid._token_pieces()  # the draft's tokenizer, as the engine builds it
+        outputs: list[list[int]] = [[] for _ in prompts]
+
+        def client(index: int) -> None:
+            verifier = target.prompt_batch_verifier(pieces)
+            ids, truth = prompts[index], expected[index]
+            verifier.begin(ids, sampling=SamplingConfig(), rng=np.random.default_rng(index))
+            made: list[int] = []
+            while len(made) < len(truth) - 5:
+                right = truth[len(made) : len(made) + 1 + len(made) % 4]
+                wrong = [(right[-1] + 1) % 1000] if len(made) % 3 == 0 else []
+                verdict = verifier.verify(
+                    made[-1] if made else ids[-1], Draft(tokens=tuple(right + wrong))
+                )
+                made += verdict.tokens
+            outputs[index] = made
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for made, truth in zip(outputs, expected, strict=True):
+        assert made and made == truth[: len(made)]
+
+
 def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
     """The server's computed tokens per round after ~1,500 tokens of history are those after
     ~10: (k + 1)(k + 2) / 2 and what the slots missed, never the history."""

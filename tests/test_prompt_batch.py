@@ -205,3 +205,32 @@ def test_engines_are_told_apart_by_their_answers() -> None:
     assert LlamaServerProps.from_json({"chat": {}}) is None
     assert is_vllm({"data": [{"id": "m", "owned_by": "vllm"}]})
     assert not is_vllm({"data": [{"id": "m", "owned_by": "me"}]})
+
+
+def test_an_engine_that_neither_batches_nor_echoes_is_refused_before_generating() -> None:
+    """An OpenAI-compatible server that is not llama-server or vLLM and returns no prompt
+    log-probabilities (as Ollama's routes do) is refused in one line when a generation is
+    planned, before any round."""
+    from fastapi import FastAPI
+
+    from edgespec.api import Engine
+
+    from servers import ThreadServer
+
+    app = FastAPI()
+    completions: list[object] = []
+
+    @app.get("/v1/models")
+    def models() -> dict[str, object]:
+        return {"data": [{"id": "m", "owned_by": "library"}]}
+
+    @app.post("/v1/completions")
+    def complete(body: dict[str, object]) -> dict[str, object]:
+        completions.append(body)
+        return {"choices": [{"index": 0, "text": "x", "logprobs": None, "finish_reason": "length"}]}
+
+    with ThreadServer(app) as server:
+        engine = Engine.load(remote=server.url, remote_api="openai", measure_energy=False)
+        with pytest.raises(RemoteError, match="neither llama-server nor vLLM"):
+            engine.generate("def add(a, b):", max_new_tokens=4)
+    assert len(completions) == 1  # the one probe, no round

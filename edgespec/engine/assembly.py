@@ -89,6 +89,7 @@ def _openai_verifier(target: OpenAITarget, pieces: Callable[[], TokenPieces]) ->
     tokens by text and so needs the draft tokenizer's ``TokenPieces``."""
     if target.engine() in BATCHED_PROMPT_ENGINES:
         return target.prompt_batch_verifier(pieces())
+    target.check_echo(pieces())
     return OpenAIVerifier(target, pieces())
 
 

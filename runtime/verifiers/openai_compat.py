@@ -129,6 +129,7 @@ class OpenAITarget(Connection):
         self._props: LlamaServerProps | None = None
         self._info: ServerInfo | None = None
         self._checked_vocabulary = False
+        self._checked_echo = False
         self._vllm = False
 
     @property
@@ -264,6 +265,26 @@ class OpenAITarget(Connection):
                     eos_token=str(data.get("eos_token") or ""),
                 )
         return None
+
+    def check_echo(self, pieces: TokenPieces) -> None:
+        """Refuses, once and before any generation, an engine that is neither llama-server nor
+        vLLM and does not echo prompts with log-probabilities either (Ollama's OpenAI routes,
+        a proxy to a hosted API): every round would fail."""
+        if self._checked_echo:
+            return
+        probe = list(pieces.tokenizer.encode(VOCABULARY_PROBE, add_special_tokens=False).ids)[:4]
+        try:
+            self.echo(probe, pieces, TrafficMeter())
+        except RemoteUnavailableError:
+            raise
+        except RemoteError as error:
+            raise RemoteError(
+                f"{self.url} is neither llama-server nor vLLM, and it does not echo prompts "
+                f"with log-probabilities, which verification needs ({error.problem})",
+                fix="verify on llama.cpp's llama-server, vLLM, 'edgespec serve', or "
+                "llama-cpp-python's server started with --logits_all true",
+            ) from error
+        self._checked_echo = True
 
     def echo(self, token_ids: Sequence[int], pieces: TokenPieces, meter: TrafficMeter) -> Echo:
         """One ``/v1/completions`` request that echoes ``token_ids`` with log-probabilities
