@@ -52,6 +52,7 @@ class Engine:
         self.pair = pair
         self._profile: CostProfile | None = None
         self._pieces: TokenPieces | None = None
+        self._closed = False
         self._source = planning.describe(
             pair,
             remote=remote,
@@ -313,12 +314,34 @@ class Engine:
         :class:`Delta` pieces; ``generation.result`` is set once the iteration ends. Pass
         ``options`` or their fields as keywords, not both. ``model_turn`` runs each round's
         model work (see :class:`Generation`)."""
+        if self._closed:
+            raise ConfigError("this engine is closed", fix="load another with Engine.load")
         if options is not None and fields:
             raise ConfigError("pass options or keyword fields, not both", fix="merge them")
         chosen = options if options is not None else GenerationOptions(**fields)
         return Generation(
             planning.plan(self._source, prompt, chosen), self.tokenizer, model_turn=model_turn
         )
+
+    def close(self) -> None:
+        """Closes the remote target's connection and lets go of the models' ONNX Runtime
+        sessions (their memory returns once nothing else holds them); generating afterwards
+        raises :class:`ConfigError`. Closing twice does nothing. ``with Engine.load(...) as
+        engine:`` closes it at the end of the block."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.remote is not None:
+            self.remote.close()
+        for model in (self.pair.target, self.pair.draft):
+            if model is not None:
+                model.release()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _token_pieces(self) -> TokenPieces:
         """The draft tokenizer's table of token texts for an OpenAI verifier (built once)."""

@@ -188,6 +188,7 @@ class OnnxModel:
             self.graph, manifest.quantization.op_types, self.requested_providers
         )
         self.session = open_session(bundle, session_options, self.requested_providers, graph_path)
+        self.released = False
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())
         self.fell_back = self.requested_providers[0] not in self.providers
@@ -233,6 +234,15 @@ class OnnxModel:
         on_cuda = bool(self.providers) and self.providers[0] == "CUDAExecutionProvider"
         on_gpu = on_cuda and self.half_attention
         return "cuda" if self.shared_kv and self.io_binding and on_gpu else None
+
+    def release(self) -> None:
+        """Lets go of the ONNX Runtime session and the driver that holds it (the engine's
+        ``close``): the model cannot run afterwards. Releasing twice does nothing."""
+        if self.released:
+            return
+        self.released = True
+        del self.driver
+        del self.session
 
     def new_cache(self) -> KVCache:
         """A cache for :meth:`forward` (the kind the graph and the session's path need)."""

@@ -410,3 +410,14 @@ def test_one_source_of_k(
     out = capsys.readouterr().out
     assert "choice: " in out and "measured on 12 built-in prompts (code, chat-edit, chat)" in out
     assert "now use it by default on this device" in out
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", "\n\t"])
+def test_a_blank_prompt_is_a_usage_error_before_any_model_loads(
+    prompt: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A target that cannot load: the refusal must come first (no fetch, no import).
+    monkeypatch.setenv("EDGESPEC_TARGET", "/nonexistent/bundle")
+    assert main(["generate", prompt]) == 2
+    assert main(["generate", "--model", "gemma3-270m", prompt]) == 2
+    assert "the prompt is empty or only whitespace" in capsys.readouterr().err

@@ -469,3 +469,15 @@ def test_cli_bench_json_keys(
         assert key in results
     assert len(results["verify_cost"]) == 9 and results["verify_cost"][0] == 1.0
     assert results["greedy"]["identical_output"] is True
+
+
+def test_an_engine_closes_and_refuses_to_generate_after() -> None:
+    from edgespec.api import Engine
+    from edgespec.errors import ConfigError
+
+    with Engine.load(measure_energy=False) as engine:
+        assert engine.generate("def f():", max_new_tokens=4).tokens
+    with pytest.raises(ConfigError, match="engine is closed"):
+        engine.generate("def f():", max_new_tokens=4)
+    engine.close()  # twice: nothing happens
+    assert engine.target is not None and engine.target.released

@@ -213,10 +213,17 @@ def load_engine(args: argparse.Namespace) -> Any:
 
 
 def check_generation_options(args: argparse.Namespace) -> None:
-    """The ``check`` hook of generate and chat: bad option values are usage errors, reported
-    before the model loads."""
+    """The ``check`` hook of generate and chat: bad option values, and an empty or blank
+    prompt, are usage errors, reported before any model is fetched or loaded."""
     from edgespec.engine.options import GenerationOptions
+    from edgespec.errors import ConfigError
 
+    prompt = getattr(args, "prompt", None)
+    if prompt is not None and not prompt.strip():
+        raise ConfigError(
+            "the prompt is empty or only whitespace",
+            fix="pass the text to continue, e.g. edgespec generate 'def fib(n):'",
+        )
     GenerationOptions(**generation_options(args))
 
 

@@ -249,8 +249,10 @@ def _prompt_ids(
     source: PlanSource, prompt: str | Sequence[int], options: GenerationOptions
 ) -> list[int]:
     ids = list(prompt) if not isinstance(prompt, str) else source.encode(prompt, options.chat)
-    if not ids or (isinstance(prompt, str) and not prompt):
-        raise ConfigError("the prompt is empty", fix="pass at least one character of text")
+    if not ids or (isinstance(prompt, str) and not prompt.strip()):
+        raise ConfigError(
+            "the prompt is empty or only whitespace", fix="pass at least one character of text"
+        )
     if any(not 0 <= t < source.vocab_size for t in ids):
         raise ConfigError(
             f"prompt token ids must lie in [0, {source.vocab_size})",

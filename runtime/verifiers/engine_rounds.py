@@ -68,7 +68,13 @@ class Connected(Protocol):
     url: str
 
     def request(
-        self, method: str, path: str, body: Any = None, *, retry: bool = True
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        retry: bool = True,
+        timeout_s: float | None = None,
     ) -> Exchange: ...
 
 
