@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import select
@@ -77,6 +78,33 @@ def test_the_history_is_cut_from_the_front_with_a_notice(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr
     assert "[the 1 oldest exchange(s) were dropped to fit the context]" in result.stderr
+
+
+def test_a_message_too_long_is_refused_and_the_conversation_goes_on(tmp_path: Path) -> None:
+    """One message longer than the context even alone gets a notice; the exchange before it
+    stays in the history and the message after it is answered. --json: one object a line."""
+    too_long = "x " * 3000
+    result = _chat(
+        f"def add(a, b):\n{too_long}\n/stats\nhello\n",
+        "--json",
+        "--max-new-tokens",
+        "8",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(answers) == 2 and all(a["tokens"] == 8 for a in answers)
+    assert "[this message was not answered: this message takes" in result.stderr
+    assert "the conversation goes on]" in result.stderr
+    assert "dropped" not in result.stderr  # nothing of the history was given up for it
+    assert "[8 tokens, " in result.stderr  # /stats: the first answer's, the refused one made none
+
+
+def test_chat_answers_run_to_the_end_of_the_turn_by_default() -> None:
+    from edgespec.cli.main import build_parser
+
+    assert build_parser().parse_args(["chat"]).max_new_tokens is None
+    assert build_parser().parse_args(["generate", "x"]).max_new_tokens == 128
 
 
 class Terminal:

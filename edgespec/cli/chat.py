@@ -3,15 +3,20 @@
 Answers stream as they are committed (accepted draft tokens coloured, as in ``generate``).
 Commands: ``/reset`` (forget the history), ``/stats`` (the last answer's tokens/s, alpha and
 draft lengths), ``/help``, ``/exit``; any other ``/word`` is answered "unknown command", not
-sent to the model. An answer cut at ``--max-new-tokens`` says so. Ctrl-C stops the current
-answer and keeps the session; Ctrl-C at the prompt or Ctrl-D leaves. When stdin is not a
-terminal, each line is one message and gets one answer. The history is cut from the front,
-with a notice, when it would pass the context limit.
+sent to the model. An answer runs to the model's end of turn, bounded by the context, unless
+``--max-new-tokens`` bounds it (an answer cut there says so). Ctrl-C stops the current answer
+and keeps the session; Ctrl-C at the prompt or Ctrl-D leaves. When stdin is not a terminal,
+each line is one message and gets one answer (``--json``: one JSON object per answer, on one
+line). The history is cut from the front, with a notice, when it would pass the context
+limit. A message that cannot be answered (too long for the context even alone, a remote
+target that went away, a budget refusal) gets a notice, and the session, its history and the
+next messages go on.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -52,12 +57,17 @@ def add_chat_command(commands: Any) -> None:
         help="a model of the catalog by name ('edgespec models'), the same as --model MODEL",
     )
     add_engine_arguments(chat)
-    add_decoding_arguments(chat)
+    add_decoding_arguments(chat, max_new_tokens=None)
     chat.add_argument(
         "--system", default=None, metavar="TEXT", help="a system message opening the conversation"
     )
     chat.add_argument(
         "--no-color", action="store_true", help="do not colour text that came from accepted drafts"
+    )
+    chat.add_argument(
+        "--json",
+        action="store_true",
+        help="print each answer as one JSON line: text, finish_reason, tokens (no streaming)",
     )
     chat.set_defaults(handler=run_chat, check=check_generation_options, chat=False)
 
@@ -79,9 +89,32 @@ class Conversation:
         self.last_stats = None
 
 
+#: The least room an answer without --max-new-tokens keeps in the context: the oldest exchanges
+#: are dropped to leave at least this much (or a quarter of a small context).
+MIN_ANSWER_ROOM = 512
+
+
+def answer_room(engine: Any, max_new_tokens: int | None) -> int:
+    """The tokens the history must leave for an answer."""
+    if max_new_tokens is not None:
+        return max_new_tokens
+    return min(MIN_ANSWER_ROOM, engine.max_length // 4)
+
+
 def prompt_ids(engine: Any, conversation: Conversation, user: str, room: int) -> list[int]:
     """The templated conversation's token ids, dropping the oldest exchanges until it leaves
-    ``room`` tokens for the answer (a notice says how many were dropped)."""
+    ``room`` tokens for the answer (a notice says how many were dropped). A message that does
+    not fit even alone raises :class:`ContextLimitError` before any exchange is dropped."""
+    from edgespec.errors import ContextLimitError
+
+    alone = engine.apply_chat_template(Conversation(system=conversation.system).turns(user))
+    length = len(engine.tokenizer.encode(alone, add_special_tokens=False).ids)
+    if length + room > engine.max_length:
+        raise ContextLimitError(
+            f"this message takes {length} tokens with the chat template, which leaves no room "
+            f"for a {room}-token answer in the context of {engine.max_length} tokens",
+            fix="shorten the message (or pass a smaller --max-new-tokens)",
+        )
     dropped = 0
     while True:
         text = engine.apply_chat_template(conversation.turns(user))
@@ -96,41 +129,70 @@ def prompt_ids(engine: Any, conversation: Conversation, user: str, room: int) ->
     return ids
 
 
-def answer(engine: Any, ids: list[int], options: dict[str, Any], out: TextIO, color: bool) -> Any:
-    """Streams one answer and returns its Result."""
+def answer(
+    engine: Any, ids: list[int], options: dict[str, Any], out: TextIO, *, color: bool, as_json: bool
+) -> Any:
+    """Streams one answer (or prints it as one JSON line) and returns its Result."""
     generation = engine.stream_deltas(ids, **options)
     for delta in generation:
-        out.write(f"\033[36m{delta.text}\033[0m" if color and delta.drafted else delta.text)
-        out.flush()
+        if not as_json:
+            out.write(f"\033[36m{delta.text}\033[0m" if color and delta.drafted else delta.text)
+            out.flush()
+    result = generation.result
+    if as_json:
+        reply = {"text": result.text, "finish_reason": result.finish_reason}
+        reply["tokens"] = len(result.tokens)
+        out.write(json.dumps(reply, ensure_ascii=False))
     out.write("\n")
     out.flush()
-    return generation.result
+    return result
 
 
 def turn(
-    engine: Any, conversation: Conversation, message: str, options: dict[str, Any], *, color: bool
+    engine: Any,
+    conversation: Conversation,
+    message: str,
+    options: dict[str, Any],
+    *,
+    color: bool,
+    as_json: bool = False,
 ) -> None:
-    """One exchange; Ctrl-C stops it (the message is then not kept) and the session goes on."""
+    """One exchange; Ctrl-C stops it (the message is then not kept) and the session goes on,
+    as it does when this message cannot be answered (a notice says why)."""
+    from edgespec.errors import BudgetError, ContextLimitError, RemoteError
+
+    bound = options["max_new_tokens"]
     try:
-        ids = prompt_ids(engine, conversation, message, options["max_new_tokens"])
-        result = answer(engine, ids, options, sys.stdout, color)
-        if result.finish_reason == "max_new_tokens":
-            print(
-                f"[answer cut at {options['max_new_tokens']} tokens; pass --max-new-tokens N "
-                "for longer answers]",
-                file=sys.stderr,
-                flush=True,
-            )
+        ids = prompt_ids(engine, conversation, message, answer_room(engine, bound))
+        # Without a bound, the answer may use the rest of the context (at least one token,
+        # so that a message too long even alone is refused by the context check).
+        chosen = {**options, "max_new_tokens": bound or max(engine.max_length - len(ids), 1)}
+        result = answer(engine, ids, chosen, sys.stdout, color=color, as_json=as_json)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         sys.stdout.flush()
         print("[answer stopped; Ctrl-C again or Ctrl-D leaves]", file=sys.stderr, flush=True)
         return
+    except (ContextLimitError, RemoteError, BudgetError) as error:
+        note(f"[this message was not answered: {error}; the conversation goes on]")
+        return
+    if result.error is not None:
+        note(f"[the answer stopped: {result.error}; it was not kept, the conversation goes on]")
+        return
+    if result.finish_reason == "max_new_tokens":
+        if bound is None:
+            note("[answer cut at the end of the context; /reset starts a new conversation]")
+        else:
+            note(f"[answer cut at {bound} tokens; pass --max-new-tokens N for longer answers]")
     conversation.messages += [
         {"role": "user", "content": message},
         {"role": "assistant", "content": result.text},
     ]
     conversation.last_stats = result.stats
+
+
+def note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def stats_line(stats: Any) -> str:
@@ -179,7 +241,8 @@ def run_chat(args: argparse.Namespace) -> int:
             "this bundle's tokenizer has no chat template", fix="use edgespec generate instead"
         )
     interactive = sys.stdin.isatty()
-    color = not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    color = not args.json and not args.no_color and sys.stdout.isatty()
+    color = color and "NO_COLOR" not in os.environ
     conversation = Conversation(system=args.system)
     if interactive:
         print(f"[{COMMANDS}]", file=sys.stderr)
@@ -199,4 +262,4 @@ def run_chat(args: argparse.Namespace) -> int:
         if COMMAND_WORD.fullmatch(word):
             print(command_note(word, conversation), file=sys.stderr, flush=True)
             continue
-        turn(engine, conversation, message, options, color=color)
+        turn(engine, conversation, message, options, color=color, as_json=args.json)

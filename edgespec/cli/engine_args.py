@@ -123,7 +123,11 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+def add_decoding_arguments(
+    parser: argparse.ArgumentParser, *, max_new_tokens: int | None = 128
+) -> None:
+    """The decoding options of generate and chat; ``max_new_tokens`` None: an answer runs to
+    the end of the model's turn, bounded by the context (chat)."""
     parser.add_argument(
         "--drafter",
         default=None,
@@ -140,9 +144,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-new-tokens",
         type=int,
-        default=128,
+        default=max_new_tokens,
         metavar="N",
-        help="tokens to generate at most (default 128)",
+        help=f"tokens to generate at most (default {max_new_tokens})"
+        if max_new_tokens is not None
+        else "tokens an answer may have at most (default: to the end of the model's turn, "
+        "bounded by the context)",
     )
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
@@ -224,7 +231,10 @@ def check_generation_options(args: argparse.Namespace) -> None:
             "the prompt is empty or only whitespace",
             fix="pass the text to continue, e.g. edgespec generate 'def fib(n):'",
         )
-    GenerationOptions(**generation_options(args))
+    options = generation_options(args)
+    if options["max_new_tokens"] is None:  # chat: to the end of the turn, checked per answer
+        options["max_new_tokens"] = 1
+    GenerationOptions(**options)
 
 
 def generation_options(args: argparse.Namespace) -> dict[str, Any]:
