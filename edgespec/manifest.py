@@ -260,11 +260,24 @@ def write_manifest(root: Path, manifest: Manifest) -> Path:
     return path
 
 
+#: The first bytes of every GGUF file.
+GGUF_MAGIC = b"GGUF"
+
+
+def starts_with_gguf_magic(path: Path) -> bool:
+    """Whether the file at ``path`` is a GGUF file by its first bytes (not by its name)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
 def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
     """Reads and validates a bundle; raises a :class:`BundleError` naming the file and the fix."""
     root = Path(root)
     if root.is_file():
-        if root.suffix.lower() == ".gguf":
+        if starts_with_gguf_magic(root):
             raise BundleError(
                 f"{root} is a GGUF file, not a bundle directory",
                 fix=f"convert it once with 'edgespec export {root} --out DIR', then pass DIR",

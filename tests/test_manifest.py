@@ -112,3 +112,14 @@ def test_graph_not_listed_among_files(tmp_path: Path) -> None:
     (root / MANIFEST_NAME).write_text(json.dumps(data))
     with pytest.raises(BundleError, match=r"does not list model\.onnx"):
         load_bundle(root)
+
+
+def test_a_file_is_judged_a_gguf_by_its_magic_not_its_name(tmp_path: Path) -> None:
+    named = tmp_path / "README.gguf"
+    named.write_text("# not a model\n")
+    with pytest.raises(BundleError, match="is a file, not a bundle directory"):
+        load_bundle(named)
+    real = tmp_path / "model.bin"
+    real.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(BundleError, match="is a GGUF file, not a bundle directory"):
+        load_bundle(real)
