@@ -13,12 +13,17 @@ from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S, Connection
 from edgespec.runtime.verifiers.remote import ServerTarget
 
 
-def refusing(calls: list[int], *, answer_after: int | None = None) -> httpx.Client:
-    """A client whose server refuses connections (then answers, after ``answer_after``)."""
+def refusing(
+    calls: list[int], *, answer_after: int | None = None, answer_first: bool = True
+) -> httpx.Client:
+    """A client whose server answered once (unless not ``answer_first``), then refuses
+    connections (then answers again, after ``answer_after`` calls)."""
 
     def handle(request: httpx.Request) -> httpx.Response:
         calls.append(1)
-        if answer_after is not None and len(calls) > answer_after:
+        if (answer_first and len(calls) == 1) or (
+            answer_after is not None and len(calls) > answer_after
+        ):
             return httpx.Response(200, json={"status": "ok"})
         raise httpx.ConnectError("Connection refused", request=request)
 
@@ -30,9 +35,10 @@ def test_retries_go_on_until_the_deadline_not_a_count() -> None:
     connection = Connection(
         "http://x", timeout_s=0.3, backoff_s=0.001, max_backoff_s=0.002, client=refusing(calls)
     )
+    connection.request("GET", "/health")  # it answered once: from now on it may be restarting
     with pytest.raises(RemoteUnavailableError, match="did not answer GET /health after"):
         connection.request("GET", "/health")
-    assert len(calls) > 6  # more than the old fixed count of retries: the deadline decides
+    assert len(calls) > 7  # more than the old fixed count of retries: the deadline decides
 
 
 def test_a_server_back_within_the_deadline_answers() -> None:
@@ -41,8 +47,9 @@ def test_a_server_back_within_the_deadline_answers() -> None:
         "http://x", timeout_s=30, backoff_s=0.001, max_backoff_s=0.002,
         client=refusing(calls, answer_after=20),
     )  # fmt: skip
+    connection.request("GET", "/health")
     exchange = connection.request("GET", "/health")
-    assert exchange.status == 200 and exchange.attempts == 21
+    assert exchange.status == 200 and exchange.attempts == 20
 
 
 def test_a_retry_count_still_caps_the_attempts() -> None:
@@ -50,12 +57,28 @@ def test_a_retry_count_still_caps_the_attempts() -> None:
     connection = Connection(
         "http://x", timeout_s=30, retries=2, backoff_s=0.001, client=refusing(calls)
     )
+    connection.request("GET", "/health")
     with pytest.raises(RemoteUnavailableError, match="after 3 attempt"):
         connection.request("GET", "/health")
-    assert len(calls) == 3
+    assert len(calls) == 4
     with pytest.raises(RemoteUnavailableError):
         connection.request("DELETE", "/x", retry=False)
-    assert len(calls) == 4
+    assert len(calls) == 5
+
+
+def test_an_address_where_nothing_ever_answered_fails_at_once() -> None:
+    """A refused connection or a name that does not resolve at the first request is a wrong
+    address: one attempt, not 30 s of retries."""
+    calls: list[int] = []
+    connection = Connection(
+        "http://x", timeout_s=30, backoff_s=0.001, client=refusing(calls, answer_first=False)
+    )
+    with pytest.raises(RemoteUnavailableError, match="after 1 attempt"):
+        connection.request("GET", "/health")
+    assert len(calls) == 1
+    unresolvable = Connection("http://edgespec-test.invalid:1", timeout_s=30)
+    with pytest.raises(RemoteUnavailableError, match="after 1 attempt"):
+        unresolvable.request("GET", "/health")
 
 
 def test_backoff_doubles_up_to_its_cap_with_jitter() -> None:

@@ -3,7 +3,9 @@ deadline per request with retries inside it (jittered exponential backoff), and 
 exchange sent and received.
 
 Retrying is safe because every verification request names absolute positions: a resent
-request gives the answer the first one would have. The deadline, not a count of retries, is
+request gives the answer the first one would have. Until something has answered at the URL, a
+refused connection or a name that does not resolve fails at once: that is a wrong address (or
+a server not started), not a restart to wait out. The deadline, not a count of retries, is
 the guarantee: a server that is back (restarted, reloaded) within ``timeout_s`` of a request's
 first attempt answers it. The jitter keeps clients that lost the same server from all coming
 back at the same instant.
@@ -101,6 +103,9 @@ class Connection:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._jitter = random.Random()
+        #: Whether anything has answered at this URL: until then a refused connection or an
+        #: unresolvable name fails at once instead of being retried until the deadline.
+        self.reached = False
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.Client(timeout=timeout_s)
         self.client.headers.update(headers)
@@ -137,7 +142,12 @@ class Connection:
                 )
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}: {error}"
+                if isinstance(error, httpx.ConnectError) and not self.reached:
+                    # Nothing has ever answered here: a name that does not resolve or a port
+                    # nothing listens on is a wrong address, not a restart to wait out.
+                    break
             else:
+                self.reached = True
                 if response.status_code not in RETRY_STATUSES and response.status_code < 500:
                     return _exchange(response, sent=len(content or b""), attempts=attempts)
                 problem = f"HTTP {response.status_code}: {_excerpt(response.text)}"
