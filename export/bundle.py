@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -263,6 +264,36 @@ def check_output_free(out: Path, *, force: bool) -> None:
         )
 
 
+#: A staging directory's name: ``.NAME.partial-PID-HEX``, PID the process that writes it.
+PARTIAL_NAME = re.compile(r"\.(?P<name>.+)\.partial-(?P<pid>\d+)-[0-9a-f]{8}")
+
+
+def sweep_stale_partials(out: Path) -> list[Path]:
+    """Removes the staging directories of ``out`` whose writing process is gone (killed by a
+    signal no handler saw, or a machine that went down); returns them. Directories of live
+    processes, and of older edgespec versions (no process id in the name), are kept."""
+    removed = []
+    for candidate in out.parent.glob(f".{out.name}.partial-*"):
+        named = PARTIAL_NAME.fullmatch(candidate.name)
+        if named is None or named.group("name") != out.name or _alive(int(named.group("pid"))):
+            continue
+        shutil.rmtree(candidate, ignore_errors=True)
+        removed.append(candidate)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # Windows' os.kill(pid, 0) is not a probe: keep everything
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def staging_directory(out: Path, *, force: bool) -> Iterator[Path]:
     """Yields an empty directory beside ``out``; on success it replaces ``out`` in one rename.
@@ -275,7 +306,8 @@ def staging_directory(out: Path, *, force: bool) -> Iterator[Path]:
     check_output_free(out, force=force)
     created_parents = [parent for parent in reversed(out.parents) if not parent.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    sweep_stale_partials(out)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
         yield staging

@@ -16,8 +16,10 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from edgespec._version import __version__
@@ -116,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgespec: error: {as_flags(str(error), args, typed)}", file=sys.stderr)
         return 2
     try:
-        return int(args.handler(args))
+        with signals_end_the_command():
+            return int(args.handler(args))
     except EdgespecError as error:
         print(f"edgespec: error: {as_flags(str(error), args, typed)}", file=sys.stderr)
         return 1
@@ -125,6 +128,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return closed_stdout()
+
+
+#: Signals that end a command the way Ctrl-C does: cleanup handlers run (a half-written import
+#: is removed) before the process exits with 128 + the signal's number.
+ENDING_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+@contextlib.contextmanager
+def signals_end_the_command() -> Iterator[None]:
+    """While a command runs in the main thread, SIGTERM and SIGHUP raise ``SystemExit`` so
+    that ``finally`` and ``except BaseException`` blocks run (the default action kills the
+    process where it stands); the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {number: signal.signal(number, end) for number in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def closed_stdout() -> int:
