@@ -19,7 +19,8 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier
+from edgespec.runtime.verifiers.echo_verifier import OpenAIVerifier
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 from edgespec.runtime.verifiers.openai_echo import Echo, TokenPieces, align
 
 PROMPTS = (

@@ -27,11 +27,12 @@ from edgespec.runtime.k_policy import (
 )
 from edgespec.runtime.model import OnnxModel
 from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.verifiers.echo_verifier import OpenAIVerifier
 from edgespec.runtime.verifiers.engine_probe import BATCHED_PROMPT_ENGINES
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
 from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.local import LocalVerifier
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget, OpenAIVerifier
+from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.runtime.verifiers.remote import RemoteVerifier, ServerTarget
 

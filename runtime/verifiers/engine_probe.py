@@ -11,8 +11,8 @@ from typing import Any
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import IncompatiblePairError, RemoteError, RemoteUnavailableError
-from edgespec.runtime.verifiers.engine_rounds import Connected, NextToken, llama_server_round
-from edgespec.runtime.verifiers.http import TrafficMeter
+from edgespec.runtime.verifiers.engine_rounds import NextToken, llama_server_round
+from edgespec.runtime.verifiers.http import Connection, TrafficMeter
 
 #: The engines told apart: llama.cpp's server, vLLM, and other engines that echo prompts with
 #: log-probabilities (llama-cpp-python's server).
@@ -53,7 +53,7 @@ class LlamaServerProps:
         )
 
 
-def llama_server_props(target: Connected) -> LlamaServerProps | None:
+def llama_server_props(target: Connection) -> LlamaServerProps | None:
     """llama-server's ``/props``, or None when the engine is another one (no such route)."""
     try:
         exchange = target.request("GET", "/props", retry=False)
@@ -69,7 +69,7 @@ def is_vllm(models: Any) -> bool:
     )
 
 
-def check_vocabulary(target: Connected, model: str, draft_ids: list[int]) -> None:
+def check_vocabulary(target: Connection, model: str, draft_ids: list[int]) -> None:
     """Raises :class:`IncompatiblePairError` when the engine tokenizes
     :data:`VOCABULARY_PROBE` into other ids than the draft's tokenizer (``draft_ids``): drafted
     token ids would then name other tokens there. Engines without ``/tokenize`` are not asked.
@@ -106,7 +106,7 @@ def check_vocabulary(target: Connected, model: str, draft_ids: list[int]) -> Non
         )
 
 
-def probe_history(target: Connected, length: int = 32) -> list[int]:
+def probe_history(target: Connection, length: int = 32) -> list[int]:
     """Token ids of the probe text by the engine's own tokenizer, ``length`` of them."""
     exchange = target.request("POST", "/tokenize", {"content": VOCABULARY_PROBE}, retry=False)
     tokens = exchange.data.get("tokens") if isinstance(exchange.data, dict) else None
@@ -116,7 +116,7 @@ def probe_history(target: Connected, length: int = 32) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def llama_server_round_cost(target: Connected, max_k: int) -> tuple[float, tuple[float, ...]]:
+def llama_server_round_cost(target: Connection, max_k: int) -> tuple[float, tuple[float, ...]]:
     """The engine's seconds for a round of one prompt, T(1), and T(w)/T(1) for rounds of
     w = 1..max_k + 1 prompts, each computing what a round computes after a prefilled probe
     history: the fastest of :data:`COST_REPEATS` rounds per w, by the engine's own timings.

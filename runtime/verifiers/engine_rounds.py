@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, RemoteError
-from edgespec.runtime.verifiers.http import Exchange, TrafficMeter, raise_for_status
+from edgespec.runtime.verifiers.http import Connection, TrafficMeter, raise_for_status
 from edgespec.runtime.verifiers.openai_echo import TOKEN_ID_KEY
 
 #: The most tokens of a sampled distribution llama-server is asked to return per position: its
@@ -59,23 +59,6 @@ class NextToken:
     probs: tuple[float, ...] = ()
     computed: int = -1
     server_ms: float | None = None
-
-
-class Connected(Protocol):
-    """What a request shape needs of a connection (``OpenAITarget``)."""
-
-    peer: str
-    url: str
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        retry: bool = True,
-        timeout_s: float | None = None,
-    ) -> Exchange: ...
 
 
 def sampled_support_size(sampling: SamplingConfig) -> int:
@@ -128,7 +111,7 @@ def llama_server_body(prompts: Sequence[Sequence[int]], sampling: SamplingConfig
 
 
 def llama_server_round(
-    target: Connected,
+    target: Connection,
     prompts: Sequence[Sequence[int]],
     sampling: SamplingConfig,
     meter: TrafficMeter,
@@ -177,7 +160,7 @@ def _llama_server_next(result: dict[str, Any], *, sampled: bool) -> NextToken:
 
 
 def openai_prompts_round(
-    target: Connected,
+    target: Connection,
     model: str,
     prompts: Sequence[Sequence[int]],
     meter: TrafficMeter,
