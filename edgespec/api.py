@@ -331,6 +331,8 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        if self._source.health is not None:
+            self._source.health.close()
         if self.remote is not None:
             self.remote.close()
         for model in (self.pair.target, self.pair.draft):

@@ -275,14 +275,15 @@ def sweep_stale_partials(out: Path) -> list[Path]:
     removed = []
     for candidate in out.parent.glob(f".{out.name}.partial-*"):
         named = PARTIAL_NAME.fullmatch(candidate.name)
-        if named is None or named.group("name") != out.name or _alive(int(named.group("pid"))):
+        if named is None or named.group("name") != out.name or owner_alive(int(named.group("pid"))):
             continue
         shutil.rmtree(candidate, ignore_errors=True)
         removed.append(candidate)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def owner_alive(pid: int) -> bool:
+    """Whether the process ``pid`` (a staging directory's writer) still runs."""
     if os.name != "posix":  # Windows' os.kill(pid, 0) is not a probe: keep everything
         return True
     try:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from edgespec.cli import main
 from edgespec.cli.main import build_parser
 from edgespec.config import ExportConfig, resolve_quant
 from edgespec.errors import ConfigError
+from edgespec.manifest import load_bundle
 
 from fake_bundle import make_bundle
 
@@ -116,3 +118,55 @@ def test_auto_quantization_threshold() -> None:
     assert resolve_quant("auto", 99_999_999) == "fp32"
     assert resolve_quant("auto", 100_000_000) == "int4"
     assert resolve_quant("int8", 10) == "int8"
+
+
+def _with_check(manifest: Any, *, top1: float, greedy: int, llama: dict | None = None) -> Any:
+    from dataclasses import replace
+
+    from edgespec.verification import ParityResult, VerificationRecord
+
+    parity = ParityResult(
+        prompts=3,
+        positions=48,
+        max_abs_logit_diff=15.2,
+        logit_tolerance=None,
+        top1_agreement=top1,
+        min_top1_agreement=0.8,
+        greedy_tokens=36,
+        greedy_match_tokens=greedy,
+        greedy_divergence_margins=(),
+        required=("top1",),
+        passed=top1 >= 0.8,
+    )
+    extra = {**manifest.extra, "llama_cpp_agreement": llama or {"checked": False}}
+    return replace(
+        manifest,
+        source=replace(manifest.source, kind="gguf"),
+        quantization=replace(manifest.quantization, scheme="gguf_blocks"),
+        verification=VerificationRecord(performed=True, providers=(), parity=parity),
+        extra=extra,
+    )
+
+
+def test_inspect_says_in_one_sentence_whether_a_bundle_is_faithful(tmp_path: Path) -> None:
+    from edgespec.cli.bundles import faithfulness
+
+    manifest = load_bundle(make_bundle(tmp_path / "b")).manifest
+    assert faithfulness(manifest) == "not checked: exported with --no-verify"
+    exact = faithfulness(_with_check(manifest, top1=1.0, greedy=36))
+    assert exact.startswith("faithful: its greedy tokens are those of a float64 computation")
+    # The 1.5B's import: near-ties tipped by 8-bit activations; llama.cpp not compared.
+    tipped = faithfulness(_with_check(manifest, top1=0.9375, greedy=24))
+    assert tipped.startswith("close to the file: its top token is that of a float64")
+    assert "at 45 of 48 checked positions, greedy 24/36 tokens" in tipped
+    assert "not compared with llama.cpp's own output" in tipped
+    llama = {"checked": True, "top1_agreement": 0.979, "llama_cpp_self_agreement": 0.958}
+    assert faithfulness(_with_check(manifest, top1=0.9375, greedy=24, llama=llama)) == (
+        "faithful: its top token is llama.cpp's own on 97.9% of the checked positions "
+        "(llama.cpp against itself: 95.8%)"
+    )
+    astray = {"checked": True, "top1_agreement": 0.80, "llama_cpp_self_agreement": 0.958}
+    assert faithfulness(_with_check(manifest, top1=0.9, greedy=30, llama=astray)).startswith(
+        "differs from llama.cpp more than llama.cpp differs from itself"
+    )
+    assert faithfulness(_with_check(manifest, top1=0.5, greedy=3)).startswith("NOT faithful")

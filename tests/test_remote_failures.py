@@ -138,3 +138,33 @@ def test_sigterm_drains_within_the_grace_and_exits_0(pair: tuple[Path, Path]) ->
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=120) == 0  # a hang guard, not a speed check
         stuck.close()
+
+
+def test_a_server_known_to_be_down_is_skipped_until_it_answers(
+    pair: tuple[Path, Path], expected: tuple[int, ...]
+) -> None:
+    with ProcessServer(target=pair[0], draft=pair[1], port=free_port()) as server:
+        quick = ServerTarget(server.url, retries=2, backoff_s=0.01, timeout_s=5)
+        engine = Engine.load(target=pair[0], draft=pair[1], remote=quick, fallback="local")
+        health = engine._source.health
+        assert health is not None and health.down is None
+        health.every_s = 0.05
+        _, first = run_with_kill(engine, server, restart=False)
+        assert first.tokens == expected and first.stats.fell_back  # type: ignore[attr-defined]
+        assert "--fallback" not in first.stats.fell_back  # type: ignore[attr-defined]
+
+        # The next generation does not wait the server's deadline out again: no request.
+        second = engine.generate(PROMPT, k=3, max_new_tokens=NEW_TOKENS)
+        assert second.tokens == expected
+        assert second.stats.remote is None
+        assert second.stats.fell_back is not None and "down for" in second.stats.fell_back
+
+        server.start()  # the background probe finds it again
+        for _ in range(400):
+            if health.down is None:
+                break
+            time.sleep(0.05)
+        third = engine.generate(PROMPT, k=3, max_new_tokens=NEW_TOKENS)
+        assert third.tokens == expected and third.stats.fell_back is None
+        assert third.stats.remote is not None and third.stats.remote["round_trips"] > 0
+        engine.close()

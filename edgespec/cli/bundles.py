@@ -213,7 +213,59 @@ def bundle_summary(bundle: Bundle) -> str:
             f"{invariance.max_abs_logit_diff:.2e}"
         )
     lines.extend(_llama_cpp_line(m.extra.get("llama_cpp_agreement")))
+    verdict = faithfulness(m)
+    if verdict:
+        lines.append(f"in short    {verdict}")
     return "\n".join(lines)
+
+
+#: llama.cpp agreement this far below its agreement with itself still reads as faithful: the
+#: positions that differ are near-ties that any change of rounding moves (docs/export.md).
+NEAR_TIE_POINTS = 0.02
+
+
+def faithfulness(m: Any) -> str:
+    """One sentence: whether the bundle computes what its source means, and against what."""
+    record = m.verification
+    if not record.performed or record.parity is None:
+        return "not checked: exported with --no-verify"
+    parity = record.parity
+    reference = (
+        "a float64 computation of the file's weights"
+        if m.source.kind == "gguf"
+        else "PyTorch on the checkpoint"
+    )
+    agreement = m.extra.get("llama_cpp_agreement")
+    exact = parity.greedy_match_tokens == parity.greedy_tokens and parity.top1_agreement >= 0.99
+    if isinstance(agreement, dict) and agreement.get("checked"):
+        ours, own = agreement["top1_agreement"], agreement.get("llama_cpp_self_agreement")
+        if own is None or ours >= own - NEAR_TIE_POINTS:
+            within = f" (llama.cpp against itself: {own:.1%})" if own is not None else ""
+            return (
+                f"faithful: its top token is llama.cpp's own on {ours:.1%} of the checked "
+                f"positions{within}"
+            )
+        return (
+            f"differs from llama.cpp more than llama.cpp differs from itself ({ours:.1%} "
+            f"against {own:.1%}): re-import with a newer edgespec, or report it"
+        )
+    if exact:
+        return f"faithful: its greedy tokens are those of {reference}"
+    matched = round(parity.top1_agreement * parity.positions)
+    figures = (
+        f"{matched} of {parity.positions} checked positions, greedy "
+        f"{parity.greedy_match_tokens}/{parity.greedy_tokens} tokens"
+    )
+    eight_bit = m.quantization.scheme == "gguf_blocks" or m.quantization.accuracy_level == 4
+    if parity.passed and eight_bit:
+        return (
+            f"close to the file: its top token is that of {reference} at {figures}; it "
+            "multiplies 8-bit activations as llama.cpp does, which tips near-ties; not "
+            "compared with llama.cpp's own output (that needs llama-cpp-python when importing)"
+        )
+    if not parity.passed:
+        return f"NOT faithful: top-1 agreement with {reference} below the required minimum"
+    return f"its top token is that of {reference} at {figures}"
 
 
 def _passes_line(m: Any) -> str:

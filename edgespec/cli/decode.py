@@ -136,8 +136,13 @@ def run_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(f"[{energy_line(stats)}]", file=sys.stderr)
-        if stats.lossy:
-            print("edgespec: warning: fell back to unverified draft output", file=sys.stderr)
+        if stats.fell_back is not None:
+            how = (
+                "the draft went on alone: this output is unverified"
+                if stats.lossy
+                else "verified on this device instead (lossless)"
+            )
+            print(f"edgespec: warning: {stats.fell_back}; {how}", file=sys.stderr)
     return 1 if result.error is not None else 0
 
 

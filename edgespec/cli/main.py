@@ -25,6 +25,7 @@ from typing import NoReturn
 from edgespec._version import __version__
 from edgespec.cli.budget import add_doctor_command
 from edgespec.cli.bundles import add_bundle_commands
+from edgespec.cli.cache import add_cache_command
 from edgespec.cli.chat import add_chat_command
 from edgespec.cli.decode import add_decode_commands
 from edgespec.cli.distill import add_distill_command
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_commands(commands)
     add_chat_command(commands)
     add_models_command(commands)
+    add_cache_command(commands)
     add_doctor_command(commands)
     add_serve_command(commands)
     add_mobile_command(commands)

@@ -12,8 +12,9 @@ def add_models_command(commands: Any) -> None:
     models = commands.add_parser(
         "models",
         help="list the models that can be named (--model NAME, 'edgespec chat NAME')",
-        description="The catalog: each model's name, size, download, bundle, its draft, where "
-        "it comes from on the package index, and whether it is cached here. A named model is "
+        description="The catalog: each model's name, size, download, bundle, its draft, the "
+        "download and disk of the model with its draft, where it comes from on the package "
+        "index, and whether it is cached here. A named model is "
         "fetched and imported on first use.",
     )
     models.add_argument("--json", action="store_true", help="print as JSON")
@@ -48,11 +49,12 @@ def resolve_model(args: argparse.Namespace) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from edgespec.engine import catalog
+    from edgespec.engine import cache_inventory, catalog
 
     rows: list[dict[str, Any]] = []
     for model in catalog.CATALOG.values():
         size = catalog.cached_size_mb(model)
+        pair = cache_inventory.footprint(model)
         rows.append(
             {
                 "name": model.name,
@@ -61,6 +63,8 @@ def run_models(args: argparse.Namespace) -> int:
                 "parameters": model.parameters,
                 "download_mb": model.download_mb,
                 "bundle_mb": model.bundle_mb if size is None else round(size),
+                "with_draft_download_mb": pair.download_mb,
+                "with_draft_disk_mb": pair.disk_mb,
                 "draft": model.draft_label,
                 "instruct": model.instruct,
                 "source": model.source,
@@ -77,6 +81,7 @@ def run_models(args: argparse.Namespace) -> int:
         "download",
         "bundle",
         "draft",
+        "total: download, disk",
         "cached",
         "index",
     )
@@ -87,6 +92,7 @@ def run_models(args: argparse.Namespace) -> int:
             f"{row['download_mb']:,} MB",
             "?" if row["bundle_mb"] is None else f"{row['bundle_mb']:,} MB",
             str(row["draft"]),
+            f"{row['with_draft_download_mb']:,} MB, {row['with_draft_disk_mb']:,} MB",
             "yes" if row["cached"] else "no",
             str(row["source"]),
         )
@@ -98,7 +104,10 @@ def run_models(args: argparse.Namespace) -> int:
         print("  ".join(cells).rstrip())
     print(
         "\nUse one with 'edgespec chat NAME' or --model NAME (generate, bench, pair, serve, "
-        "doctor); a first use fetches and imports it. Bundles are cached under "
-        f"{catalog.model_dir(catalog.find(catalog.DEFAULT_NAME)).parent}."
+        "doctor); a first use fetches and imports it. 'total' counts the model and its "
+        "draft: what a first use downloads, and the disk its bundles and their kept sources "
+        "take. Bundles are cached under "
+        f"{catalog.model_dir(catalog.find(catalog.DEFAULT_NAME)).parent} ('edgespec cache' "
+        "lists them)."
     )
     return 0

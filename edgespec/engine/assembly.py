@@ -180,21 +180,25 @@ def remote_run(
     target: OnnxModel | None,
     draft: OnnxModel | None,
     use_remote: Callable[[], bool],
+    on_down: Callable[[str], None] | None = None,
 ) -> RemoteRun:
     """The verifier of a remote generation around ``verifier``: ``fallback`` "local" or
     "draft" wraps it so that it continues with the local target or the draft model when the
     server stays away; ``remote_when`` "budget" verifies locally and moves rounds to the remote
     target while ``use_remote()`` says so (the budget policy's mode is "remote"; an
-    unreachable server then keeps the generation local)."""
+    unreachable server then keeps the generation local). ``on_down`` hears why the server
+    was given up."""
     if options.remote_when == "budget":
         assert target is not None
-        switching = SwitchingVerifier(LocalVerifier(target), verifier, use_remote=use_remote)
+        switching = SwitchingVerifier(
+            LocalVerifier(target), verifier, use_remote=use_remote, on_down=on_down
+        )
         return RemoteRun(verifier=switching, remote=verifier, switching=switching)
     if options.fallback == "fail":
         return RemoteRun(verifier=verifier, remote=verifier)
     model = target if options.fallback == "local" else draft
     assert model is not None
-    wrapper = FallbackVerifier(verifier, lambda: LocalVerifier(model))
+    wrapper = FallbackVerifier(verifier, lambda: LocalVerifier(model), on_fall_back=on_down)
     return RemoteRun(
         verifier=wrapper, remote=verifier, fallback=wrapper, lossy=options.fallback == "draft"
     )

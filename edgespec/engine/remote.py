@@ -3,9 +3,12 @@ the traffic stats of a remote generation. Concrete verifiers are picked in ``ass
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from edgespec.errors import RemoteError
 from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.verifiers.base import Verifier
@@ -28,6 +31,75 @@ class MeteredVerifier(Verifier, Protocol):
     def traffic(self) -> Traffic: ...
 
     def work(self) -> EngineWork | None: ...
+
+
+#: Seconds between the background probes of a remote target known to be down.
+REPROBE_S = 5.0
+#: The deadline of one probe (a health request, not retried).
+PROBE_TIMEOUT_S = 2.0
+
+
+class RemoteHealth:
+    """What an engine remembers of its remote target between generations, under a fallback.
+
+    Once a generation has waited out the target's deadline and fallen back (``mark_down``),
+    the next generations go local at once instead of waiting it out again: ``down`` says why,
+    while a background thread sends the target's health request every ``every_s`` seconds.
+    The first answer brings the remote target back for the next generation.
+    """
+
+    def __init__(
+        self,
+        remote: RemoteTarget,
+        *,
+        every_s: float = REPROBE_S,
+        timeout_s: float = PROBE_TIMEOUT_S,
+    ) -> None:
+        self._remote = remote
+        self.every_s = every_s
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._since = 0.0
+        self._closed = threading.Event()
+        self._prober: threading.Thread | None = None
+
+    @property
+    def down(self) -> str | None:
+        """Why the remote target is given up for now (None: it is not)."""
+        with self._lock:
+            if self._reason is None:
+                return None
+            age = time.monotonic() - self._since
+            return (
+                f"{self._reason} (down for {age:.0f} s; probed every {self.every_s:g} s, "
+                "used again once it answers)"
+            )
+
+    def mark_down(self, reason: str) -> None:
+        with self._lock:
+            if self._reason is None:
+                self._since = time.monotonic()
+            self._reason = reason
+            if self._prober is None and not self._closed.is_set():
+                self._prober = threading.Thread(
+                    target=self._probe_until_up, name="edgespec-remote-probe", daemon=True
+                )
+                self._prober.start()
+
+    def _probe_until_up(self) -> None:
+        remote = self._remote
+        while not self._closed.wait(self.every_s):
+            try:
+                remote.request("GET", remote.health_path, retry=False, timeout_s=self.timeout_s)
+            except RemoteError:
+                continue
+            with self._lock:
+                self._reason, self._prober = None, None
+            return
+
+    def close(self) -> None:
+        self._closed.set()
 
 
 @dataclass(frozen=True, kw_only=True)

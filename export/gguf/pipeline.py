@@ -4,6 +4,7 @@ place. Needs numpy, onnx, onnxruntime, tokenizers and gguf: no torch, no transfo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -202,7 +203,11 @@ def _verify(
     parity, invariance = checks.parity, checks.invariance
     release_freed_memory()  # the check session's, before llama.cpp maps the file again
     if not source.architecture.output_vocabulary:
-        message = "agreement with llama.cpp (needs llama-cpp-python)"
+        message = (
+            "agreement with llama.cpp"
+            if importlib.util.find_spec("llama_cpp") is not None
+            else "agreement with llama.cpp: skipped (llama-cpp-python is not installed)"
+        )
         observe(ProgressEvent(stage="verify", message=message))
     agreement = (
         {"checked": False, "reason": "a reduced output vocabulary (llama.cpp cannot load it)"}

