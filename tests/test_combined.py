@@ -104,9 +104,9 @@ def test_lookup_rounds_are_point_masses_for_rejection_sampling() -> None:
 def test_a_point_mass_draft_keeps_the_target_distribution(proposed: int) -> None:
     """Rejection sampling of a certain (lookup) token: accepted with p(token), else a draw
     from the residual; the emitted token is distributed as p (chi-square, 20,000 draws)."""
-    from edgespec.runtime.acceptance import accept_sampled
-
     from test_distribution import chi_square, chi_square_critical
+
+    from edgespec.runtime.acceptance import accept_sampled
 
     p = np.random.default_rng(3).dirichlet(np.ones(12))
     p[0], p[7] = 0.5, 0.01

@@ -5,6 +5,7 @@ environment; a chat on a terminal; the server's chat route."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -27,8 +28,8 @@ from edgespec.engine.default_model import (
 from edgespec.errors import BundleError
 from edgespec.export.bundle import even_modes
 
-from test_chat import chat_on_terminal, interrupt_the_answer_then_exit
-from test_real_model import CACHE, _wheel
+from chat_terminal import chat_on_terminal, interrupt_the_answer_then_exit
+from real_models import CACHE, smollm2_wheel
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 QUESTION = "What is the capital of France?"
@@ -134,7 +135,7 @@ def test_even_modes_follows_the_umask(tmp_path: Path) -> None:
 def model_cache() -> Path:
     """An edgespec cache whose downloads hold the test tier's copy of the wheel, so the
     default model converts once per graph revision and is kept between test runs."""
-    wheel = _wheel()
+    wheel = smollm2_wheel()
     cache = CACHE / "edgespec-cache"
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
@@ -272,3 +273,28 @@ def test_remote_chat_with_the_shipped_draft_answers_as_local_chat(
         result["stats"]["prompt_tokens"] == results[0]["stats"]["prompt_tokens"]
         for result in results
     )
+
+
+@pytest.mark.real_model
+def test_memory_estimate_stays_within_its_band_of_the_measured_peak(model_cache: Path) -> None:
+    """The estimate admission uses, against the peak RSS of a fresh process that loads the
+    default pair and runs to 256 tokens and to its whole context: within -10 % / +25 %
+    (benchmarks/memory_estimate.py, the docs' table, measures every catalog model)."""
+    env = _user_env(model_cache)
+    measured = _run(
+        sys.executable,
+        str(CHECKOUT / "benchmarks" / "memory_estimate.py"),
+        "--models",
+        "smollm2-135m+draft",
+        "--contexts",
+        "256,full",
+        "--kernels",
+        "gguf",
+        env=env,
+        cwd=CHECKOUT,
+    )
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    lines = [json.loads(line) for line in measured.stdout.splitlines()]
+    assert [line.get("context") for line in lines] == [256, 2048], measured.stdout
+    for line in lines:
+        assert 0.90 <= line["ratio"] <= 1.25, line

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_model import write_gemma3_gguf
 
 from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.manifest import load_bundle
+
+from gguf_model import write_gemma3_gguf
 
 pytestmark = pytest.mark.integration
 
@@ -118,9 +119,9 @@ def test_short_prompts_from_a_jsonl_corpus_train_with_finite_losses(
 def test_a_draft_for_a_byte_level_bpe_target_pairs_with_it(tiny_model: Any, tmp_path: Path) -> None:
     """The draft keeps the target's special tokens exactly (a Llama tokenizer class would add
     its default "<unk>", and the pair check would refuse the draft)."""
-    from gguf_model import write_llama_gguf
-
     from edgespec.engine.pairing import check_pair
+
+    from gguf_model import write_llama_gguf
 
     target = write_llama_gguf(tiny_model("llama"), tmp_path / "bpe.gguf", weight_type="Q8_0")
     out = tmp_path / "draft"
@@ -150,11 +151,12 @@ def test_a_gguf_target_in_torch_computes_the_files_logits(tiny_model: Any, tmp_p
     its rotary order) give the logits of the file's own float64 reference, and its batched,
     left-padded greedy continuations equal one-at-a-time ones."""
     import numpy as np
-    from gguf_model import write_llama_gguf
 
     from edgespec.export.distill.torch_teacher import GgufTorchTeacher
     from edgespec.export.gguf.check import reference_logits
     from edgespec.export.gguf.reader import open_gguf
+
+    from gguf_model import write_llama_gguf
 
     source = open_gguf(
         write_llama_gguf(tiny_model("llama"), tmp_path / "t.gguf", weight_type="Q8_0")

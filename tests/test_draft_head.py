@@ -143,9 +143,10 @@ def test_a_catalog_draft_takes_4_bit_layers_and_head_and_stays_exact(
     own); speculation with it over the Q5_0 target equals target-only decoding, with the draft
     on either form of attention a GGUF import takes on the kernels."""
     from gguf import GGUFReader
-    from gguf_model import write_llama_gguf
 
     from edgespec.engine import catalog
+
+    from gguf_model import write_llama_gguf
 
     full = write_llama_gguf(tiny_model("llama"), tmp_path / "full.gguf", weight_type="Q5_0")
     reduced, record = draft_head.reduced_head_gguf(

@@ -126,10 +126,9 @@ def char_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A character-level Llama target (as a GGUF for the engine and as an ONNX bundle) and a
     Mistral draft, trained briefly on ASCII stdlib text."""
     _engine_available()
-    from gguf_model import write_llama_gguf
-
     from edgespec.cli import main
 
+    from gguf_model import write_llama_gguf
     from tiny_models import ascii_only, build_model, char_tokenizer, corpus_texts
 
     root = tmp_path_factory.mktemp("char_pair")
@@ -232,10 +231,9 @@ def test_a_text_engine_stops_where_it_cannot_verify_exactly(
     which a text-prompt engine re-tokenizes. Every result is the engine's own greedy output
     or a prefix of it with an error that says so: never a token the engine would not emit."""
     _engine_available()
-    from gguf_model import write_llama_gguf
-
     from edgespec.api import Engine
 
+    from gguf_model import write_llama_gguf
     from servers import LlamaCppServer, free_port
 
     gguf_path = write_llama_gguf(tiny_model("llama"), tmp_path / "bpe.gguf")

@@ -21,7 +21,7 @@ from edgespec.cli import main
 from edgespec.errors import ModelSourceError
 from edgespec.manifest import load_bundle
 
-from test_real_model import CACHE
+from real_models import CACHE
 
 pytestmark = pytest.mark.real_model
 pytest.importorskip("gguf")

@@ -681,6 +681,7 @@ def test_tied_k_quant_embedding_is_stored_once_on_the_file_grid(
     holds the file's blocks (its size) and every pass runs as it comes."""
     import gguf
     import onnx
+
     from gguf_model import write_tied_k_quant_gguf
 
     if kernels == "gguf" and gguf_kernel_library() is None:
@@ -732,9 +733,10 @@ def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
     from types import SimpleNamespace
 
     from gguf import GGUFReader
-    from gguf_model import write_spm_vocab_gguf
 
     from edgespec.export.gguf.tokenizer import build_tokenizer
+
+    from gguf_model import write_spm_vocab_gguf
 
     path = write_spm_vocab_gguf(tmp_path / "spm.gguf", add_space_prefix=add_space_prefix)
     built = build_tokenizer(SimpleNamespace(fields=GGUFReader(str(path)).fields, path=path))
@@ -767,10 +769,10 @@ def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
     as an attention bias): over 40 positions, ten times the 4-position window, every logit
     row follows llama.cpp's, the pass widths agree bit for bit, and no attention boundaries
     are needed."""
-    from gguf_model import write_gemma3_gguf
-
     from edgespec.graph.kernels import attends_on_kernel
     from edgespec.runtime.model import OnnxModel
+
+    from gguf_model import write_gemma3_gguf
 
     if gguf_kernel_library() is None:
         pytest.skip("the GGUF kernels did not build in this install")
@@ -803,9 +805,9 @@ def test_gemma3_imports_and_matches_llama_cpp(tmp_path: Path) -> None:
     """A random-weight Gemma 3 (sliding-window layers with a 4-position window, one global
     layer, Q/K norms, post norms, GELU, scaled embedding) in F32: the export passes its
     checks, and its logits at every position of a 20-token prompt equal llama.cpp's."""
-    from gguf_model import write_gemma3_gguf
-
     from edgespec.runtime.model import OnnxModel
+
+    from gguf_model import write_gemma3_gguf
 
     path = write_gemma3_gguf(tmp_path / "gemma3.gguf")
     assert main(["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]) == 0

@@ -63,9 +63,9 @@ def test_phi3_follows_llama_cpp_with_either_factor_set(
     """A 256-position graph rotates by the short factors and a 512-position one by the long
     ones, each within 0.2% of llama.cpp's largest logit at the same context (1% on Q8_0,
     whose fused blocks run split on the GGUF kernels), while the two sets are far apart."""
-    from gguf_model import write_llama_gguf
-
     from edgespec.cli.bundles import bundle_summary
+
+    from gguf_model import write_llama_gguf
 
     path = write_llama_gguf(
         tiny_model("phi3"), tmp_path / "phi3.gguf", weight_type=weight_type, **LONGROPE

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
-from gguf_model import random_blocks
 
 from edgespec.errors import BundleError
 from edgespec.graph import kernels
@@ -28,6 +27,8 @@ from edgespec.graph.kernels import (
     register_gguf_kernels,
 )
 from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
+
+from gguf_model import random_blocks
 
 built = pytest.mark.skipif(
     gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"

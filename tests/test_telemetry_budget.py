@@ -186,10 +186,10 @@ def test_budget_config_validation() -> None:
 
 
 def test_watch_reads_conditions_from_the_probes(tmp_path) -> None:
-    from fake_sysfs import orin_nx, write
-
     from edgespec.telemetry.sysfs import Tree
     from edgespec.telemetry.watch import Telemetry
+
+    from fake_sysfs import orin_nx, write
 
     write(orin_nx(tmp_path), {"/proc/self/status": "VmRSS:\t102400 kB\nVmHWM:\t102400 kB"})
     telemetry = Telemetry(

@@ -9,8 +9,11 @@ import pytest
 from edgespec.errors import BudgetError
 from edgespec.manifest import load_bundle
 from edgespec.telemetry.estimate import (
+    LOGITS_ROWS,
     MIB,
+    PREFILL_CHUNK,
     SESSION_BYTES,
+    TOKENIZER_FACTOR,
     ModelCost,
     PairEstimate,
     admit,
@@ -24,6 +27,7 @@ def cost(name: str, *, weights_mb: float, per_token_kb: float, bits: int = 32) -
     return ModelCost(
         name=name,
         weight_bytes=int(weights_mb * MIB),
+        workspace_bytes=0,
         bytes_per_token=int(per_token_kb * 1024),
         parameters=int(weights_mb * MIB / 4),
         bits=bits,
@@ -40,7 +44,6 @@ def pair(context: int = 2048) -> PairEstimate:
         context=context,
         base_bytes=100 * MIB,
         margin=0.25,
-        session_bytes=0,
     )
 
 
@@ -59,10 +62,18 @@ def test_estimate_from_manifests(tmp_path: Path) -> None:
     estimate = estimate_pair(target, draft, base_bytes=0)
     assert estimate.context == 256
     target_cost = estimate.models[0]
-    # 2 copies of the KV (512 B/token) + fp32 logits (24 B/position).
-    assert target_cost.bytes_per_token == 2 * 512 + 24
-    sessions = 2 * SESSION_BYTES
-    assert estimate.total_bytes == sessions + int((280 * 2 + 2 * (2 * 512 + 24) * 256) * 1.25)
+    spec = target.manifest.model
+    # 2 copies of a concat graph's KV (512 B/token) + a prefill chunk's attention scores; no
+    # logits per context token: prefill asks for the last row only.
+    scores = PREFILL_CHUNK * spec.num_attention_heads * 4
+    assert target_cost.bytes_per_token == 2 * 512 + scores
+    workspace = SESSION_BYTES + LOGITS_ROWS * spec.vocab_size * 8
+    assert target_cost.workspace_bytes == workspace
+    tokenizer = TOKENIZER_FACTOR * target.tokenizer_path.stat().st_size
+    assert estimate.tokenizer_bytes == tokenizer
+    per_token = target_cost.bytes_per_token + estimate.models[1].bytes_per_token
+    models = 2 * (280 + workspace) + per_token * 256
+    assert estimate.total_bytes == tokenizer + int(models * 1.10)
     assert estimate_pair(target, None, base_bytes=0, context=100).context == 100
 
 
@@ -92,3 +103,21 @@ def test_generous_budget_admits_at_full_context() -> None:
     admission = admit(pair(), budget_mb=4096, shrink_context=False)
     assert admission.estimate.context == 2048 and admission.shrunk_from is None
     assert admit(pair(), budget_mb=None, shrink_context=False).budget_mb is None
+
+
+def test_a_measured_resident_size_replaces_the_weights(tmp_path: Path) -> None:
+    import json
+
+    root = make_bundle(tmp_path / "t")
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["memory"] |= {"resident_bytes": 50 * MIB, "gathered_bytes": 100}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    cost = estimate_pair(load_bundle(root), None, base_bytes=0).models[0]
+    vocab = manifest["model"]["vocab_size"]
+    # The exporter's measurement holds the session's fixed cost and the packed weights.
+    assert cost.weight_bytes == 50 * MIB
+    assert cost.workspace_bytes == LOGITS_ROWS * vocab * 8
+    del manifest["memory"]["resident_bytes"]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    unmeasured = estimate_pair(load_bundle(root), None, base_bytes=0).models[0]
+    assert unmeasured.weight_bytes == manifest["memory"]["weight_bytes"] - 100

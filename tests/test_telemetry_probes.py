@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
-from fake_sysfs import agx_orin, battery, nano_jetpack4, orin_nx, rapl, write
 
 from edgespec.telemetry.discover import discover
 from edgespec.telemetry.energy import EnergyMeter, Sample, Sampler, measure_idle_power, trapezoid
 from edgespec.telemetry.memory import MemoryProbe
 from edgespec.telemetry.sources import SourceInfo, battery_state, discover_nvml
 from edgespec.telemetry.sysfs import Tree
+
+from fake_sysfs import agx_orin, battery, nano_jetpack4, orin_nx, rapl, write
 
 
 def test_orin_nx_uses_vdd_in_only(tmp_path: Path) -> None:

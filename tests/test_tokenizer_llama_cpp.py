@@ -29,7 +29,7 @@ import pytest
 
 from edgespec.errors import UnsupportedModelError
 
-from test_real_model import CACHE
+from real_models import CACHE
 
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
