@@ -176,6 +176,13 @@ class MemoryEstimate:
     kv_bytes_per_token: int
     logits_bytes_per_position: int
     file_bytes: int
+    #: Of ``weight_bytes``, the embedding table's when only lookups read it (the model has an
+    #: output head of its own): its pages stay out of memory but for the rows looked up. 0
+    #: when the tied head reads it whole, or when the exporter did not record it.
+    gathered_bytes: int = 0
+    #: A session's resident size once a pass has read every weight, measured by the exporter
+    #: in a fresh process (ONNX Runtime's packed copies included); 0 when not measured.
+    resident_bytes: int = 0
 
     def kv_bytes(self, tokens: int) -> int:
         return self.kv_bytes_per_token * tokens

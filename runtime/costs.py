@@ -20,7 +20,8 @@ def _best_times(
     pass over more positions does more work, so a width's time is at most any wider one's:
     each keeps the least of its own and the wider widths' times (``widths`` ascending)."""
     cache = model.new_cache()
-    model.forward(context, cache)
+    # The last row's logits only: every row's would hold context × vocab floats for nothing.
+    model.forward(context, cache, last_only=True)
     best = [float("inf")] * len(widths)
     for _ in range(repeats):
         for index, width in enumerate(widths):

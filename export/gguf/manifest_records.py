@@ -48,8 +48,10 @@ def write_gguf_manifest(
     accuracy: int,
     min_width: int,
     extra: dict[str, Any],
+    resident_bytes: int = 0,
 ) -> None:
-    """The manifest of a GGUF import, written into ``staging`` beside its files."""
+    """The manifest of a GGUF import, written into ``staging`` beside its files
+    (``resident_bytes``: a session's measured resident size, 0 when not measured)."""
     arch = source.architecture
     kinds = Counter(t.tensor_type.name for t in source.tensors.values())
     requantized = sorted({w.source_type for w in builder.quantized if not w.grid_kept})
@@ -80,6 +82,8 @@ def write_gguf_manifest(
             * np.dtype(layout.kv_dtype).itemsize,
             logits_bytes_per_position=arch.vocab_size * 4,
             file_bytes=weight_bytes + (staging / GRAPH_FILE).stat().st_size,
+            gathered_bytes=gathered_bytes(source),
+            resident_bytes=resident_bytes,
         ),
         files=file_records(staging, roles),
         packages=("onnx", "onnxruntime", "gguf", "tokenizers", "numpy"),
@@ -217,6 +221,15 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         logits_rows=IO["logits_rows"],
         min_pass_width=min_width,
     )
+
+
+def gathered_bytes(source: GGUFFile) -> int:
+    """The embedding table's bytes when only lookups read it: the model has an output weight
+    of its own (or a draft's reduced head); 0 when the tied head reads the table whole."""
+    arch = source.architecture
+    if arch.tied_embeddings and not arch.output_vocabulary:
+        return 0
+    return int(getattr(source.tensor("token_embd.weight"), "n_bytes", 0))
 
 
 def _sha256(path: Path) -> str:

@@ -6,12 +6,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from edgespec.errors import ExportError
+from edgespec.graph.paths import GraphSizes
+from edgespec.manifest import GraphSpec
 
 #: The part of an import's peak that does not grow with the weights: the tokenizer's arrays
 #: while it is built (1 GB for Gemma 3's 262,144 tokens), the reference forward's float64
@@ -76,3 +80,34 @@ def release_freed_memory() -> None:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+#: Tokens of the pass that reads every weight once before the resident size is taken.
+RESIDENT_PASS_TOKENS = 8
+
+
+def measure_resident_bytes(graph_path: Path, graph: GraphSpec, sizes: GraphSizes) -> int:
+    """What a session of the graph keeps resident once a pass has read every weight: its
+    weights as ONNX Runtime holds them (MatMulNBits packs a copy of its weights, and keeps or
+    drops the stored ones by how they are shared), but not an embedding table's rows that
+    no token looked up. Measured in a fresh child process (0 where it could not run), so
+    that the import's own mapped file and arrays are not counted."""
+    context = multiprocessing.get_context("spawn")
+    answers = context.SimpleQueue()
+    child = context.Process(target=_resident_child, args=(str(graph_path), graph, sizes, answers))
+    child.start()
+    child.join()
+    return int(answers.get()) if child.exitcode == 0 and not answers.empty() else 0
+
+
+def _resident_child(graph_path: str, graph: GraphSpec, sizes: GraphSizes, answers: Any) -> None:
+    import onnxruntime  # noqa: F401 (loaded before the first reading: not the session's)
+
+    from edgespec.graph.driver import GraphDriver, check_session
+
+    process = psutil.Process()
+    before = process.memory_info().rss
+    # Bound, as the runtime runs it: the plain path would allocate whole present buffers.
+    driver = GraphDriver(check_session(Path(graph_path)), graph, sizes, bound=True)
+    driver.forward([0] * RESIDENT_PASS_TOKENS, driver.new_cache(), last_only=True)
+    answers.put(process.memory_info().rss - before)

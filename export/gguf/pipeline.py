@@ -25,7 +25,11 @@ from edgespec.export.gguf.manifest_records import (
     graph_spec,
     write_gguf_manifest,
 )
-from edgespec.export.gguf.memory import check_import_memory, release_freed_memory
+from edgespec.export.gguf.memory import (
+    check_import_memory,
+    measure_resident_bytes,
+    release_freed_memory,
+)
 from edgespec.export.gguf.reader import GGUFFile, WeightSource, field_value, open_gguf
 from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import Bundle, load_bundle
@@ -83,6 +87,13 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             source, staging, tokenizer, config, layout, builder, observe
         )
         extra.update(_file_records(source))
+        resident = 0
+        if config.verify:
+            observe(ProgressEvent(stage="verify", message="the session's resident memory"))
+            graph = graph_spec(source, layout, min_width)
+            resident = measure_resident_bytes(
+                staging / GRAPH_FILE, graph, check.graph_sizes(source, graph)
+            )
         write_gguf_manifest(
             source,
             staging,
@@ -96,6 +107,7 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
             accuracy=config.accuracy_level,
             min_width=min_width,
             extra=extra,
+            resident_bytes=resident,
         )
     return load_bundle(config.out)
 
