@@ -136,7 +136,8 @@ def run_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(f"[{energy_line(stats)}]", file=sys.stderr)
-        if stats.fell_back is not None:
+        # A server already down at load was named in the load's warnings.
+        if stats.fell_back is not None and stats.fell_back != engine.remote_down:
             how = (
                 "the draft went on alone: this output is unverified"
                 if stats.lossy
