@@ -2,9 +2,8 @@
  * scalar loop in gguf_kernels.c (the same float operations in the same order, and
  * _mm256_cvtps_epi32 rounds to nearest even as lrintf does under the default rounding mode).
  *
- * Why: the scalar loop took about 10 ns an element on one thread before every product, so a
- * one-token step of the 1.5B (about 400,000 inputs across its products) spent about 4 ms
- * there and each further row of a verify pass or a prefill as much again. */
+ * Why: the scalar loop runs before every product, on every row of a step, a verify pass or a
+ * prefill, and took a measurable share of a step (docs/architecture.md, the GGUF kernels). */
 #include "gguf_common.h"
 
 /* SwiGLU's epilogue for one task: `both` [rows, 16] holds 8 gates then their 8 ups per row;

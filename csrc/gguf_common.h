@@ -37,15 +37,11 @@
 #endif
 /* How far ahead of the group block being read the rows-of-8 products prefetch, in bytes, and
  * into which cache (x86; NEON keeps 4 KiB into L1, unmeasured). 8 KiB into L2 (prefetcht1)
- * rather than 4 KiB into L1: on a 2-core Zen 4 EPYC the 1.5B's one-token step took 0.82x the
- * time, its 2-token pass 0.75x, 5 tokens 0.79x, 8 tokens 0.90x, 128 tokens 1.01x
- * (benchmarks/kernel_paths.py --builds, 6 rounds); the 0.5B's 5-token pass 0.91-0.94x,
- * Gemma 3 270M's and SmolLM2's 0.92-0.98x, their steps level within the noise. Most likely
- * the lines fetched far ahead into L1 evicted the rows' activations there (5 rows of the down
- * projection's 8,960 inputs are 45 KB against a 32 KB L1), while the core's own L1
- * prefetcher brings lines up from L2 as the loop reaches them. On a 2-core AVX-512 Xeon, 4 KiB
- * into L1 had taken the 0.5B draft's step to 0.78x of the blocks right after and the 1.5B's
- * 5-token pass to 0.91x. */
+ * rather than 4 KiB into L1: lines fetched far ahead into L1 evict the rows' activations there
+ * (a few rows of a down projection's inputs fill a 32 KB L1), while the core's own L1
+ * prefetcher brings lines up from L2 as the loop reaches them. Measured on steps and verify
+ * passes of every catalog model: docs/benchmarks.md, "IQ4_XS files, on a 2-core AMD EPYC with
+ * AVX-512 (Zen 4)". */
 #ifndef ES_ROWS8_PREFETCH_BYTES
 #define ES_ROWS8_PREFETCH_BYTES 8192
 #endif

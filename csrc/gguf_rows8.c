@@ -5,7 +5,7 @@
  * Why: in the file's layout each block of 32 codes is one output's, and an integer dot product
  * over it ends in a sum across the register per output; with the 5-bit types' fifth bits
  * spread per block as well, a one-token step spent more time unpacking and folding than
- * reading (Q5_0: 4.6 GB/s on one core). Here the 8 outputs are the 8 lanes of the result, the
+ * reading (measured: docs/architecture.md, "Rows of 8"). Here the 8 outputs are the 8 lanes of the result, the
  * activations are broadcast 4 bytes at a time, the fifth bits are bit planes a shift away
  * from their place, and the symmetric types' centre (8 or 16) moves into a minimum term, so
  * the codes go into the unsigned side of maddubs as they are.

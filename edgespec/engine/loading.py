@@ -232,8 +232,8 @@ def session_options(
     if request.spinning and small:
         return target, replace(draft, intra_op_threads=1, spinning=False)
     # The draft's threads run on the target's cores: the target's threads stop spinning when
-    # its pass ends, or they hold those cores through the draft's steps (Qwen2.5-Coder-0.5B
-    # drafting for the 1.5B on 2 cores: a draft step of 24-27 against 30-33 ms).
+    # its pass ends, or they hold those cores through the draft's steps (measured:
+    # docs/runtime.md, "Execution providers and threads").
     target = replace(target, stop_spinning_after_run=True)
     return target, replace(draft, intra_op_threads=request.threads, spinning=False)
 

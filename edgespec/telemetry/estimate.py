@@ -7,7 +7,7 @@ estimate against measured peak")::
     the process before loading                 (measured by the caller: interpreter, numpy,
                                                 ONNX Runtime, tokenizers)
   + TOKENIZER_FACTOR × tokenizer.json's size   (once per process: the parsed vocabulary and
-                                                merges take 15-21 times the file's size)
+                                                merges take several times the file's size)
   per model:
   + the session's resident size                (measured by the exporter in a fresh process
                                                 once a pass has read every weight: ONNX
@@ -38,9 +38,11 @@ from edgespec.manifest import Bundle
 MIB = 1024 * 1024
 #: Added to the models' terms for ONNX Runtime's arena slack and what the terms leave out.
 MARGIN = 0.10
-#: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured: 9 MB).
+#: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured below it).
 SESSION_BYTES = 12 * MIB
-#: A parsed tokenizer's resident size over its tokenizer.json's (measured 15-21x).
+#: A parsed tokenizer's resident size over its tokenizer.json's (the largest measured ratio
+#: among the catalog's tokenizers: docs/benchmarks.md, "Memory estimate against the measured
+#: peak").
 TOKENIZER_FACTOR = 21
 #: Tokens per prefill pass (as :data:`edgespec.graph.paths.PREFILL_CHUNK`).
 PREFILL_CHUNK = 128
