@@ -8,7 +8,7 @@ caches exceed the last-level cache, as in a model), nothing else.
 The defaults are SmolLM2-135M's attention. For each cache type (float32, and float16 with
 the packed Q, K, V cast to float16 before the nodes) and each width, the graph runs 25 passes
 after ``context`` positions and the median is printed as one JSON line. A pass of one row and
-a pass of several take different paths through the kernel (see docs/benchmarks.md, "Where a
+a pass of several take different paths through the kernel (see docs/benchmarks/kernels.md, "Where a
 4-bit step goes"), which is what ``--widths`` shows.
 """
 

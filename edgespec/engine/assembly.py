@@ -149,7 +149,8 @@ def k_policy(
         # The combined drafter prices each round itself (lookup or model, and how many
         # tokens) from the same costs and each side's own acceptance. AutoK would price every
         # round at the mix of both sides' acceptance and at a draft step per token, and cut
-        # free lookup rounds short (docs/benchmarks.md, "On a 2-core AVX-512 Xeon").
+        # free lookup rounds short (docs/benchmarks/qwen-vs-llama-cpp.md, "On a 2-core AVX-512
+        # Xeon").
         return FixedK(MAX_K) if cap is None else CappedK(FixedK(MAX_K), cap=cap)
     # Sampled rounds' acceptance is a draw per token: α follows them slowly.
     smoothing = SAMPLED_ALPHA_SMOOTHING if options.temperature > 0 else GREEDY_ALPHA_SMOOTHING

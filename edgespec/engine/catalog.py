@@ -101,7 +101,7 @@ def _parts(prefix: str, count: int) -> tuple[str, ...]:
 #: How a catalog draft is imported beside its reduced head: its layers' 5-, 6- and 8-bit
 #: blocks (Q5_0, the Q6_K and Q8_0 that Q4_K_M files keep for some ffn_down and attn_v
 #: weights) become Q4_0, and so do its head's rows: 4.5 bits a weight. A step then reads
-#: fewer bytes and the acceptance by its target stays (measured: docs/benchmarks.md, "Drafts
+#: fewer bytes and the acceptance by its target stays (measured: docs/benchmarks/kernels.md, "Drafts
 #: that cost less"). Its attention is the importer's
 #: default (edgespec's CacheAttention on the GGUF kernels). Exactness does not depend on the
 #: draft's weights.

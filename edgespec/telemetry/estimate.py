@@ -1,7 +1,7 @@
 """How much memory a pair needs, from its bundles alone, and admission against a budget.
 
 What a process running a pair holds at its peak, measured stage by stage (load the tokenizer,
-create the sessions, run a pass, prefill in chunks, decode; docs/benchmarks.md, "Memory
+create the sessions, run a pass, prefill in chunks, decode; docs/benchmarks/memory.md, "Memory
 estimate against measured peak")::
 
     the process before loading                 (measured by the caller: interpreter, numpy,
@@ -41,7 +41,7 @@ MARGIN = 0.10
 #: Fixed cost of one ONNX Runtime CPU session, whatever its size (measured below it).
 SESSION_BYTES = 12 * MIB
 #: A parsed tokenizer's resident size over its tokenizer.json's (the largest measured ratio
-#: among the catalog's tokenizers: docs/benchmarks.md, "Memory estimate against the measured
+#: among the catalog's tokenizers: docs/benchmarks/memory.md, "Memory estimate against the measured
 #: peak").
 TOKENIZER_FACTOR = 21
 #: Tokens per prefill pass (as :data:`edgespec.graph.paths.PREFILL_CHUNK`).

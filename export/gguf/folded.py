@@ -18,7 +18,7 @@ FOLDED_PASS_WIDTH = 128
 #: ``attention="auto"`` folds graphs whose context limit exceeds this: folding saves much of
 #: a long-context step and costs a little at short context (the slice, rotary, split, pad and
 #: reshape nodes it adds), breaking even near 1,000 positions on a 4-bit SmolLM2 step
-#: (``benchmarks/step_cost.py``: docs/benchmarks.md, "Where a 4-bit step goes").
+#: (``benchmarks/step_cost.py``: docs/benchmarks/kernels.md, "Where a K-quant step goes").
 FOLDED_FROM = 2048
 
 
@@ -109,7 +109,7 @@ def folding_inputs(
     tells a folded graph how many of them are real: ``total_sequence_length`` = past + S and
     ``seqlens_k`` = past + R - 1 for R real tokens (R = S when nothing is padded). Attention
     runs on the R real tokens only: a padded row would cost a folded problem ``group`` more
-    rows (measured in docs/benchmarks.md, "Where a 4-bit step goes"), and a real row's
+    rows (measured in docs/benchmarks/kernels.md, "Where a K-quant step goes"), and a real row's
     attention is the same bit for bit whatever the number of rows, because every folded
     problem has at least ``group`` of them.
 

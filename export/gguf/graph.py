@@ -303,7 +303,7 @@ def build_graph(
     # pass (ONNX Runtime's plain attention rounds a one-row pass apart from a multi-row one):
     # the whole step runs unpadded. Against folded attention it reads each position once per
     # KV head on every core, skips what a sliding window hides, and needs no padded K and V
-    # (docs/benchmarks.md, "Attention on edgespec's kernel").
+    # (docs/benchmarks/kernels.md, "Attention on edgespec's kernel").
     on_kernels = builder.raw_blocks(first) is not None
     if attention == "auto" and on_kernels:
         attention = "kernel"

@@ -20,7 +20,8 @@ each. Greedy copies are accepted often, so long lookups win there; a sampled tar
 copied token only with its probability of it, so the lookup's acceptance falls and the model,
 whose draws are coupled to the target's, drafts along the match instead. A match that is not
 drafted as it stands is still scored against the tokens the round commits, so the lookup's
-acceptance follows the text either way (docs/benchmarks.md, "On a 2-core AVX-512 Xeon").
+acceptance follows the text either way (docs/benchmarks/qwen-vs-llama-cpp.md, "On a 2-core
+AVX-512 Xeon").
 """
 
 from __future__ import annotations

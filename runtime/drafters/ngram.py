@@ -35,7 +35,7 @@ class PromptLookupDrafter:
     are likely right too). A verify pass costs more with every position it checks and a fresh
     match is more often wrong than a running copy, so short proposals after a miss and long
     ones inside a copy beat any fixed k (measured by ``benchmarks/lookup_policy.py`` on edit
-    requests: docs/benchmarks.md, "Prompt lookup: how long a proposal").
+    requests: docs/benchmarks/prompt-lookup.md, "Prompt lookup: how long a proposal").
 
     Lookup is a dictionary from n-gram to the start of its latest eligible occurrence,
     extended on every commit by the starts that became eligible, so a round costs
