@@ -172,8 +172,8 @@ class OnnxModel:
             "output_vocabulary"
         ):
             # A draft's reduced head fills full-width logits around its scores: the arena kept
-            # those prefill buffers (+118 MB after 128-token passes against +42 MB without it,
-            # the step as fast); freed, they go back to the system.
+            # those prefill buffers, at no gain in speed (measured: docs/export.md, the reduced
+            # head); freed, they go back to the system.
             session_options.enable_cpu_mem_arena = False
         self.requested_providers = choose_providers(providers)
         graph_path = bundle.graph_path

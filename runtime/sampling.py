@@ -37,9 +37,10 @@ def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
         top = np.argmax(scores, axis=-1)[..., np.newaxis]  # [..., 1]
         np.put_along_axis(one_hot, top, 1.0, axis=-1)
         return one_hot
-    # float32 arithmetic up to the normalisation: the exponential of a 151,936-token row costs
-    # 0.6 ms against 1.6 ms in float64 and is paid for every drafted and verified row. A tiny
-    # temperature keeps float64, where 1 / temperature cannot overflow.
+    # float32 arithmetic up to the normalisation: the exponential of a large vocabulary's row
+    # costs a third of float64's and is paid for every drafted and verified row (measured:
+    # docs/benchmarks/qwen-vs-llama-cpp.md). A tiny temperature keeps float64, where
+    # 1 / temperature cannot overflow.
     work_dtype = np.float32 if sampling.temperature >= 1e-3 else np.float64
     scores = np.asarray(logits, dtype=work_dtype)  # [..., vocab]
     # Shift the row maximum to 0 before scaling: a tiny temperature then sends the other

@@ -34,10 +34,9 @@ SKIP_MEMORY_CHECK_ENV = "EDGESPEC_SKIP_MEMORY_CHECK"
 def import_peak_bytes(file_bytes: int, *, path: str = "kernels") -> int:
     """The import's expected peak memory, its llama.cpp check's child process counted, for a
     GGUF of ``file_bytes`` whose graph runs on ``path`` (``kernels``, ``matmul-nbits`` or
-    ``float32``). Measured peaks over the file (benchmarks/import_memory.py, MB of 2^20 bytes):
-    on the kernels, SmolLM2-135M Q4_1 + 440 MB, Gemma 3 270M + 861, Qwen2.5-Coder 0.5B + 500
-    and 1.5B + 576, a Qwen2.5-7B-shaped Q4_K_M file (4,466 MB) + 661; dequantized, SmolLM2
-    11.4x the file."""
+    ``float32``). The factors and the base cover the peaks measured over the file for every
+    catalog model and a 7B-shaped file (benchmarks/import_memory.py: docs/benchmarks/export.md,
+    "Importing a GGUF: memory and bundle size")."""
     factor = IMPORT_PEAK_PER_FILE_BYTE[path]
     return int(factor * file_bytes) + IMPORT_BASE_BYTES
 
