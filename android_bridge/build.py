@@ -1,6 +1,6 @@
 """Builds the JVM client library with javac and jar, and runs its JUnit 4 tests.
 
-No Gradle or Maven here: the tests (tests/test_android_bridge.py) and developers call this.
+No Gradle or Maven here: the tests (tests/server/test_android_bridge.py) and developers call this.
 ``python android_bridge/build.py OUT [--test]`` compiles three source sets to Java 8
 bytecode (``javac --release 8``):
 

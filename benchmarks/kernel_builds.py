@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=150)
     args = parser.parse_args()
-    from gguf_model import random_blocks  # tests/, first on sys.path
+    from support.gguf_model import random_blocks  # tests/, first on sys.path
 
     builds = args.builds.split(",")
     missing = [build for build in builds if not Path(build).is_file()]

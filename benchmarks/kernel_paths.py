@@ -12,10 +12,11 @@ paths taking turns ``--rounds`` times. A child loads the bundle's target through
 then times passes of each width over that context (each cropped back after it: 20 passes
 after 5 warm ones, 4 for widths above 16) and prints its medians. The parent prints, per
 path and width, the median over rounds of the children's medians in milliseconds and its
-ratio to the first path's. Every path's outputs are the same bits (tests/test_gguf_kernels.py
-checks it), so only time differs. ``--builds`` compares builds of the library instead: the
-same source compiled with other settings (``CFLAGS=-DES_ROWS8_PREFETCH_BYTES=4096 python
-setup.py build_ext --inplace --force``, then copy the .so it writes). The builds run in one
+ratio to the first path's. Every path's outputs are the same bits
+(tests/kernels/test_gguf_kernels.py checks it), so only time differs. ``--builds`` compares
+builds of the library instead: the same source compiled with other settings
+(``CFLAGS=-DES_ROWS8_PREFETCH_BYTES=4096 python setup.py build_ext --inplace --force``, then
+copy the .so it writes). The builds run in one
 process, each session registering its own build, their passes taking turns in batches of 8
 (after 5 warm ones) ``--rounds`` times: separate processes moved by up to 40% between runs
 of the same build on a 2-core EPYC whose memory speed drifts, batches in one process by up

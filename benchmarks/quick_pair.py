@@ -2,8 +2,8 @@
 
     python benchmarks/quick_pair.py OUT_DIR [--target-steps 400] [--draft-steps 400]
 
-Trains the ``llama-14m`` target of ``tests/tiny_models.py`` on Python standard-library source
-(next-token loss), then distils the ``llama-2m`` draft from it (KL divergence to the target's
+Trains the ``llama-14m`` target of ``tests/support/tiny_models.py`` on Python standard-library
+source (next-token loss), then distils the ``llama-2m`` draft from it (KL divergence to the target's
 distribution), and saves both as Hugging Face model directories ``OUT_DIR/target`` and
 ``OUT_DIR/draft`` sharing one tokenizer, ready for ``edgespec export``. A stand-in until the
 built-in pair exists; its acceptance rate is whatever this short training gives.
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as functional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny_models import ARCHITECTURES, corpus_texts, train_tokenizer
+from support.tiny_models import ARCHITECTURES, corpus_texts, train_tokenizer
 
 WINDOW, BATCH = 64, 8
 

@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_corpus() -> tuple[Any, list[int]]:
-    from tiny_models import corpus_texts, train_tokenizer
+    from support.tiny_models import corpus_texts, train_tokenizer
 
     texts = corpus_texts()
     tokenizer = train_tokenizer(texts)
@@ -51,7 +51,7 @@ def tiny_model(
     tmp_path_factory: pytest.TempPathFactory, tiny_corpus: tuple[Any, list[int]]
 ) -> Callable[[str], Path]:
     """``tiny_model("llama")`` → a saved model directory (built once per session)."""
-    from tiny_models import build_model
+    from support.tiny_models import build_model
 
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("models")

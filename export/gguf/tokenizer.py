@@ -131,7 +131,7 @@ _DEEPSEEK_PUNCTUATION = "!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3
 _DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
 
 #: The byte-level pre-tokenizers rebuilt here, each tested against llama.cpp's tokenizer on
-#: its vocabulary (tests/test_tokenizer_llama_cpp.py); the names are llama.cpp's.
+#: its vocabulary (tests/real_models/test_tokenizer_llama_cpp.py); the names are llama.cpp's.
 PRE_TOKENIZERS = (
     PreTokenizer(names=("gpt-2", "phi-2", "mpt", "olmo"), splits=(_GPT2,)),
     # SmolLM2, StarCoder and kin: every digit on its own, then GPT-2's.

@@ -3,7 +3,7 @@ implementations, that the JVM port (android_bridge) must reproduce step for step
 
 Run from the repository root with the package installed:
 ``python tests/vectors/make_policy_vectors.py``.
-``tests/test_policy_vectors.py`` replays the file against the Python code, so the vectors and
+``tests/unit/test_policy_vectors.py`` replays the file against the Python code, so the vectors and
 the Python side cannot drift either.
 """
 

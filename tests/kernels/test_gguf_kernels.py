@@ -1,0 +1,494 @@
+"""edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
+products and lookups on llama.cpp's blocks (Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) against
+the ``gguf`` package's own
+dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
+(AVX2 and portable C), and a missing library reported in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from edgespec.errors import BundleError
+from edgespec.graph import kernels
+from edgespec.graph.kernels import (
+    GGUF_DOMAIN,
+    gguf_kernel_library,
+    gguf_kernel_path,
+    register_gguf_kernels,
+)
+from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
+
+from support.gguf_model import random_blocks
+
+built = pytest.mark.skipif(
+    gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
+)
+# Widths and counts that cross the kernel's 32-row passes and 16-output tasks.
+ROWS, OUTPUTS, INPUTS = 37, 40, 512
+LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+# IQ4_NL and IQ4_XS: 4-bit indices into a table of 16 signed values.
+TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", *LEGACY, "IQ4_NL", "IQ4_XS"]
+# The x86-64 paths: the same products (every sum an exact integer), other instructions.
+X86_PATHS = ("avx-vnni", "avx512-vnni", "avx2")
+# A kind is a block type, "/rows8" when W is stored in the kernels' rows-of-8 layout.
+KINDS = [*TYPES, *(f"{kind}/rows8" for kind in TYPES)]
+
+
+def _type(kind: str) -> str:
+    return kind.split("/")[0]
+
+
+def _session(
+    op: str,
+    kind: str,
+    blocks: np.ndarray,
+    threads: int = 2,
+    addend: str = "",
+    *,
+    order: np.ndarray | None = None,
+    activation: int = 0,
+) -> onnxruntime.InferenceSession:
+    """One GgufMatMul (x [rows, INPUTS]) or GgufGather (ids [count]) over ``blocks``; with
+    ``addend`` "bias" or "residual", GgufMatMul's third input ``a`` ([OUTPUTS] or Y's shape);
+    with ``order``, its fourth (X's columns in W's input order); ``activation`` its attribute
+    (1: SwiGLU over gates and ups in alternate groups of 8)."""
+    import gguf
+    from onnx import TensorProto, helper, numpy_helper
+
+    ggml_type = int(gguf.GGMLQuantizationType[_type(kind)])
+    if kind.endswith("/rows8"):
+        blocks, ggml_type = to_rows8(blocks, _type(kind)), ggml_type + ROWS8_OFFSET
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", INPUTS])
+        if op == "GgufMatMul"
+        else helper.make_tensor_value_info("ids", TensorProto.INT64, ["count"])
+    ]
+    if addend:
+        shape = [OUTPUTS] if addend == "bias" else ["rows", OUTPUTS]
+        inputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, shape))
+    names = [inputs[0].name, "w", *(["a"] if addend else [])]
+    initializers = [numpy_helper.from_array(blocks, "w")]
+    if order is not None:
+        names = [*names[:2], names[2] if addend else "", "order"]
+        initializers.append(numpy_helper.from_array(order.astype(np.int64), "order"))
+    node = helper.make_node(
+        op,
+        names,
+        ["y"],
+        domain=GGUF_DOMAIN,
+        ggml_type=ggml_type,
+        in_features=INPUTS,
+        out_features=len(blocks),
+        **({"activation": activation} if activation else {}),
+    )
+    graph = helper.make_graph(
+        [node],
+        "kernel",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(GGUF_DOMAIN, 1)]
+    )
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    register_gguf_kernels(options, required=True)
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _blocks(rng: np.random.Generator, kind: str) -> np.ndarray:
+    """Random blocks of ``kind`` for a weight [OUTPUTS, INPUTS], float16 factors set small
+    (in the file's layout, whatever the kind's)."""
+    return random_blocks(rng, _type(kind), OUTPUTS, INPUTS)
+
+
+def _dequantized(kind: str, blocks: np.ndarray) -> np.ndarray:
+    import gguf
+
+    quant = gguf.GGMLQuantizationType[_type(kind)]
+    return gguf.quants.dequantize(blocks, quant).reshape(OUTPUTS, INPUTS)
+
+
+def test_the_kernels_build_wherever_a_c_compiler_is() -> None:
+    """The library is built at install; a fallback-only install is for machines without a
+    compiler, so where one is found the library must be there (and report its path)."""
+    compiler = sysconfig.get_config_var("CC") or "cc"
+    if shutil.which(compiler.split()[0]) is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler here: the install falls back to MatMulNBits graphs")
+    assert gguf_kernel_library() is not None
+    assert gguf_kernel_path() in (*X86_PATHS, "neon-dotprod", "neon", "portable")
+
+
+@built
+@pytest.mark.parametrize("kind", KINDS)
+def test_products_follow_the_files_dequantized_weights(kind: str) -> None:
+    """x @ W.T from the blocks as stored, within the rounding of 8-bit activations (llama.cpp
+    quantizes activations the same way: 8 bits per 256 inputs)."""
+    rng = np.random.default_rng(1)
+    blocks = _blocks(rng, kind)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    got = _session("GgufMatMul", kind, blocks).run(None, {"x": x})[0]
+    expected = x.astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
+    assert got.shape == (ROWS, OUTPUTS)
+    assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max()
+
+
+@built
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_widest_integer_sums_do_not_overflow(kind: str) -> None:
+    """Every code and scale at its largest against inputs of one sign (127 or -127 after
+    quantization): the sums that a 16-bit partial sum would overflow first still follow the
+    dequantized weights, on the path this CPU takes and in passes of one row and of several."""
+    blocks = saturated(_blocks(np.random.default_rng(5), kind), kind)
+    session = _session("GgufMatMul", kind, blocks)
+    expected = one_signed(5).astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
+    for rows in (1, 5):
+        got = session.run(None, {"x": one_signed(rows)})[0]
+        assert np.abs(got - expected[:rows]).max() <= 1e-3 * np.abs(expected).max(), kind
+
+
+@built
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_gives_the_same_bits_in_any_pass_and_on_any_thread_count(kind: str) -> None:
+    """What lets a target step unpadded and still verify exactly: row m's outputs are the same
+    bits alone, among 5 rows, among 37 (past one 32-row pass), on 1 thread or 2."""
+    rng = np.random.default_rng(2)
+    blocks = _blocks(rng, kind)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    two, one = _session("GgufMatMul", kind, blocks), _session("GgufMatMul", kind, blocks, 1)
+    whole = two.run(None, {"x": x})[0]
+    assert np.array_equal(one.run(None, {"x": x})[0], whole)
+    assert np.array_equal(two.run(None, {"x": x[30:35]})[0], whole[30:35])
+    for row in (0, 33, ROWS - 1):
+        assert np.array_equal(two.run(None, {"x": x[row : row + 1]})[0], whole[row : row + 1])
+
+
+@built
+@pytest.mark.parametrize("addend", ["bias", "residual"])
+def test_a_bias_or_residual_is_added_as_an_add_would(addend: str) -> None:
+    """GgufMatMul's third input (the graph's bias and residual adds, fused): the product's bits
+    plus the addend, exactly as a separate Add gives them."""
+    rng = np.random.default_rng(5)
+    blocks = _blocks(rng, "Q4_K")
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    a = rng.standard_normal((OUTPUTS,) if addend == "bias" else (ROWS, OUTPUTS))
+    a = a.astype(np.float32)
+    product = _session("GgufMatMul", "Q4_K", blocks).run(None, {"x": x})[0]
+    fused = _session("GgufMatMul", "Q4_K", blocks, addend=addend)
+    assert np.array_equal(fused.run(None, {"x": x, "a": a})[0], product + a)
+    if addend == "residual":  # rows that are not X's: refused by the kernel, in its words
+        with pytest.raises(Exception, match="addend"):
+            fused.run(None, {"x": x, "a": np.zeros((2, OUTPUTS), np.float32)})
+
+
+@built
+@pytest.mark.parametrize("kind", KINDS)
+def test_lookups_are_the_files_dequantized_rows(kind: str) -> None:
+    rng = np.random.default_rng(3)
+    blocks = _blocks(rng, kind)
+    ids = np.array([3, 0, OUTPUTS - 1, 3], dtype=np.int64)
+    got = _session("GgufGather", kind, blocks).run(None, {"ids": ids})[0]
+    np.testing.assert_allclose(got, _dequantized(kind, blocks)[ids], rtol=1e-6, atol=1e-9)
+    with pytest.raises(Exception, match="outside the table"):
+        _session("GgufGather", kind, blocks).run(None, {"ids": np.array([OUTPUTS], np.int64)})
+
+
+@built
+def test_an_unread_block_type_is_refused_when_the_session_loads() -> None:
+    blocks = np.zeros((OUTPUTS, INPUTS // 256 * 110), np.uint8)
+    with pytest.raises(Exception, match=r"ggml_type must be Q4_0 .* or IQ4_XS"):
+        _session("GgufMatMul", "IQ2_XXS", blocks)
+
+
+PORTABLE_CHECK = """
+import json, sys
+import numpy as np
+sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
+import test_gguf_kernels as t
+from edgespec.graph.kernels import gguf_kernel_path
+rng = np.random.default_rng(4)
+out = {{"path": gguf_kernel_path()}}
+for kind in t.KINDS:
+    blocks = t._blocks(rng, kind)
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
+    session = t._session("GgufMatMul", kind, blocks)
+    whole = session.run(None, {{"x": x}})[0]
+    expected = x.astype(np.float64) @ t._dequantized(kind, blocks).T
+    same = t._session("GgufMatMul", t._type(kind), blocks).run(None, {{"x": x}})[0]
+    out[kind] = {{
+        "same_as_file_layout": bool(np.array_equal(whole, same)),
+        "error": float(np.abs(whole - expected).max() / np.abs(expected).max()),
+        "invariant": all(
+            np.array_equal(session.run(None, {{"x": x[r : r + 1]}})[0], whole[r : r + 1])
+            for r in (0, 33)
+        ),
+    }}
+from edgespec.export.gguf.raw_blocks import RawBlocks, interleave_by_8
+for kind in ("Q4_K/rows8", "Q5_1"):
+    gate, up = t._blocks(rng, kind), t._blocks(rng, kind)
+    raws = [
+        RawBlocks(data=w, kind=t._type(kind), rows=t.OUTPUTS, columns=t.INPUTS) for w in (gate, up)
+    ]
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32) * 4
+    both = interleave_by_8(*raws).data
+    got = t._session("GgufMatMul", kind, both, activation=1).run(None, {{"x": x}})[0]
+    g, u = (x.astype(np.float64) @ t._dequantized(kind, w).T for w in (gate, up))
+    expected = g / (1 + np.exp(-g)) * u
+    out["swiglu " + kind] = float(np.abs(got - expected).max() / np.abs(expected).max())
+print(json.dumps(out))
+"""
+
+
+@built
+def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
+    """The C path every CPU runs (the AVX2 path's fallback, and ARM's today): forced in a fresh
+    process, since a process picks its path once. It runs outside the checkout, on the same
+    library as this process."""
+    tests = str(Path(__file__).parent)
+    env = {
+        **os.environ,
+        "EDGESPEC_GGUF_KERNEL_PATH": "portable",
+        kernels.ENVIRONMENT: str(gguf_kernel_library()),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["path"] == "portable"
+    for kind in KINDS:
+        assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
+        # the portable path reads a rows-of-8 block back into the file's: the same bits
+        assert report[kind]["same_as_file_layout"], report
+    assert report["swiglu Q4_K/rows8"] <= 0.03 and report["swiglu Q5_1"] <= 0.03, report
+
+
+def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
+    """``blocks`` with every code byte (and the K-quants' sub-block scales) 0xFF, their
+    float16 factors kept: each product's integer terms at their largest (IQ4_NL's and
+    IQ4_XS's bytes 0: the table's -127 and IQ4_XS's scale -32)."""
+    import gguf
+
+    _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
+    out = blocks.copy().reshape(-1, size)
+    if _type(kind).startswith("IQ4"):  # d, then IQ4_XS's scales and the indices
+        out[:, 2:] = 0
+    elif _type(kind) in ("Q6_K", "Q3_K"):  # codes, scales, then d
+        out[:, : size - 2] = 0xFF
+    elif _type(kind) == "Q2_K":  # scales, codes, then d and dmin
+        out[:, : size - 4] = 0xFF
+    else:  # d (and dmin or m) first
+        out[:, 2 * (2 if _type(kind) in ("Q4_K", "Q5_K", "Q4_1", "Q5_1") else 1) :] = 0xFF
+    return out.reshape(blocks.shape)
+
+
+def one_signed(rows: int) -> np.ndarray:
+    """Inputs [rows, INPUTS] that quantize to 127 (even rows) or -127 (odd rows) everywhere."""
+    signs = np.where(np.arange(rows) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    return np.repeat(signs[:, None], INPUTS, axis=1)
+
+
+X86_PATH_CHECK = """
+import hashlib, json, sys
+sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
+import numpy as np
+import test_gguf_kernels as t
+from edgespec.graph.kernels import gguf_kernel_path
+out = {{"path": gguf_kernel_path()}}
+for kind in t.KINDS:
+    rng = np.random.default_rng(4)
+    blocks = t._blocks(rng, kind)
+    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
+    session = t._session("GgufMatMul", kind, blocks)
+    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 3, 4, 5, 7, 8, 20, t.ROWS)]
+    # every code at its largest and inputs of one sign: the widest integer sums a lane holds
+    extreme = t._session("GgufMatMul", kind, t.saturated(blocks, kind))
+    ys += [extreme.run(None, {{"x": t.one_signed(rows)}})[0] for rows in (1, 5)]
+    out[kind] = hashlib.sha256(b"".join(y.tobytes() for y in ys)).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@built
+def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
+    """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd (the
+    K-quants' several-row passes on 512 bits with AVX512-VNNI): each path forced in a fresh
+    process, every kind's outputs at 1, 2, 3, 4, 5, 7, 8, 20 and 37 rows (the 512-bit
+    tiles' sizes, several tiles, a second pass of 32 rows), and with every code at its largest
+    against inputs of one sign, are the AVX2 path's bits (the integer sums are exact whichever
+    instructions add them)."""
+    if gguf_kernel_path() not in X86_PATHS:
+        pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
+    reports = []
+    for forced in ("avx2", "avx-vnni", "avx512-vnni", ""):
+        env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": forced}
+        env[kernels.ENVIRONMENT] = str(gguf_kernel_library())
+        done = subprocess.run(
+            [sys.executable, "-c", X86_PATH_CHECK.format(tests=str(Path(__file__).parent))],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    paths = {report.pop("path") for report in reports}
+    assert "avx2" in paths
+    if paths == {"avx2"}:
+        pytest.skip("this CPU has neither AVX-VNNI nor AVX512-VNNI")
+    assert all(report == reports[0] for report in reports), paths
+
+
+def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(kernels.ENVIRONMENT, "off")
+    kernels.gguf_kernel_library.cache_clear()
+    kernels.gguf_kernel_path.cache_clear()
+    try:
+        options = onnxruntime.SessionOptions()
+        assert register_gguf_kernels(options, required=False) is False
+        with pytest.raises(BundleError) as caught:
+            register_gguf_kernels(options, required=True)
+        message = str(caught.value)
+        assert "not built" in message and "\n" not in message
+        assert "re-import" in caught.value.fix
+        assert gguf_kernel_path() == "unavailable"
+    finally:
+        monkeypatch.delenv(kernels.ENVIRONMENT)
+        kernels.gguf_kernel_library.cache_clear()
+        kernels.gguf_kernel_path.cache_clear()
+
+
+def test_the_rows8_layout_moves_bytes_and_takes_whole_groups_of_8_outputs() -> None:
+    """The layout moves the file's bits (a bundle stays the file's size: Q8_0's whole bytes,
+    the other types' nibbles, fifth bits, bit pairs and 6-bit factors), and a weight whose
+    outputs do not form groups of 8 is refused (the importer keeps it as stored)."""
+    rng = np.random.default_rng(6)
+    for kind in TYPES:
+        blocks = _blocks(rng, kind)
+        moved = to_rows8(blocks, kind)
+        assert moved.shape == blocks.shape and not np.array_equal(moved, blocks)
+        assert np.unpackbits(moved).sum() == np.unpackbits(blocks).sum()
+        if kind == "Q8_0":
+            assert np.array_equal(np.sort(moved, axis=None), np.sort(blocks, axis=None))
+    with pytest.raises(ValueError, match="rows-of-8"):
+        to_rows8(_blocks(rng, "Q4_0")[:12], "Q4_0")
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q4_0"])
+def test_the_avx2_activation_quantizer_gives_the_scalar_ones_bits(kind: str) -> None:
+    """Every product starts by quantizing X per block; the AVX2 quantizer must give the
+    scalar loop's int8 values, scales and sums exactly, or the two paths' products drift."""
+    import ctypes
+
+    import gguf
+
+    if gguf_kernel_path() not in X86_PATHS:
+        pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no AVX2 quantizer")
+    library = ctypes.CDLL(str(gguf_kernel_library()))
+    quantize = library.edgespec_gguf_quantize
+    quantize.restype = ctypes.c_int
+    rng = np.random.default_rng(7)
+    rows, k = 5, 1024
+    block, span = (256, 16) if kind == "Q4_K" else (32, 32)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    x[0, :256] = 0.0  # an all-zero block: scale 0, codes 0
+    x[1] = np.round(x[1] * 8) / 2  # values on halves: ties round to even in both
+    x[2, :block] *= 1e-30  # tiny magnitudes
+    results = []
+    for vectorized in (0, 1):
+        q = np.zeros((rows, k), np.int8)
+        scale = np.zeros((rows, k // block), np.float32)
+        sums = np.zeros((rows, k // span), np.int16)
+        assert (
+            quantize(
+                x.ctypes.data_as(ctypes.c_void_p),
+                ctypes.c_int64(rows),
+                ctypes.c_int64(k),
+                int(gguf.GGMLQuantizationType[kind]),
+                vectorized,
+                q.ctypes.data_as(ctypes.c_void_p),
+                scale.ctypes.data_as(ctypes.c_void_p),
+                sums.ctypes.data_as(ctypes.c_void_p),
+            )
+            == 0
+        )
+        results.append((q, scale, sums))
+    (q0, scale0, sums0), (q1, scale1, sums1) = results
+    assert np.array_equal(q0, q1) and np.array_equal(scale0, scale1)
+    assert np.array_equal(sums0, sums1)
+    # and they are what they claim: sums of the codes, codes within [-127, 127]
+    assert np.array_equal(sums0, q0.reshape(rows, -1, span).sum(axis=2, dtype=np.int16))
+    assert np.abs(q0).max() <= 127 and not q0[0, :256].any()
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K", "Q4_K/rows8", "Q6_K/rows8", "Q4_0/rows8", "Q5_0"])
+def test_swiglu_is_silu_of_the_gates_times_the_ups_with_the_same_bits_in_any_pass(
+    kind: str,
+) -> None:
+    """GgufMatMul with activation 1 (the gated MLP in one node): W holds gate and up rows in
+    alternate groups of 8, Y is silu(x @ gate.T) * (x @ up.T), each row's bits the same in any
+    pass; an attribute it does not know, or a width not in groups of 16, is refused."""
+    from edgespec.export.gguf.raw_blocks import RawBlocks, interleave_by_8
+
+    rng = np.random.default_rng(11)
+    gate, up = _blocks(rng, kind), _blocks(rng, kind)
+    both = interleave_by_8(
+        RawBlocks(data=gate, kind=_type(kind), rows=OUTPUTS, columns=INPUTS),
+        RawBlocks(data=up, kind=_type(kind), rows=OUTPUTS, columns=INPUTS),
+    ).data
+    assert np.array_equal(both[8:16], up[:8]) and np.array_equal(both[16:24], gate[8:16])
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32) * 4
+    session = _session("GgufMatMul", kind, both, activation=1)
+    got = session.run(None, {"x": x})[0]
+    products = [x.astype(np.float64) @ _dequantized(kind, w).T for w in (gate, up)]
+    expected = products[0] / (1 + np.exp(-products[0])) * products[1]
+    assert got.shape == (ROWS, OUTPUTS)
+    assert np.abs(got - expected).max() <= 0.03 * np.abs(expected).max()
+    for rows in (slice(0, 1), slice(30, 35), slice(ROWS - 1, ROWS)):
+        assert np.array_equal(session.run(None, {"x": x[rows]})[0], got[rows])
+    with pytest.raises(Exception, match="activation must be"):
+        _session("GgufMatMul", kind, both, activation=2)
+    with pytest.raises(Exception, match="activation must be"):
+        _session("GgufMatMul", kind, both[:40], activation=1)
+
+
+@built
+@pytest.mark.parametrize("kind", ["Q4_K/rows8", "Q8_0"])
+def test_an_input_order_reads_x_in_the_weights_order(kind: str) -> None:
+    """GgufMatMul's fourth input: W's inputs stored in another order than X's columns (a graph
+    that regroups attention heads), so the kernel reads x[:, order] — the same bits as a
+    Gather before it, with or without an addend; an order outside X is refused."""
+    rng = np.random.default_rng(12)
+    blocks = _blocks(rng, kind)
+    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
+    order = rng.permutation(INPUTS)
+    gathered = _session("GgufMatMul", kind, blocks).run(None, {"x": x[:, order]})[0]
+    got = _session("GgufMatMul", kind, blocks, order=order).run(None, {"x": x})[0]
+    assert np.array_equal(got, gathered)
+    bias = rng.standard_normal(OUTPUTS).astype(np.float32)
+    biased = _session("GgufMatMul", kind, blocks, addend="bias", order=order)
+    assert np.array_equal(biased.run(None, {"x": x, "a": bias})[0], gathered + bias)
+    wrong = _session("GgufMatMul", kind, blocks, order=np.full(INPUTS, INPUTS))
+    with pytest.raises(Exception, match="input_order is outside X"):
+        wrong.run(None, {"x": x})
