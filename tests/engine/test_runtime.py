@@ -372,8 +372,13 @@ def test_bad_generation_options(
 
 def test_prompt_longer_than_the_context(engines: Callable[[str, str], Engine]) -> None:
     engine = engines("llama", "fp32")
-    with pytest.raises(ContextLimitError, match="exceeds the context limit of 256 tokens"):
+    with pytest.raises(
+        ContextLimitError, match="exceeds the context limit of 256 tokens"
+    ) as raised:
         engine.generate("x = 1\n" * 200, max_new_tokens=10)
+    # The fix is what the user can do now; re-exporting is an aside for bundles of their own.
+    assert raised.value.fix is not None
+    assert raised.value.fix.startswith("shorten the prompt or lower max_new_tokens: 256 tokens")
 
 
 def test_tokenizer_mismatch_names_the_difference(
