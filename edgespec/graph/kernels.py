@@ -69,11 +69,9 @@ ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
 
 # What --kernels auto runs on the kernels: every type they read, measured faster than ONNX
 # Runtime's MatMulNBits on each (no minimum term, 5- and 6-bit codes read as stored, no padded
-# steps; the legacy types in the rows-of-8 layout of edgespec.graph.rows8). One-token steps
-# alternating in one process, 2 threads: Qwen2.5-Coder-0.5B Q4_K_M (mostly Q5_0 and Q8_0)
-# 29.4 against 40.9 ms, SmolLM2-135M Q4_1 11.1 against 15.6 ms; Qwen2.5-Coder-1.5B requantized
-# to Q5_K_M 66 against 153 ms, to Q2_K 62 against 148 (MatMulNBits reads those types as 8-bit
-# codes). --kernels gguf is the same set today; --kernels mlas runs none of them.
+# steps; the legacy types in the rows-of-8 layout of edgespec.graph.rows8; the figures:
+# docs/architecture.md, the GGUF kernels). --kernels gguf is the same set today; --kernels
+# mlas runs none of them.
 AUTO_KERNEL_TYPES = frozenset(GGUF_KERNEL_TYPES)
 
 

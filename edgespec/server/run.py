@@ -161,7 +161,7 @@ def serve(
     check_binding(host, options.api_key)
     check_port(host, port)
     # Without ONNX Runtime's arena, a long request's buffers go back when it ends (with it,
-    # two 1,900-token scoring requests left the default model's server 600 MB larger).
+    # the server kept the largest request's: docs/serving.md, the scoring pass's memory).
     engine = Engine.load(target=target, draft=draft, threads=threads, memory_arena=False)
     assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)
