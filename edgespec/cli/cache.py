@@ -98,6 +98,8 @@ def run_cache(args: argparse.Namespace) -> int:
 
 
 def _list(entries: list[Any], root: Any, *, json_output: bool) -> int:
+    from edgespec.cli.models import print_table
+
     total = sum(entry.size_bytes for entry in entries)
     if json_output:
         rows = [
@@ -125,12 +127,7 @@ def _list(entries: list[Any], root: Any, *, json_output: bool) -> int:
         )
         for entry in entries
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(3)]
-    for row in table:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)),
-            row[3],
-        )
+    print_table(table)
     print(
         "\nRemove a model with 'edgespec cache prune NAME', the sources of imported models "
         "with --sources, older versions' bundles and unfinished imports with --stale."

@@ -48,6 +48,14 @@ def resolve_model(args: argparse.Namespace) -> None:
         args.draft = draft.root if draft is not None else None
 
 
+def print_table(table: list[tuple[str, ...]]) -> None:
+    """Rows of text cells in columns two spaces apart (the first row the header)."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print("  ".join(cells).rstrip())
+
+
 def run_models(args: argparse.Namespace) -> int:
     from edgespec.engine import cache_inventory, catalog
 
@@ -98,10 +106,7 @@ def run_models(args: argparse.Namespace) -> int:
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-        print("  ".join(cells).rstrip())
+    print_table(table)
     print(
         "\nUse one with 'edgespec chat NAME' or --model NAME (generate, bench, pair, serve, "
         "doctor); a first use fetches and imports it. 'total' counts the model and its "
