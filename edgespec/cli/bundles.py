@@ -11,11 +11,11 @@ from typing import Any
 
 from edgespec._version import __version__
 from edgespec.cli.models import add_model_argument, resolve_model
-from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError
 from edgespec.graph.kernels import attends_on_kernel, gguf_kernel_path
 from edgespec.manifest import Bundle, load_bundle
+from edgespec.models.bundles import default_pair
 
 ORT_DISTRIBUTIONS = (
     "onnxruntime",
@@ -330,12 +330,9 @@ def _llama_cpp_line(agreement: object) -> list[str]:
 
 def _default_model_state() -> str:
     """Which bundle commands use without --target, and whether it is ready."""
-    from edgespec.engine.default_model import (
-        DEFAULT_MODEL,
-        TARGET_ENV,
-        bundle_dir,
-        draft_bundle_dir,
-    )
+    from edgespec.models.bundles import TARGET_ENV
+    from edgespec.models.catalog import default_model
+    from edgespec.models.store import bundle_dir, draft_dir
 
     if os.environ.get(TARGET_ENV):
         return f"{os.environ[TARGET_ENV]} (from {TARGET_ENV})"
@@ -344,8 +341,9 @@ def _default_model_state() -> str:
         ready = (root / "manifest.json").is_file()
         return f"{root} ({'ready' if ready else 'converted on first use'})"
 
-    root, draft = bundle_dir(), draft_bundle_dir()
-    text = f"{DEFAULT_MODEL.title} at {state(root)}"
+    model = default_model()
+    root, draft = bundle_dir(model), draft_dir(model)
+    text = f"{model.title} at {state(root)}"
     if not (root / "manifest.json").is_file():
         text = text.replace("converted on first use", "fetched and converted on first use")
     return text + (f"; its draft at {state(draft)}" if draft is not None else "")

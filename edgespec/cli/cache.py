@@ -50,12 +50,12 @@ def _mb(size_bytes: int) -> str:
 
 
 def run_cache(args: argparse.Namespace) -> int:
-    from edgespec.engine import cache_inventory, catalog
-    from edgespec.engine.default_model import cache_dir
     from edgespec.errors import ConfigError
+    from edgespec.models import catalog, inventory
+    from edgespec.models.store import cache_dir
 
     root = cache_dir()
-    entries = cache_inventory.inventory(root)
+    entries = inventory.inventory(root)
     if not args.prune:
         return _list(entries, root, json_output=args.json)
     if args.model is None and not args.sources and not args.stale:
@@ -65,9 +65,7 @@ def run_cache(args: argparse.Namespace) -> int:
         )
     if args.model is not None:
         args.model = catalog.find(args.model).name
-    chosen = cache_inventory.to_prune(
-        entries, model=args.model, sources=args.sources, stale=args.stale
-    )
+    chosen = inventory.to_prune(entries, model=args.model, sources=args.sources, stale=args.stale)
     if not chosen:
         print("edgespec: nothing to prune", file=sys.stderr)
         return 0
@@ -85,7 +83,7 @@ def run_cache(args: argparse.Namespace) -> int:
             print("edgespec: nothing removed", file=sys.stderr)
             return 1
     for entry in chosen:
-        cache_inventory.remove(entry)
+        inventory.remove(entry)
     freed = sum(entry.size_bytes for entry in chosen)
     if args.json:
         removed = [{"path": str(entry.path), "size_bytes": entry.size_bytes} for entry in chosen]
@@ -130,6 +128,6 @@ def _list(entries: list[Any], root: Any, *, json_output: bool) -> int:
     print_table(table)
     print(
         "\nRemove a model with 'edgespec cache prune NAME', the sources of imported models "
-        "with --sources, older versions' bundles and unfinished imports with --stale."
+        "with --sources, older versions' bundles and files and unfinished imports with --stale."
     )
     return 0

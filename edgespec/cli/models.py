@@ -36,15 +36,15 @@ def resolve_model(args: argparse.Namespace) -> None:
     bundle and (unless ``--draft`` is given) its draft's, fetched and imported first."""
     if args.model is None:
         return
-    from edgespec.engine import catalog
     from edgespec.errors import ConfigError
+    from edgespec.models import bundles, catalog
 
     if args.target is not None:
         raise ConfigError("pass --model or --target, not both", fix="drop one of them")
     named = catalog.find(args.model)
-    args.target = catalog.model_bundle(named).root
+    args.target = bundles.model_bundle(named).root
     if args.draft is None:
-        draft = catalog.draft_bundle(named)
+        draft = bundles.draft_bundle(named)
         args.draft = draft.root if draft is not None else None
 
 
@@ -57,12 +57,12 @@ def print_table(table: list[tuple[str, ...]]) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from edgespec.engine import cache_inventory, catalog
+    from edgespec.models import catalog, inventory, store
 
     rows: list[dict[str, Any]] = []
     for model in catalog.CATALOG.values():
-        size = catalog.cached_size_mb(model)
-        pair = cache_inventory.footprint(model)
+        size = inventory.cached_size_mb(model)
+        pair = inventory.footprint(model)
         rows.append(
             {
                 "name": model.name,
@@ -77,7 +77,7 @@ def run_models(args: argparse.Namespace) -> int:
                 "instruct": model.instruct,
                 "source": model.source,
                 "cached": size is not None,
-                "path": str(catalog.model_dir(model)),
+                "path": str(store.bundle_dir(model)),
             }
         )
     if args.json:
@@ -112,7 +112,7 @@ def run_models(args: argparse.Namespace) -> int:
         "doctor); a first use fetches and imports it. 'total' counts the model and its "
         "draft: what a first use downloads, and the disk its bundles and their kept sources "
         "take. Bundles are cached under "
-        f"{catalog.model_dir(catalog.find(catalog.DEFAULT_NAME)).parent} ('edgespec cache' "
+        f"{store.cache_dir() / 'models'} ('edgespec cache' "
         "lists them)."
     )
     return 0

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine.default_model import cache_dir
 from edgespec.engine.options import DRAFTER_NAMES, MAX_K
 from edgespec.manifest import Bundle
+from edgespec.models.store import cache_dir
 from edgespec.runtime.k_policy import CostProfile
 
 

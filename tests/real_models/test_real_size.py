@@ -28,10 +28,13 @@ import pytest
 
 from edgespec.api import Engine
 from edgespec.cli import main
-from edgespec.engine import catalog
 from edgespec.errors import ModelSourceError
 from edgespec.graph.kernels import ENVIRONMENT, gguf_kernel_library
 from edgespec.manifest import Bundle, load_bundle
+from edgespec.models import catalog
+from edgespec.models.bundles import model_bundle
+from edgespec.models.fetch import gguf_file
+from edgespec.models.store import bundle_dir
 
 pytestmark = pytest.mark.real_size
 pytest.importorskip("gguf")
@@ -51,13 +54,13 @@ def _fetched(get: Callable[[], T]) -> T:
 @pytest.fixture(scope="session")
 def qwen_gguf() -> Path:
     """The joined GGUF, kept in the cache's downloads (fetched and checked once)."""
-    return _fetched(lambda: catalog.joined_gguf(MODEL, catalog.cache_dir() / "downloads"))
+    return _fetched(lambda: gguf_file(MODEL))
 
 
 @pytest.fixture(scope="session")
 def qwen() -> Bundle:
     """The catalog's cached bundle (imported on first use)."""
-    return _fetched(lambda: catalog.model_bundle(MODEL))
+    return _fetched(lambda: model_bundle(MODEL))
 
 
 @pytest.fixture(scope="session")
@@ -161,8 +164,8 @@ def test_speculative_greedy_equals_target_only_token_for_token(
 #: map: Linux starts a child's ru_maxrss at its parent's RSS at the fork, and the parent here
 #: holds the model's sessions (about 2.9 GB).
 IMPORT = (
-    "import sys; from pathlib import Path; from edgespec.engine import catalog; "
-    f"catalog.model_bundle(catalog.find({MODEL.name!r}), cache=Path(sys.argv[1]))"
+    "import sys; from pathlib import Path; from edgespec.models import bundles, catalog; "
+    f"bundles.model_bundle(catalog.find({MODEL.name!r}), cache=Path(sys.argv[1]))"
 )
 
 
@@ -222,7 +225,7 @@ def test_a_fresh_import_peaks_within_its_estimate_and_repeats_the_bundle(
             f"estimate {estimate / 1e6:,.0f} MB"
         )
     assert peak <= estimate
-    fresh = load_bundle(catalog.model_dir(MODEL, cache)).manifest
+    fresh = load_bundle(bundle_dir(MODEL, cache)).manifest
     checksums = [{f.path: f.sha256 for f in m.files} for m in (fresh, qwen.manifest)]
     assert checksums[0] == checksums[1]
 

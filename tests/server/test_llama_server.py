@@ -77,9 +77,10 @@ def served() -> Iterator[LlamaServer]:
 @pytest.fixture(scope="module")
 def shipped_draft() -> Path:
     """The draft edgespec ships for SmolLM2 (converted once, then cached)."""
-    from edgespec.engine.default_model import default_draft_bundle
+    from edgespec.models.bundles import draft_bundle
+    from edgespec.models.catalog import default_model
 
-    bundle = default_draft_bundle()
+    bundle = draft_bundle(default_model())
     assert bundle is not None
     return bundle.root
 

