@@ -268,7 +268,7 @@ class Engine:
 
     @property
     def default_k(self) -> int | str:
-        """The draft length used when none is given (see ``engine.options.default_k``)."""
+        """The draft length used when none is given (see ``engine.drafting``)."""
         return self._source.default_k
 
     @property

@@ -131,18 +131,17 @@ def k_policy(
     options: GenerationOptions,
     *,
     drafter_name: str,
-    default_k: int | str,
+    k: int | str,
     profile: Callable[[], CostProfile],
     cap: Callable[[], int] | None,
     alpha: float | None = None,
 ) -> KPolicy:
-    """Fixed k (0 for the ``none`` drafter), or auto k (asked for, or the pair's default)
-    from the measured cost ``profile`` starting from acceptance ``alpha`` (a measured one;
-    else AutoK's prior), capped by a remote server's suggested k (``cap``) when there is
-    one."""
+    """Fixed k (0 for the ``none`` drafter), or auto k (``k``, as :mod:`engine.drafting`
+    decided it) from the measured cost ``profile`` starting from acceptance ``alpha`` (a
+    measured one; else AutoK's prior), capped by a remote server's suggested k (``cap``) when
+    there is one."""
     if drafter_name == "none":
         return FixedK(0)
-    k = default_k if options.k is None else options.k
     if k != "auto":
         return FixedK(int(k))
     if drafter_name == "combined":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
@@ -91,11 +90,6 @@ class GenerationOptions:
             raise ConfigError("a stop string is empty", fix="pass non-empty stop strings")
         self.sampling(self.drafter or "model")  # validates temperature, top_k, top_p, seed
 
-    def drafter_for(self, *, has_draft: bool, preferred: str | None = None) -> str:
-        """The drafter asked for; else the draft's recommended one; else model with a draft,
-        ngram without."""
-        return self.drafter or preferred or ("model" if has_draft else "ngram")
-
     def sampling(self, drafter: str) -> SamplingConfig:
         """The sampling record for ``drafter``: ``match`` unless another mode is asked for.
         A draft model races the target's keyed draws about as often as rejection sampling
@@ -154,32 +148,3 @@ class RemoteOptions:
             raise ConfigError("fallback 'local' needs a local target", fix="pass --target DIR")
         if self.fallback == "draft" and not has_draft:
             raise ConfigError("fallback 'draft' needs a draft bundle", fix="pass --draft DIR")
-
-
-def recommended_drafting(extra: dict[str, Any]) -> dict[str, Any]:
-    """What a distilled draft's manifest (``extra``) recommends from measurement:
-    ``{"drafter": ..., "k": ...}``, or {} (only known drafters and k values count)."""
-    recommended = dict(extra.get("distillation", {}).get("recommended") or {})
-    if recommended.get("drafter") not in DRAFTER_NAMES:
-        recommended.pop("drafter", None)
-    if not (isinstance(recommended.get("k"), int) and 0 <= recommended["k"] <= MAX_K):
-        recommended.pop("k", None)
-    return recommended
-
-
-def default_k(
-    build_record: dict[str, Any], recommended: dict[str, Any], *, has_draft: bool
-) -> tuple[int | str, str]:
-    """The draft length used when none is given, and where it comes from in words: the pair's
-    measured best (a built pair's record, else a distilled draft's); else "auto" without a
-    draft model (prompt lookup costs nothing to draft, so the target's measured verify costs
-    and the running acceptance decide), else ``DEFAULT_K``."""
-    selection = build_record.get("selection", {})
-    if "recommended_k" in selection:
-        k = int(selection["recommended_k"])
-        return k, "the pair's build record (measured when the pair was built)"
-    if "k" in recommended:
-        return int(recommended["k"]), "the draft's distillation record (measured when it was made)"
-    if not has_draft:
-        return "auto", "edgespec's default for prompt lookup: auto"
-    return DEFAULT_K, f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"

@@ -11,14 +11,10 @@ from typing import Any
 
 from edgespec.engine import assembly
 from edgespec.engine.device_choice import costs_path, load_choice, load_costs, save_costs
+from edgespec.engine.drafting import Drafting, decide_drafting
 from edgespec.engine.generation import Plan
 from edgespec.engine.loading import LoadedPair
-from edgespec.engine.options import (
-    GenerationOptions,
-    RemoteOptions,
-    default_k,
-    recommended_drafting,
-)
+from edgespec.engine.options import GenerationOptions, RemoteOptions
 from edgespec.engine.remote import RemoteHealth, RemoteTarget, remote_profile
 from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
 from edgespec.runtime.costs import measure_costs
@@ -43,20 +39,16 @@ class PlanSource:
     remote_down: str | None
     vocab_size: int
     max_length: int
-    #: The draft's recommended drafter and k (``options.recommended_drafting``).
-    recommended: dict[str, Any]
+    #: The drafter and k a generation runs with when its options name none.
+    drafting: Drafting
     #: How a built pair was trained and selected (``tools/build_toy_pair.py``; else empty).
     build_record: dict[str, Any]
-    default_k: int | str
-    default_k_source: str
     telemetry: Telemetry
     #: A text prompt's token ids (the bool: through the chat template).
     encode: Callable[[str, bool], list[int]]
     #: The cost profile (measured once) and an OpenAI verifier's token texts (built once).
     cost_profile: Callable[[], CostProfile]
     token_pieces: Callable[[], TokenPieces]
-    #: The acceptance rate a per-round k policy starts from (the stored choice's, measured).
-    seed_alpha: float | None = None
     #: Under a fallback: whether the remote target is down now (a generation fell back).
     health: RemoteHealth | None = None
 
@@ -85,9 +77,15 @@ class PlanSource:
         return found
 
     def drafter_name(self, options: GenerationOptions) -> str:
-        return options.drafter_for(
-            has_draft=self.pair.draft is not None, preferred=self.recommended.get("drafter")
-        )
+        return self.drafting.drafter_for(options)
+
+    @property
+    def default_k(self) -> int | str:
+        return self.drafting.k
+
+    @property
+    def default_k_source(self) -> str:
+        return self.drafting.k_source
 
 
 def describe(
@@ -125,33 +123,23 @@ def describe(
         if verifying is None:
             raise ConfigError("an engine needs a target", fix="pass --target DIR or --remote URL")
         vocab_size = verifying.vocab_size
-    recommended = {} if draft is None else recommended_drafting(draft.bundle.manifest.extra)
     built = target if target is not None else draft
     build_record = (
         {} if built is None else dict(built.bundle.manifest.extra.get("builtin_pair", {}))
     )
-    k, k_source = default_k(build_record, recommended, has_draft=draft is not None)
-    measured = (
-        load_choice(target.bundle, draft.bundle if draft else None)
-        if target is not None and remote is None
-        else None
+    drafting = decide_drafting(
+        has_draft=draft is not None,
+        draft_extra=None if draft is None else draft.bundle.manifest.extra,
+        build_record=build_record,
+        measured=(
+            load_choice(target.bundle, draft.bundle if draft else None)
+            if target is not None and remote is None
+            else None
+        ),
     )
-    seed_alpha = None
-    if measured is not None:  # this pair was profiled on this device: its choice wins
-        recommended = {"drafter": measured.drafter, "k": measured.k}
-        k = measured.k
-        k_source = (
-            f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
-            f"drafter, expected {measured.expected_speedup:.2f}x"
-        )
-        stored = measured.cost_profile()
-        if measured.drafter != "none" and stored is not None:
-            # k then adapts round by round from the stored costs and the running acceptance,
-            # down to plain target steps where a prompt's drafts stop paying (a chat turn
-            # after code): a fixed k measured on code prompts would keep drafting.
-            k, seed_alpha = "auto", measured.alpha
-            cost_profile = lambda: stored  # noqa: E731 (the profile is already measured)
-            k_source += f", k per round from its measured costs (k {measured.k} on its prompts)"
+    stored = drafting.stored_costs
+    if stored is not None:  # the profile measured on this device is already at hand
+        cost_profile = lambda: stored  # noqa: E731
     return PlanSource(
         pair=pair,
         remote=remote,
@@ -159,15 +147,12 @@ def describe(
         remote_down=remote_down,
         vocab_size=vocab_size,
         max_length=min(limits),
-        recommended=recommended,
+        drafting=drafting,
         build_record=build_record,
-        default_k=k,
-        default_k_source=k_source,
         telemetry=telemetry,
         encode=encode,
         cost_profile=cost_profile,
         token_pieces=token_pieces,
-        seed_alpha=seed_alpha,
         health=(
             RemoteHealth(remote)
             if remote is not None
@@ -225,9 +210,9 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
     k_policy = assembly.k_policy(
         options,
         drafter_name=drafter_name,
-        default_k=source.default_k,
+        k=source.drafting.k_for(options),
         profile=source.cost_profile,
-        alpha=source.seed_alpha,
+        alpha=source.drafting.seed_alpha,
         cap=None if metered is None else (lambda: metered.suggested_k),
     )
     watch = source.telemetry.watch(k_policy)

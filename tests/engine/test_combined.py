@@ -219,7 +219,7 @@ def test_auto_k_leaves_the_combined_drafter_to_price_its_rounds() -> None:
         return assembly.k_policy(
             GenerationOptions(k=k),
             drafter_name=drafter,
-            default_k="auto",
+            k=k,
             profile=lambda: COSTS,
             cap=None if cap is None else (lambda: cap),
         )

@@ -276,7 +276,7 @@ def test_sampled_rounds_follow_alpha_slowly_and_gain_by_it() -> None:
         temperature: assembly.k_policy(
             GenerationOptions(temperature=temperature, k="auto"),
             drafter_name="model",
-            default_k="auto",
+            k="auto",
             profile=lambda: profile,
             cap=None,
             alpha=0.83,

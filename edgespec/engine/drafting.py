@@ -1,0 +1,101 @@
+"""What a generation drafts with: the one place that decides the drafter and k.
+
+Strongest first: the generation's own options (``drafter``, ``k``); the pair's choice measured
+on this device (``edgespec pair --profile``, stored by :mod:`edgespec.engine.device_choice`);
+what the bundles recommend from measurement when they were made (a built pair's selection
+record, a distilled draft's record); edgespec's defaults (the model drafter with a draft, prompt
+lookup without; k ``DEFAULT_K``, and ``auto`` for prompt lookup, which costs nothing to draft,
+so the target's verify costs and the running acceptance decide).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgespec.engine.device_choice import DeviceChoice
+from edgespec.engine.options import DEFAULT_K, DRAFTER_NAMES, MAX_K, GenerationOptions
+from edgespec.runtime.k_policy import CostProfile
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drafting:
+    """The pair's drafting when a generation's options name none, and where it comes from."""
+
+    has_draft: bool
+    #: The drafter recommended or measured (None: the model with a draft, else prompt lookup).
+    drafter: str | None
+    k: int | str
+    #: Where ``k`` comes from, in words (``edgespec doctor`` and ``Engine.default_k_source``).
+    k_source: str
+    #: The acceptance rate a per-round k policy starts from (the stored choice's, measured).
+    seed_alpha: float | None = None
+    #: The costs stored with the device's choice (None: measured on first need).
+    stored_costs: CostProfile | None = None
+
+    def drafter_for(self, options: GenerationOptions) -> str:
+        return options.drafter or self.drafter or ("model" if self.has_draft else "ngram")
+
+    def k_for(self, options: GenerationOptions) -> int | str:
+        return self.k if options.k is None else options.k
+
+
+def decide_drafting(
+    *,
+    has_draft: bool,
+    draft_extra: dict[str, Any] | None,
+    build_record: dict[str, Any],
+    measured: DeviceChoice | None,
+) -> Drafting:
+    """The pair's default drafting from the device's measured choice (``measured``), a built
+    pair's record (``build_record``), a distilled draft's manifest (``draft_extra``) and
+    edgespec's defaults, in that order."""
+    recommended = _recommended(draft_extra or {})
+    selection = build_record.get("selection", {})
+    drafter: str | None = recommended.get("drafter")
+    k: int | str
+    if "recommended_k" in selection:
+        k = int(selection["recommended_k"])
+        k_source = "the pair's build record (measured when the pair was built)"
+    elif "k" in recommended:
+        k = int(recommended["k"])
+        k_source = "the draft's distillation record (measured when it was made)"
+    elif not has_draft:
+        k, k_source = "auto", "edgespec's default for prompt lookup: auto"
+    else:
+        k = DEFAULT_K
+        k_source = f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
+    if measured is None:  # this pair was not profiled on this device
+        return Drafting(has_draft=has_draft, drafter=drafter, k=k, k_source=k_source)
+    k_source = (
+        f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
+        f"drafter, expected {measured.expected_speedup:.2f}x"
+    )
+    stored = measured.cost_profile()
+    if measured.drafter == "none" or stored is None:
+        return Drafting(
+            has_draft=has_draft, drafter=measured.drafter, k=measured.k, k_source=k_source
+        )
+    # k then adapts round by round from the stored costs and the running acceptance, down to
+    # plain target steps where a prompt's drafts stop paying (a chat turn after code): a fixed
+    # k measured on code prompts would keep drafting.
+    return Drafting(
+        has_draft=has_draft,
+        drafter=measured.drafter,
+        k="auto",
+        k_source=k_source
+        + f", k per round from its measured costs (k {measured.k} on its prompts)",
+        seed_alpha=measured.alpha,
+        stored_costs=stored,
+    )
+
+
+def _recommended(extra: dict[str, Any]) -> dict[str, Any]:
+    """What a distilled draft's manifest (``extra``) recommends from measurement:
+    ``{"drafter": ..., "k": ...}``, or {} (only known drafters and k values count)."""
+    recommended = dict(extra.get("distillation", {}).get("recommended") or {})
+    if recommended.get("drafter") not in DRAFTER_NAMES:
+        recommended.pop("drafter", None)
+    if not (isinstance(recommended.get("k"), int) and 0 <= recommended["k"] <= MAX_K):
+        recommended.pop("k", None)
+    return recommended
