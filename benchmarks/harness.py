@@ -26,40 +26,10 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # support.p
 
 from support.processes import LlamaServerProcess, ServerProcess, free_port
 
-__all__ = [
-    "README",
-    "ROOT",
-    "SETTLE_S",
-    "WARM_PASSES",
-    "JsonLines",
-    "OutputCheck",
-    "Rates",
-    "Samples",
-    "ServerProcess",
-    "Summary",
-    "Turn",
-    "alternate",
-    "argument_parser",
-    "description",
-    "edgespec_server",
-    "free_port",
-    "int_list",
-    "llama_completion",
-    "llama_server",
-    "post",
-    "readme_text",
-    "settled",
-    "step_blocks",
-    "summarize",
-    "timed_passes",
-    "verify_curve",
-]
-
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 #: Seconds of quiet before a run when engines alternate: both engines' threads spin for a
-#: while after a run (ONNX Runtime's still-spinning threads took 16% off llama.cpp's rate at
-#: 3,000 tokens of context; 50 ms of pause restored it).
+#: while after a run, and a run started meanwhile is slowed (docs/benchmarks/smollm2-vs-llama-cpp.md).
 SETTLE_S = 0.25
 #: Passes dropped at the start of a block: the previous block's threads still spin.
 WARM_PASSES = 5
