@@ -29,7 +29,8 @@ from support.processes import LlamaServerProcess, ServerProcess, free_port
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 #: Seconds of quiet before a run when engines alternate: both engines' threads spin for a
-#: while after a run, and a run started meanwhile is slowed (docs/benchmarks/smollm2-vs-llama-cpp.md).
+#: while after a run, and a run started meanwhile is slowed
+#: (docs/benchmarks/smollm2-vs-llama-cpp.md).
 SETTLE_S = 0.25
 #: Passes dropped at the start of a block: the previous block's threads still spin.
 WARM_PASSES = 5
