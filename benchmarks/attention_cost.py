@@ -15,11 +15,12 @@ a pass of several take different paths through the kernel (see docs/benchmarks/k
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 import numpy as np
+
+import harness
 
 REPEATS = 25
 
@@ -90,16 +91,15 @@ def attention_graph(args: argparse.Namespace, *, half: bool) -> Any:
 def main() -> None:
     import onnxruntime
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", default="64,1024,3000")
+    parser = harness.argument_parser(__doc__, threads=2, contexts="64,1024,3000")
     parser.add_argument("--widths", default="1,2")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--heads", type=int, default=9)
     parser.add_argument("--kv-heads", type=int, default=3)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--capacity", type=int, default=4096)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     rng = np.random.default_rng(0)
     width = (args.heads + 2 * args.kv_heads) * args.head_dim
     for half in (False, True):
@@ -138,7 +138,7 @@ def main() -> None:
                     found.append(time.perf_counter() - started)
                 line = {"kv": "float16" if half else "float32", "context": context}
                 line |= {"width": rows, "layers": args.layers}
-                print(json.dumps(line | {"median_ms": round(float(np.median(found)) * 1e3, 2)}))
+                lines.write(line | {"median_ms": round(float(np.median(found)) * 1e3, 2)})
 
 
 if __name__ == "__main__":

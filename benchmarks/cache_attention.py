@@ -16,12 +16,12 @@ operator a sliding window.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from typing import Any
 
 import numpy as np
+
+import harness
 
 CAPACITY = 4096
 PASSES = 15
@@ -117,15 +117,13 @@ def bound(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=2, rounds=3, contexts="64,1500")
     parser.add_argument("--shapes", default="4x1x256,12x2x128,14x2x64,9x3x64")
-    parser.add_argument("--contexts", default="64,1500")
     parser.add_argument("--widths", default="1,128")
     parser.add_argument("--window", type=int, default=0)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     kinds = ("GroupQueryAttention", "CacheAttention", "CacheAttentionHalf")
     for text in args.shapes.split(","):
         heads, kv_heads, d = (int(x) for x in text.split("x"))
@@ -157,7 +155,7 @@ def main() -> None:
                 line |= {f"{kind}_ms": round(best[kind], 3) for kind in kinds}
                 for kind in kinds[1:]:
                     line[f"ratio_{kind}"] = round(best["GroupQueryAttention"] / best[kind], 2)
-                print(json.dumps(line), flush=True)
+                lines.write(line)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ with the same seed).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 from edgespec.api import Engine
 from edgespec.engine import assembly
 from edgespec.measure.bench import load_prompt_set
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,13 +50,11 @@ def baseline_factory(revision: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=2, tokens=64, jsonl=False)
     parser.add_argument("--baseline", required=True, help="a git revision")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--sets", default="code,chat-edit,chat")
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--baseline-auto-k", action="store_true")
     args = parser.parse_args()
     factories = {

@@ -15,12 +15,13 @@ the target step and verify curve T(w)/T(1) at 64 and 1,000 positions, and the GP
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+import harness
 
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 CPU = ["CPUExecutionProvider"]
@@ -50,10 +51,9 @@ def main() -> None:
     from edgespec.export.invariance import check_batch_invariance
     from edgespec.runtime.costs import measure_costs
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, part="paragraph", tokens=96, jsonl=False)
     parser.add_argument("target")
     parser.add_argument("draft")
-    parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--no-cpu-draft", action="store_true", help="skip the CPU pair")
     parser.add_argument("--json", type=Path, help="write every run's tokens and stats here")
     args = parser.parse_args()

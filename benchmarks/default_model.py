@@ -14,7 +14,6 @@ runs alternate, greedy then T = 0.7).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.engine.default_model import DEFAULT_MODEL, cache_dir
+
+import harness
 
 FIVE_TURNS = [
     "Hi! My name is Ada and I like gardening.",
@@ -130,9 +131,7 @@ def bench(cache: Path, prompts: str, threads: int, tokens: int) -> dict[str, Any
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--tokens", type=int, default=128)
+    parser = harness.argument_parser(__doc__, threads=2, tokens=128, jsonl=False)
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

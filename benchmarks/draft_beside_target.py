@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+import harness
+
 MODES = ("spin", "stop", "global")
 
 
@@ -82,10 +84,9 @@ def one_mode(mode: str, target_path: str, draft_path: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, repeats=2, jsonl=False)
     parser.add_argument("target")
     parser.add_argument("draft")
-    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one child run
     args = parser.parse_args()
     if args.mode:

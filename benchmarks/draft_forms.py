@@ -16,14 +16,16 @@ or from a reduced-head copy (``edgespec.export.draft_head.reduced_head_gguf``, w
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
+from typing import Any
 
 from draft_step import alternating_steps
 
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
+
+import harness
 
 
 def draft_steps(drafts: list[str], contexts: tuple[int, ...] = (64, 500)) -> None:
@@ -47,35 +49,37 @@ def pairs(target: str, drafts: list[str], prompts: int, tokens: int) -> None:
         for path in drafts
     }
     for prompt_set in ("code", "chat"):
-        totals = {path: [0, 0, 0, 0.0] for path in drafts}  # accepted, tested, tokens, ms
-        for prompt in load_prompts(prompt_set)[:prompts]:
-            first = None
-            for path, engine in engines.items():
-                result = engine.generate(
-                    prompt, max_new_tokens=tokens, drafter="model", k=3, chat=prompt_set == "chat"
-                )
-                first = first or result.tokens
-                if result.tokens != first:
-                    raise SystemExit(f"{path} wrote other tokens than {drafts[0]}")
+
+        def run(path: str, prompt: str, chat: bool = prompt_set == "chat") -> Any:
+            return engines[path].generate(
+                prompt, max_new_tokens=tokens, drafter="model", k=3, chat=chat
+            )
+
+        rates, accepted = harness.Rates(), harness.Rates()  # accepted: over tested
+        check = harness.OutputCheck(reference=drafts[0])
+        texts = load_prompts(prompt_set)[:prompts]
+        for turn in harness.alternate(drafts, texts, run):
+            same = check.add({path: result.tokens for path, result in turn.results.items()})
+            if not all(same.values()):
+                differing = next(path for path, equal in same.items() if not equal)
+                raise SystemExit(f"{differing} wrote other tokens than {drafts[0]}")
+            for path, result in turn.results.items():
                 stats = result.stats
-                for slot, value in enumerate(
-                    (stats.accepted, stats.tested, stats.new_tokens, stats.decode_ms)
-                ):
-                    totals[path][slot] += value
-        for path, (accepted, tested, count, ms) in totals.items():
+                rates.add(path, stats.new_tokens, stats.decode_ms / 1e3)
+                accepted.add(path, stats.accepted, stats.tested)
+        for path in drafts:
+            tested = max(accepted.seconds[path], 1)
             print(
-                f"{prompt_set}: {Path(path).name}: acceptance {accepted / max(tested, 1):.3f}, "
-                f"{count / (ms / 1e3):.2f} tok/s",
+                f"{prompt_set}: {Path(path).name}: acceptance "
+                f"{accepted.tokens[path] / tested:.3f}, {rates.rate(path):.2f} tok/s",
                 flush=True,
             )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, part="paragraph", prompts=4, tokens=64, jsonl=False)
     parser.add_argument("target")
     parser.add_argument("drafts", nargs="+")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
     draft_steps(args.drafts)
     pairs(args.target, args.drafts, args.prompts, args.tokens)

@@ -15,40 +15,26 @@ prompts; tok/s and the draft's step.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
+import harness
+
 
 def alternating_steps(models: dict[str, OnnxModel], positions: int) -> dict[str, list[float]]:
     """Milliseconds of one-token steps after ``positions`` tokens of context, each cropped
     back, the models in turn in blocks of 12 (the first 2 of a block dropped), six blocks."""
     context = list(range(1000, 1000 + positions))
-    caches = {}
-    for name, runner in models.items():
-        caches[name] = runner.new_cache()
-        runner.forward(context, caches[name])
-    times: dict[str, list[float]] = {name: [] for name in models}
-    for _ in range(6):
-        for name, runner in models.items():
-            for index in range(12):
-                started = time.perf_counter()
-                runner.forward([1000 + index], caches[name])
-                elapsed = time.perf_counter() - started
-                caches[name].crop(positions)
-                if index >= 2:
-                    times[name].append(elapsed * 1e3)
-    return times
+    found = harness.step_blocks(models, context, blocks=6, passes=12, warm=2, step=[1000])
+    return {name: [seconds * 1e3 for seconds in times] for name, times in found.items()}
 
 
-def step_costs(draft: Path, head: Path | None, threads: int) -> None:
+def step_costs(draft: Path, head: Path | None, threads: int, lines: harness.JsonLines) -> None:
     def model(path: Path, exact: bool) -> OnnxModel:
         options = ModelOptions(intra_op_threads=threads, exact_passes=exact)
         return OnnxModel(load_bundle(path), options=options)
@@ -58,10 +44,10 @@ def step_costs(draft: Path, head: Path | None, threads: int) -> None:
         models["reduced head, unpadded"] = model(head, False)
     for name, found in alternating_steps(models, 64).items():
         line = {"draft": name, "step_ms": round(statistics.median(found), 1), "steps": len(found)}
-        print(json.dumps({**line, "threads": threads}), flush=True)
+        lines.write({**line, "threads": threads})
 
 
-def pair_threads(name: str, prompts: int, tokens: int) -> None:
+def pair_threads(name: str, prompts: int, tokens: int, lines: harness.JsonLines) -> None:
     import edgespec.engine.loading as loading
     from edgespec.api import Engine
     from edgespec.measure.bench import load_prompts
@@ -81,35 +67,34 @@ def pair_threads(name: str, prompts: int, tokens: int) -> None:
         loading.session_options = forced(threads, spinning)
         engines[label] = Engine.load(model=name, threads=2, measure_energy=False)
     loading.session_options = chosen
-    totals = {label: [0.0, 0.0, 0.0, 0.0] for label in engines}
-    for _ in range(2):
-        for text in load_prompts("code")[:prompts]:
-            for label, engine in engines.items():
-                time.sleep(0.25)
-                stats = engine.generate(text, drafter="model", k=3, max_new_tokens=tokens).stats
-                found = totals[label]
-                found[0] += stats.new_tokens
-                found[1] += stats.decode_ms / 1e3
-                found[2] += stats.draft_ms
-                found[3] += stats.draft_steps
-    for label, (count, seconds, draft_ms, steps) in totals.items():
-        line = {"draft": label, "tok_s": round(count / seconds, 2)}
-        print(json.dumps({**line, "draft_step_ms": round(draft_ms / max(steps, 1), 1)}))
+
+    def run(label: str, text: str) -> Any:
+        return engines[label].generate(text, drafter="model", k=3, max_new_tokens=tokens).stats
+
+    rates, draft_ms, steps = harness.Rates(), harness.Rates(), harness.Rates()
+    texts = load_prompts("code")[:prompts]
+    for turn in harness.alternate(list(engines), texts, run, rounds=2, settle_s=0.25):
+        for label, stats in turn.results.items():
+            rates.add(label, stats.new_tokens, stats.decode_ms / 1e3)
+            draft_ms.add(label, stats.draft_ms, 0.0)
+            steps.add(label, stats.draft_steps, 0.0)
+    for label in engines:
+        line = {"draft": label, "tok_s": round(rates.rate(label), 2)}
+        per_step = draft_ms.tokens[label] / max(steps.tokens[label], 1)
+        lines.write({**line, "draft_step_ms": round(per_step, 1)})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=1, prompts=3, tokens=48)
     parser.add_argument("draft", type=Path, nargs="?")
     parser.add_argument("head", type=Path, nargs="?")
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--pair", default=None, help="a catalog model with a draft")
-    parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=48)
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     if args.pair:
-        pair_threads(args.pair, args.prompts, args.tokens)
+        pair_threads(args.pair, args.prompts, args.tokens, lines)
     elif args.draft is not None:
-        step_costs(args.draft, args.head, args.threads)
+        step_costs(args.draft, args.head, args.threads, lines)
     else:
         parser.error("give a DRAFT_BUNDLE or --pair NAME")
 

@@ -16,13 +16,13 @@ target-only output of the same prompt.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from edgespec.api import Engine
 from edgespec.measure.bench import load_prompt_set
+
+import harness
 
 #: (name, drafter, k, sampling mode): k None is the engine's policy ("auto" for prompt
 #: lookup); mode None the drafter's default (applies with --temperature).
@@ -37,12 +37,9 @@ CONFIGURATIONS = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, part="paragraph", threads=2, tokens=128, repeats=1)
     parser.add_argument("--target", type=Path, default=None)
     parser.add_argument("--draft", type=Path, default=None)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--sets", nargs="+", default=["chat", "chat-edit"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--also-draft", nargs="+", default=[], metavar="NAME=DIR")
@@ -68,60 +65,55 @@ def main() -> None:
             for c in chosen
             if c[1] in ("model", "combined") and c[4] == ""
         ]
-    configurations = chosen
+    configurations = {c[0]: c for c in chosen}
+    lines = harness.JsonLines(args.jsonl)
     table = []
     for name in args.sets:
         prompts = load_prompt_set(name)
-        totals: dict[str, dict[str, Any]] = {
-            c[0]: {"tokens": 0, "seconds": 0.0, "tested": 0, "accepted": 0, "identical": 0}
-            for c in configurations
-        }
         for warm in engines.values():
             warm.generate(prompts.prompts[0], drafter="none", max_new_tokens=8, chat=prompts.chat)
-        for repeat in range(args.repeats):
-            for index, prompt in enumerate(prompts.prompts):
-                # Rotate the order prompt by prompt so no configuration always runs first.
-                shift = (index + repeat) % len(configurations)
-                order = configurations[shift:] + configurations[:shift]
-                results = {
-                    label: engines[key].generate(
-                        prompt,
-                        drafter=drafter,
-                        k=k,
-                        max_new_tokens=args.tokens,
-                        chat=prompts.chat,
-                        temperature=args.temperature,
-                        seed=index,
-                        sampling_mode=mode,
-                    )
-                    for label, drafter, k, mode, key in order
-                }
-                plain = results["target-only"].tokens
-                for label, result in results.items():
-                    total = totals[label]
-                    total["tokens"] += result.stats.new_tokens
-                    total["seconds"] += result.stats.decode_ms / 1e3
-                    total["tested"] += result.stats.tested
-                    total["accepted"] += result.stats.accepted
-                    total["identical"] += result.tokens == plain
-        base = totals["target-only"]["tokens"] / totals["target-only"]["seconds"]
-        for label, total in totals.items():
-            rate = total["tokens"] / total["seconds"]
+        indexed = list(enumerate(prompts.prompts))
+
+        def run(label: str, item: tuple[int, str], chat: bool = prompts.chat) -> Any:
+            _, drafter, k, mode, key = configurations[label]
+            return engines[key].generate(
+                item[1],
+                drafter=drafter,
+                k=k,
+                max_new_tokens=args.tokens,
+                chat=chat,
+                temperature=args.temperature,
+                seed=item[0],
+                sampling_mode=mode,
+            )
+
+        rates, accepted = harness.Rates(), harness.Rates()  # accepted: over tested
+        check = harness.OutputCheck(reference="target-only")
+        # The order rotates prompt by prompt so no configuration always runs first.
+        turns = harness.alternate(
+            list(configurations), indexed, run, rounds=args.repeats, rotate=True
+        )
+        for turn in turns:
+            check.add({label: result.tokens for label, result in turn.results.items()})
+            for label, result in turn.results.items():
+                rates.add(label, result.stats.new_tokens, result.stats.decode_ms / 1e3)
+                accepted.add(label, result.stats.accepted, result.stats.tested)
+        speedups = rates.ratios("target-only")
+        for label in configurations:
+            tested = accepted.seconds[label]
             line = {
                 "set": name,
                 "configuration": label,
-                "tokens_per_s": round(rate, 1),
-                "speedup": round(rate / base, 2),
-                "alpha": round(total["accepted"] / total["tested"], 2) if total["tested"] else None,
+                "tokens_per_s": round(rates.rate(label), 1),
+                "speedup": round(speedups[label], 2),
+                "alpha": round(accepted.tokens[label] / tested, 2) if tested else None,
                 # Sampled outputs differ by design (same distribution, other draws).
-                "identical": f"{total['identical']}/{len(prompts.prompts) * args.repeats}"
-                if args.temperature == 0
-                else "–",
+                "identical": check.fraction(label) if args.temperature == 0 else "–",
                 "temperature": args.temperature,
                 "threads": args.threads,
                 "max_new_tokens": args.tokens,
             }
-            print(json.dumps(line), flush=True)
+            lines.write(line)
             table.append(line)
     print("\n| set | configuration | tok/s | speedup | α | identical |\n|---|---|---|---|---|---|")
     for line in table:

@@ -14,7 +14,7 @@ greedy decoding (llama-cpp-python, ``eval`` one token at a time), edgespec targe
 decoding, edgespec with prompt lookup (``--k``), and with ``--draft`` edgespec with that
 draft and its recorded drafter and k (a shipped draft: the combined drafter). Decode time
 only (prefill excluded), the same token ids for every engine, each run started after a
-quarter of a second of quiet (see :data:`SETTLE_S`). Prints one JSON line per
+quarter of a second of quiet (``harness.SETTLE_S``). Prints one JSON line per
 measurement, then a summary line with tok/s totals, the ratios, and whether edgespec's
 speculative output equalled its own target-only output on every prompt.
 
@@ -37,7 +37,6 @@ the context (the bundle needs ``--max-length`` above the longest).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -45,6 +44,8 @@ from typing import Any
 
 from edgespec.api import Engine
 from edgespec.measure.bench import load_prompts
+
+import harness
 
 REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
 
@@ -80,52 +81,39 @@ def llama_cpp_decode(
     return produced, time.perf_counter() - started
 
 
-#: Seconds between one engine's run and the next one's. Both engines' threads spin for a
-#: while after a run; llama.cpp reuses the prompt's cache, so its timed decode starts within
-#: milliseconds of edgespec's run, and ONNX Runtime's still-spinning threads took 16% off its
-#: rate at 3,000 tokens of context (74 against 88-89 tok/s, 50 ms of pause restored it).
-SETTLE_S = 0.25
-
-
-def settled(run: Any, *args: Any, **kwargs: Any) -> Any:
-    """``run(*args, **kwargs)`` after :data:`SETTLE_S` of quiet."""
-    time.sleep(SETTLE_S)
-    return run(*args, **kwargs)
-
-
 def context_scaling(
-    engine: Engine, llm: Any, contexts: list[int], tokens: int, rounds: int
+    engine: Engine, llm: Any, contexts: list[int], tokens: int, rounds: int, lines: Any
 ) -> None:
-    import statistics
-
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    ids = engine.encode(text * 20)
+    ids = engine.encode(harness.readme_text(20))
     eos: set[int] = set()  # decode the full count whatever comes
-    rates: dict[tuple[int, str], list[float]] = {}
-    for round_index in range(rounds):
-        for context in contexts:
-            prompt = ids[:context]
-            _, seconds = settled(llama_cpp_decode, llm, prompt, tokens, eos)
-            plain = settled(engine.generate, prompt, drafter="none", max_new_tokens=tokens)
-            measured = {
-                "llama.cpp": (tokens - 1) / seconds,
-                "edgespec": plain.stats.new_tokens / (plain.stats.decode_ms / 1e3),
-            }
-            for name, rate in measured.items():
-                rates.setdefault((context, name), []).append(rate)
-                line = {"round": round_index, "context": context, "engine": name, "tok_s": rate}
-                print(json.dumps(line), flush=True)
+
+    def run(name: str, context: int) -> float:
+        prompt = ids[:context]
+        if name == "llama.cpp":
+            return (tokens - 1) / llama_cpp_decode(llm, prompt, tokens, eos)[1]
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=tokens)
+        return plain.stats.new_tokens / (plain.stats.decode_ms / 1e3)
+
+    rates = harness.Samples()
+    engines = ["llama.cpp", "edgespec"]
+    turns = harness.alternate(engines, contexts, run, rounds=rounds, settle_s=harness.SETTLE_S)
+    for turn in turns:
+        for name, rate in turn.results.items():
+            rates.add((turn.item, name), rate)
+            lines.write({"round": turn.round, "context": turn.item, "engine": name, "tok_s": rate})
     for context in contexts:
-        ours, theirs = (statistics.median(rates[(context, n)]) for n in ("edgespec", "llama.cpp"))
+        ours, theirs = (rates.median((context, n)) for n in ("edgespec", "llama.cpp"))
         summary = {
             "context": context,
             "median_tok_s": {"edgespec": round(ours, 1), "llama.cpp": round(theirs, 1)},
             "edgespec_vs_llama_cpp": round(ours / theirs, 3),
         }
-        print(json.dumps(summary), flush=True)
+        lines.write(summary)
 
 
-def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int = 700) -> None:
+def agreement(
+    llm: Any, bundles: list[Path], threads: int, tokens_per_text: int, lines: Any
+) -> None:
     """Top-1 agreement of each bundle with llama.cpp's logits from both of its paths: one
     ``eval`` of the whole text (its batched prompt path, the reference the export's check
     uses) and one ``eval`` per token (its decoding path). First line: the two paths against
@@ -167,7 +155,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int 
         "max_abs_logit_diff": gap,
         "positions": positions,
     }
-    print(json.dumps(line), flush=True)
+    lines.write(line)
     for bundle in bundles:
         model = OnnxModel(load_bundle(bundle), options=ModelOptions(intra_op_threads=threads))
         ours = []
@@ -189,7 +177,7 @@ def agreement(llm: Any, bundles: list[Path], threads: int, tokens_per_text: int 
             ],
             "positions": positions,
         }
-        print(json.dumps(line), flush=True)
+        lines.write(line)
 
 
 #: Two fixed texts for top-1 agreement, the start of this project's README and runtime guide
@@ -204,16 +192,12 @@ def agreement_texts(characters: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, prompts=9, tokens=128, threads=2, rounds=2)
     parser.add_argument("bundle", type=Path)
     parser.add_argument("gguf", type=Path)
-    parser.add_argument("--prompts", type=int, default=9)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--draft", type=Path, default=None, help="a draft bundle for the target")
     parser.add_argument("--contexts", default=None, help="e.g. 64,1024,3000")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds over the contexts")
     parser.add_argument("--agreement", action="store_true", help="top-1 agreement with llama.cpp")
     parser.add_argument("--also", type=Path, nargs="*", default=[], help="more bundles to compare")
     parser.add_argument(
@@ -223,6 +207,7 @@ def main() -> None:
         "--f32-cache", action="store_true", help="llama.cpp with a float32 KV cache (else f16)"
     )
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     from llama_cpp import Llama
 
     engine = Engine.load(
@@ -239,61 +224,62 @@ def main() -> None:
         verbose=False,
     )
     if args.agreement:
-        agreement(llm, [args.bundle, *args.also], args.threads, args.agreement_tokens)
+        agreement(llm, [args.bundle, *args.also], args.threads, args.agreement_tokens, lines)
         return
     if args.contexts:
-        contexts = [int(c) for c in args.contexts.split(",")]
-        context_scaling(engine, llm, contexts, args.tokens, args.rounds)
+        contexts = harness.int_list(args.contexts)
+        context_scaling(engine, llm, contexts, args.tokens, args.rounds, lines)
         return
     prompts = chat_prompts(engine, args.prompts)
     eos = set(engine.eos_ids)
     engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up, both engines
     llama_cpp_decode(llm, prompts[0], 8, eos)
     names = ["llama.cpp", "edgespec", "edgespec+ngram"] + (["edgespec+draft"] if args.draft else [])
-    totals: dict[str, list[float]] = {name: [0, 0.0] for name in names}
-    identical_draft = 0
-    identical = 0
-    for index, prompt in enumerate(prompts):
-        theirs, seconds = settled(llama_cpp_decode, llm, prompt, args.tokens, eos)
-        plain = settled(engine.generate, prompt, drafter="none", max_new_tokens=args.tokens)
-        fast = settled(
-            engine.generate, prompt, drafter="ngram", k=args.k, max_new_tokens=args.tokens
-        )
-        identical += fast.tokens == plain.tokens
-        runs = [
-            ("llama.cpp", len(theirs) - 1, seconds, None),
-            ("edgespec", plain.stats.new_tokens, plain.stats.decode_ms / 1e3, None),
-            ("edgespec+ngram", fast.stats.new_tokens, fast.stats.decode_ms / 1e3, fast.stats.alpha),
-        ]
-        if args.draft:  # the draft's recorded drafter and k (the engine's defaults)
-            drafted = settled(engine.generate, prompt, max_new_tokens=args.tokens)
-            identical_draft += drafted.tokens == plain.tokens
-            stats = drafted.stats
-            runs.append(("edgespec+draft", stats.new_tokens, stats.decode_ms / 1e3, stats.alpha))
-        for name, count, elapsed, alpha in runs:
-            totals[name][0] += count
-            totals[name][1] += elapsed
-            line = {"prompt": index, "engine": name, "tokens": count, "tok_s": count / elapsed}
-            print(json.dumps({**line, "alpha": alpha} if alpha is not None else line), flush=True)
+
+    def run(name: str, prompt: list[int]) -> dict[str, Any]:
+        if name == "llama.cpp":
+            theirs, seconds = llama_cpp_decode(llm, prompt, args.tokens, eos)
+            return {"tokens": theirs, "count": len(theirs) - 1, "seconds": seconds, "alpha": None}
+        options: dict[str, Any] = {"drafter": "none"}
+        if name == "edgespec+ngram":
+            options = {"drafter": "ngram", "k": args.k}
+        elif name == "edgespec+draft":  # the draft's recorded drafter and k (the defaults)
+            options = {}
+        result = engine.generate(prompt, max_new_tokens=args.tokens, **options)
+        stats = result.stats
+        alpha = stats.alpha if options.get("drafter") != "none" else None
+        return {"tokens": list(result.tokens), "count": stats.new_tokens, "alpha": alpha,
+                "seconds": stats.decode_ms / 1e3}  # fmt: skip
+
+    rates = harness.Rates()
+    check = harness.OutputCheck(reference="edgespec")
+    for turn in harness.alternate(names, prompts, run, settle_s=harness.SETTLE_S):
+        runs = turn.results
+        for name, found in runs.items():
+            rates.add(name, found["count"], found["seconds"])
+            line = {"prompt": turn.index, "engine": name, "tokens": found["count"]}
+            line["tok_s"] = found["count"] / found["seconds"]
+            lines.write(line if found["alpha"] is None else {**line, "alpha": found["alpha"]})
+        equal = check.add({name: found["tokens"] for name, found in runs.items()})
         same = {
-            "edgespec_equals_llama_cpp": list(plain.tokens) == theirs,
-            "speculative_equals_target_only": fast.tokens == plain.tokens,
+            "edgespec_equals_llama_cpp": equal["llama.cpp"],
+            "speculative_equals_target_only": equal["edgespec+ngram"],
         }
         if args.draft:
-            same["draft_equals_target_only"] = drafted.tokens == plain.tokens
-        print(json.dumps({"prompt": index, **same}), flush=True)
-    rates = {name: count / seconds for name, (count, seconds) in totals.items()}
+            same["draft_equals_target_only"] = equal["edgespec+draft"]
+        lines.write({"prompt": turn.index, **same})
+    tok_s = rates.rates()
     summary = {
         "summary": True,
-        "tok_s": rates,
-        "edgespec_vs_llama_cpp": rates["edgespec"] / rates["llama.cpp"],
-        "edgespec_ngram_vs_llama_cpp": rates["edgespec+ngram"] / rates["llama.cpp"],
-        "speculative_output_identical": identical == len(prompts),
-        "speculative_identical_prompts": identical,
+        "tok_s": tok_s,
+        "edgespec_vs_llama_cpp": tok_s["edgespec"] / tok_s["llama.cpp"],
+        "edgespec_ngram_vs_llama_cpp": tok_s["edgespec+ngram"] / tok_s["llama.cpp"],
+        "speculative_output_identical": check.all_equal("edgespec+ngram"),
+        "speculative_identical_prompts": check.identical["edgespec+ngram"],
         **(
             {
-                "edgespec_draft_vs_llama_cpp": rates["edgespec+draft"] / rates["llama.cpp"],
-                "draft_identical_prompts": identical_draft,
+                "edgespec_draft_vs_llama_cpp": tok_s["edgespec+draft"] / tok_s["llama.cpp"],
+                "draft_identical_prompts": check.identical["edgespec+draft"],
             }
             if args.draft
             else {}
@@ -305,7 +291,7 @@ def main() -> None:
             "k": args.k,
         },
     }
-    print(json.dumps(summary), flush=True)
+    lines.write(summary)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ weight bytes over the file's size, and the manifest's parameter count and checks
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,6 +28,8 @@ from typing import Any
 import psutil
 
 from edgespec.export.gguf.memory import process_tree_memory
+
+import harness
 
 MB = 1024 * 1024
 
@@ -114,7 +115,7 @@ def measure(gguf: Path, out: Path, interval: float, extra: list[str]) -> dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, part="paragraph", jsonl=False)
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="bundle directory (default: temp)")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between samples")

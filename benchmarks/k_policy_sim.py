@@ -17,7 +17,6 @@ for AutoK at each α weight (``alpha_smoothing``) and for the best fixed k, aver
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Callable
 
@@ -25,6 +24,8 @@ import numpy as np
 
 from edgespec.events import StepRecord
 from edgespec.runtime.k_policy import AutoK, CostProfile, FixedK, expected_speedup
+
+import harness
 
 TARGET_STEP_S = 0.055  # any value: costs are in target steps
 
@@ -75,13 +76,12 @@ def speedup(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, tokens=4000, jsonl=False)
     parser.add_argument("--c", type=float, default=0.29)
     parser.add_argument("--verify", default="1,1.01,1.21,1.34,1.43,1.53,1.65,1.78,1.92")
     parser.add_argument("--alphas", default="0.65,0.72,0.8,0.85")
     parser.add_argument("--bursty", default="", help="HI,LO,LENGTH: acceptance in runs")
     parser.add_argument("--weights", default="0.2,0.1,0.05,0.02")
-    parser.add_argument("--tokens", type=int, default=4000)
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
     verify = [float(v) for v in args.verify.split(",")]

@@ -18,7 +18,6 @@ server's idle timeout runs out (give or take a few ms):
 
 from __future__ import annotations
 
-import argparse
 import random
 import socket
 import threading
@@ -31,6 +30,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+import harness
 
 
 def answer(request: Request) -> JSONResponse:
@@ -65,7 +66,7 @@ def failures(*, server_idle_s: float, client_expiry_s: float, requests: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = harness.argument_parser(__doc__, part="all", jsonl=False)
     parser.add_argument("--unit", type=float, default=0.2)
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()

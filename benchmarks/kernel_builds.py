@@ -18,13 +18,14 @@ shows that floor.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+import harness
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -66,13 +67,12 @@ def product_session(library: str, kind: str, blocks: np.ndarray, inputs: int, th
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=1, jsonl=False)
     parser.add_argument("builds", help="library builds, comma-separated (a .so each)")
     parser.add_argument("--types", default="Q4_K,Q6_K,Q4_0")
     parser.add_argument("--outputs", type=int, default=4096)
     parser.add_argument("--inputs", type=int, default=1536)
     parser.add_argument("--widths", default="1,5,8,64")
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=150)
     args = parser.parse_args()
     from support.gguf_model import random_blocks  # tests/, first on sys.path

@@ -33,26 +33,31 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
+
 
 def child(bundle: Path, widths: list[int], context: int, threads: int) -> None:
     """Times each width's passes on this process's path; prints one JSON line."""
-    import numpy as np
-    from step_cost import WARM_PASSES, timed_passes  # this folder, first on sys.path
-
     from edgespec.api import Engine
     from edgespec.graph.kernels import gguf_kernel_path
 
     engine = Engine.load(target=bundle, threads=threads, measure_energy=False)
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    ids = engine.encode(text * 20)
+    ids = engine.encode(harness.readme_text(20))
     model = engine.target
     cache = model.new_cache()
     model.forward(ids[:context], cache)
     medians = {}
     for width in widths:
-        passes = WARM_PASSES + (20 if width <= 16 else 4)
-        found = timed_passes(model, cache, ids[context : context + width], context, passes)
-        medians[str(width)] = float(np.median(found)) * 1e3
+        passes = harness.WARM_PASSES + (20 if width <= 16 else 4)
+        found = harness.timed_passes(
+            model,
+            cache,
+            ids[context : context + width],
+            length=context,
+            passes=passes,
+            warm=harness.WARM_PASSES,
+        )
+        medians[str(width)] = statistics.median(found) * 1e3
     print(json.dumps({"path": gguf_kernel_path(), "ms": medians}), flush=True)
 
 
@@ -61,9 +66,6 @@ def builds_in_one_process(
 ) -> None:
     """Loads the bundle once per library build (each session registers its own) and times
     their passes in turn; prints each build's medians and their ratios to the first build's."""
-    import numpy as np
-    from step_cost import WARM_PASSES, timed_passes  # this folder, first on sys.path
-
     import edgespec.graph.kernels as kernels
     from edgespec.api import Engine
 
@@ -73,13 +75,13 @@ def builds_in_one_process(
             f"no library build at {', '.join(missing)}: build one with 'python setup.py "
             "build_ext --inplace --force' and copy the .so it writes"
         )
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    text = harness.readme_text(20)
     loaded = []
     for build in builds:
         os.environ[kernels.ENVIRONMENT] = str(Path(build).resolve())
         kernels.gguf_kernel_library.cache_clear()
         engine = Engine.load(target=bundle, threads=args.threads, measure_energy=False)
-        ids = engine.encode(text * 20)
+        ids = engine.encode(text)
         cache = engine.target.new_cache()
         engine.target.forward(ids[: args.context], cache)
         loaded.append((engine.target, cache, ids))
@@ -91,30 +93,35 @@ def builds_in_one_process(
             for width in widths:
                 step = ids[args.context : args.context + width]
                 batch = 8 if width <= 16 else 2
-                passes = timed_passes(model, cache, step, args.context, WARM_PASSES + batch)
-                found[(index, width)] += passes
+                found[(index, width)] += harness.timed_passes(
+                    model,
+                    cache,
+                    step,
+                    length=args.context,
+                    passes=harness.WARM_PASSES + batch,
+                    warm=harness.WARM_PASSES,
+                )
+    lines = harness.JsonLines(args.jsonl)
     for index, build in enumerate(builds):
         row: dict[str, object] = {"build": build}
         for width in widths:
-            median = float(np.median(found[(index, width)])) * 1e3
-            baseline = float(np.median(found[(0, width)])) * 1e3
+            median = statistics.median(found[(index, width)]) * 1e3
+            baseline = statistics.median(found[(0, width)]) * 1e3
             row[f"T({width}) ms"] = round(median, 2)
             row[f"T({width}) vs the first"] = round(median / baseline, 3)
-        print(json.dumps(row), flush=True)
+        lines.write(row)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, context=64, rounds=3, threads=2)
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--paths", default="avx2,avx512-vnni,auto")
     parser.add_argument("--builds", default="", help="library builds to compare instead")
     parser.add_argument("--widths", default="1,2,5,8,128")
-    parser.add_argument("--context", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    widths = [int(w) for w in args.widths.split(",")]
+    widths = harness.int_list(args.widths)
+    lines = harness.JsonLines(args.jsonl)
     if args.child:
         child(args.bundle, widths, args.context, args.threads)
         return
@@ -134,7 +141,7 @@ def main() -> None:
             line = json.loads(done.stdout.strip().splitlines()[-1])
             ran[path] = line["path"]
             runs[path].append(line["ms"])
-            print(json.dumps({"asked": path, **line}), flush=True)
+            lines.write({"asked": path, **line})
     first = paths[0]
     for path in paths:
         row = {"path": path, "ran": ran[path]}
@@ -143,7 +150,7 @@ def main() -> None:
             baseline = statistics.median(run[str(width)] for run in runs[first])
             row[f"T({width}) ms"] = round(median, 2)
             row[f"T({width}) vs {first}"] = round(median / baseline, 3)
-        print(json.dumps(row), flush=True)
+        lines.write(row)
 
 
 if __name__ == "__main__":

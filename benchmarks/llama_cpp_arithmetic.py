@@ -22,20 +22,17 @@ part.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
+from gguf_vs_llama_cpp import agreement_texts
 
 from edgespec.export.gguf import check
 from edgespec.export.gguf.legacy_quants import _blocks, _half, _nibbles
 from edgespec.export.gguf.reader import float_tensor, open_gguf
 from edgespec.export.gguf.rope import rotary_caches
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_vs_llama_cpp import agreement_texts
+import harness
 
 
 def _fp16(x: np.ndarray) -> np.ndarray:
@@ -131,12 +128,13 @@ def forward(source: object, linears: Linears, tokens: list[int], mode: str) -> n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("gguf", type=Path)
     parser.add_argument("tokenizer", type=Path, help="a bundle's tokenizer.json")
     parser.add_argument("--positions", type=int, default=700)
     parser.add_argument("--modes", default="exact,llama,mlas,mlas_qsum")
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     from llama_cpp import Llama
     from tokenizers import Tokenizer
 
@@ -161,7 +159,7 @@ def main() -> None:
             agree += int(same.sum())
             positions += len(ids)
         line = {"mode": mode, "top1_agreement": round(agree / positions, 4), "positions": positions}
-        print(json.dumps({**line, "llama_cpp_margin_where_parted": sorted(margins)}), flush=True)
+        lines.write({**line, "llama_cpp_margin_where_parted": sorted(margins)})
 
 
 if __name__ == "__main__":

@@ -43,13 +43,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -60,8 +56,8 @@ from edgespec.engine.default_model import cache_dir
 from edgespec.measure.bench import load_prompts
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
-#: Seconds of quiet before each run (both engines' threads spin for a while after a run).
-SETTLE_S = 0.25
+import harness
+
 #: llama.cpp's speculative configurations: name -> extra server arguments (the draft's
 #: file is added for "draft").
 LLAMA_CONFIGS = {
@@ -72,72 +68,6 @@ LLAMA_CONFIGS = {
 }
 EDGESPEC_CONFIGS = {"edgespec": "none", "edgespec ngram": "ngram", "edgespec auto": None}
 EDIT_REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def post(url: str, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        reply: dict[str, Any] = json.loads(response.read())
-        return reply
-
-
-def start_server(stack: ExitStack, binary: Path, args: list[str], label: str) -> str:
-    """A llama-server on a free loopback port, stopped when ``stack`` closes; its URL once
-    its /health answers."""
-    port = free_port()
-    log = Path(tempfile.gettempdir()) / f"llama-server-{port}.log"
-    with log.open("w") as sink:  # the server keeps its own copy of the descriptor
-        process = subprocess.Popen(
-            [str(binary), *args, "--host", "127.0.0.1", "--port", str(port)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    stack.callback(process.wait)
-    stack.callback(process.terminate)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{label}: llama-server exited (log: {log})")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return url
-        except OSError:
-            time.sleep(0.5)
-    sys.exit(f"{label}: llama-server did not answer within 300 s (log: {log})")
-
-
-def llama_cpp_run(url: str, prompt: list[int], tokens: int, temperature: float) -> dict[str, Any]:
-    body = {
-        "prompt": prompt,
-        "n_predict": tokens,
-        "temperature": temperature,
-        "top_k": 1 if temperature == 0 else 0,
-        "top_p": 1.0,
-        "min_p": 0.0,
-        "repeat_penalty": 1.0,
-        "seed": 0,
-        "cache_prompt": False,
-        "return_tokens": True,
-    }
-    reply = post(url + "/completion", body)
-    timings = reply["timings"]
-    return {
-        "tokens": [int(t) for t in reply.get("tokens", [])],
-        "new_tokens": int(timings["predicted_n"]),
-        "tok_s": float(timings["predicted_per_second"]),
-        "drafted": timings.get("draft_n"),
-        "accepted": timings.get("draft_n_accepted"),
-    }
 
 
 def edgespec_run(
@@ -159,8 +89,7 @@ def edgespec_run(
 def prompt_sets(engine: Engine, names: list[str], count: int, context: int) -> dict[str, Any]:
     prefix: list[int] = []
     if context:
-        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-        prefix = engine.encode(readme * 10)[:context]
+        prefix = engine.encode(harness.readme_text(10))[:context]
     sets: dict[str, list[list[int]]] = {}
     for name in names:
         texts = load_prompts("edit" if name == "edit" else name)[:count]
@@ -189,34 +118,40 @@ def decode(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
                     continue
                 extra = ["--spec-type", "draft-simple", "-md", str(draft_gguf)]
                 extra += ["-td", str(args.threads)]
-            urls[name] = start_server(stack, server, [*common, *extra], name)
+            urls[name] = stack.enter_context(harness.llama_server(server, [*common, *extra])).url
         warm = next(iter(sets.values()))[0]
         for url in urls.values():
-            llama_cpp_run(url, warm, 8, args.temperature)
+            harness.llama_completion(url, warm, 8, temperature=args.temperature)
         # Every configuration once before timing, as llama.cpp's servers above: a drafter's
         # first use loads its draft session and measures the pair's costs.
         for drafter in EDGESPEC_CONFIGS.values():
             edgespec_run(engine, warm, drafter, 8, args.temperature)
+
+        def run(name: str, prompt: list[int]) -> dict[str, Any]:
+            if name in urls:
+                return harness.llama_completion(
+                    urls[name], prompt, args.tokens, temperature=args.temperature
+                )
+            drafter = EDGESPEC_CONFIGS[name]
+            return edgespec_run(engine, prompt, drafter, args.tokens, args.temperature)
+
+        configs = [*urls, *EDGESPEC_CONFIGS]
         for round_index in range(args.rounds):
             for set_name, prompts in sets.items():
-                chosen = prompts[round_index * args.prompts : (round_index + 1) * args.prompts]
-                for index, prompt in enumerate(chosen, round_index * args.prompts):
-                    runs: dict[str, dict[str, Any]] = {}
-                    for name, url in urls.items():
-                        time.sleep(SETTLE_S)
-                        runs[name] = llama_cpp_run(url, prompt, args.tokens, args.temperature)
-                    for name, drafter in EDGESPEC_CONFIGS.items():
-                        time.sleep(SETTLE_S)
-                        runs[name] = edgespec_run(
-                            engine, prompt, drafter, args.tokens, args.temperature
-                        )
-                    for name, run in runs.items():
-                        results.setdefault((set_name, name), []).append(run)
-                        line = {k: v for k, v in run.items() if k != "tokens"}
-                        line |= {"round": round_index, "set": set_name, "prompt": index}
+                start = round_index * args.prompts
+                chosen = prompts[start : start + args.prompts]
+                for turn in harness.alternate(configs, chosen, run, settle_s=harness.SETTLE_S):
+                    same = harness.OutputCheck(reference="edgespec").add(
+                        {n: r["tokens"] for n, r in turn.results.items()}
+                    )
+                    for name, found in turn.results.items():
+                        results.setdefault((set_name, name), []).append(found)
+                        line = {k: v for k, v in found.items() if k != "tokens"}
+                        line |= {"round": round_index, "set": set_name}
+                        line["prompt"] = start + turn.index
                         if args.temperature == 0 and name.startswith("edgespec "):
-                            line["equals_target_only"] = run["tokens"] == runs["edgespec"]["tokens"]
-                        print(json.dumps({"engine": name, **line}), flush=True)
+                            line["equals_target_only"] = same[name]
+                        args.lines.write({"engine": name, **line})
     summarize(args, model, sets, results)
 
 
@@ -257,7 +192,7 @@ def summarize(
                 for name in EDGESPEC_CONFIGS
                 for run, base in zip(results[(set_name, name)], baseline, strict=True)
             )
-        print(json.dumps(summary), flush=True)
+        args.lines.write(summary)
 
 
 def gguf_files(model: catalog.CatalogModel) -> tuple[Path, Path | None]:
@@ -299,50 +234,30 @@ def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
     rows = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     step_s = next(1 / r["avg_ts"] for r in rows if r["n_gen"] > 0)
     passes = {r["n_prompt"]: r["n_prompt"] / r["avg_ts"] for r in rows if r["n_prompt"] > 0}
-    print(
-        json.dumps(
-            {
-                "engine": "llama.cpp",
-                "step_ms": round(step_s * 1e3, 2),
-                "T(k)/T(1)": {k: round(passes[k] / step_s, 2) for k in widths if k > 1},
-                "prefill_512_ms": round(passes[512] * 1e3, 1),
-            }
-        ),
-        flush=True,
-    )
+    theirs = {
+        "engine": "llama.cpp",
+        "step_ms": round(step_s * 1e3, 2),
+        "T(k)/T(1)": {k: round(passes[k] / step_s, 2) for k in widths if k > 1},
+        "prefill_512_ms": round(passes[512] * 1e3, 1),
+    }
+    args.lines.write(theirs)
     if args.bundle:
         engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
     else:
         engine = Engine.load(model=model.name, threads=args.threads, measure_energy=False)
     target = engine.target
     assert target is not None
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    ids = engine.encode(readme * 10)
-    cache = target.new_cache()
-    target.forward(ids[:64], cache)
-    times: dict[int, list[float]] = {w: [] for w in widths}
-    for _ in range(30):
-        for width in widths:
-            started = time.perf_counter()
-            target.forward(ids[64 : 64 + width], cache)
-            times[width].append(time.perf_counter() - started)
-            cache.crop(64)
-    step = statistics.median(times[1])
+    ids = engine.encode(harness.readme_text(10))
+    medians = harness.verify_curve(target, ids[:64], widths, repeats=30)
+    step = medians[1]
     # The same graph with its one-token steps unpadded (as a draft runs): what the padding
     # that keeps a step's bits equal to a verify pass's costs.
     unpadded = OnnxModel(
         target.bundle,
         options=ModelOptions(intra_op_threads=args.threads, spinning=True, exact_passes=False),
     )
-    cache = unpadded.new_cache()
-    unpadded.forward(ids[:64], cache)
-    one_row = []
-    for _ in range(30):
-        started = time.perf_counter()
-        unpadded.forward(ids[64:65], cache)
-        one_row.append(time.perf_counter() - started)
-        cache.crop(64)
-    del unpadded, cache
+    one_row = harness.step_blocks({"unpadded": unpadded}, ids[:64], blocks=1, passes=30)
+    del unpadded
     prefill = []
     for _ in range(3):
         started = time.perf_counter()
@@ -351,22 +266,18 @@ def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:
     line = {
         "engine": "edgespec",
         "step_ms": round(step * 1e3, 2),
-        "unpadded_step_ms": round(statistics.median(one_row) * 1e3, 2),
-        "T(k)/T(1)": {w: round(statistics.median(times[w]) / step, 2) for w in widths if w > 1},
+        "unpadded_step_ms": round(statistics.median(one_row["unpadded"]) * 1e3, 2),
+        "T(k)/T(1)": {w: round(medians[w] / step, 2) for w in widths if w > 1},
         "prefill_512_ms": round(min(prefill) * 1e3, 1),
     }
-    print(json.dumps(line), flush=True)
+    args.lines.write(line)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, prompts=3, tokens=64, rounds=2, threads=2)
     parser.add_argument("--llama-bin", type=Path, required=True, help="llama.cpp's bin folder")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a catalog name")
     parser.add_argument("--sets", default="code,edit,chat", help="prompt sets")
-    parser.add_argument("--prompts", type=int, default=3, help="prompts per set")
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--context", type=int, default=0, help="README tokens before each prompt")
     parser.add_argument("--curve", action="store_true", help="T(k)/T(1) and prefill instead")
@@ -375,6 +286,7 @@ def main() -> None:
         "--bundle", type=Path, default=None, help="--curve: this bundle of --gguf instead"
     )
     args = parser.parse_args()
+    args.lines = harness.JsonLines(args.jsonl)
     model = catalog.find(args.model)
     (curve if args.curve else decode)(args, model)
 

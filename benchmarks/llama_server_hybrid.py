@@ -35,20 +35,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from llama_cpp_peers import post, prompt_sets, start_server
+from llama_cpp_peers import prompt_sets
 
 from edgespec.api import Engine
 from edgespec.config import SamplingConfig
@@ -58,6 +53,9 @@ from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
 from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
+
+import harness
+from harness import post
 
 
 @dataclass
@@ -131,8 +129,7 @@ def padded(prompt: list[int], length: int, filler: list[int]) -> list[int]:
 
 
 def history_part(args: argparse.Namespace, url: str, engine: Engine, target: Any) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    filler = engine.encode(readme * 20)
+    filler = engine.encode(harness.readme_text(20))
     sets = prompt_sets(engine, ["code", "chat"], args.prompts, 0)
     for history in args.history:
         runs = []
@@ -328,22 +325,21 @@ def _computed(counts: dict[str, float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(
+        __doc__, part="paragraph", prompts=2, tokens=64, threads=2, jsonl=False
+    )
     parser.add_argument("--llama-bin", type=Path, required=True)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--history", default="64,1500")
-    parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--clients", default="1,4,8")
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parts", default="history,clients")
     parser.add_argument(
         "--server-args", default="", help="more llama-server arguments, e.g. '--no-repack'"
     )
     args = parser.parse_args()
-    args.history = [int(n) for n in args.history.split(",")]
-    args.clients = [int(n) for n in args.clients.split(",")]
+    args.history = harness.int_list(args.history)
+    args.clients = harness.int_list(args.clients)
     parts = args.parts.split(",")
     model = catalog.find(args.model)
     gguf = catalog.joined_gguf(model, cache_dir() / "downloads")
@@ -351,25 +347,11 @@ def main() -> None:
     assert draft is not None, f"{model.name} has no draft model"
     slots = (args.k + 1) * (max(args.clients) if "clients" in parts else 1)
     context = max(max(args.history) + args.tokens + args.k + 64, 512)
-    with ExitStack() as stack:
-        url = start_server(
-            stack,
-            args.llama_bin / "llama-server",
-            [
-                "-m",
-                str(gguf),
-                "-np",
-                str(slots),
-                "-c",
-                str(context * slots),
-                "-t",
-                str(args.threads),
-                "--no-cache-idle-slots",
-                "--no-webui",
-                "--metrics",
-            ],
-            "llama-server",
-        )
+    served = ["-m", str(gguf), "-np", str(slots), "-c", str(context * slots)]
+    served += ["-t", str(args.threads), "--no-cache-idle-slots", "--no-webui", "--metrics"]
+    served += args.server_args.split()
+    with harness.llama_server(args.llama_bin / "llama-server", served) as server:
+        url = server.url
         target = RecordingTarget(url, max_k=args.k)
         engine = Engine.load(
             draft=draft.root, remote=target, threads=args.threads, measure_energy=False

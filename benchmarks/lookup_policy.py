@@ -22,20 +22,16 @@ no tree mask, so this is an upper bound on what such verification could gain.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+from gguf_vs_llama_cpp import chat_prompts
 
 from edgespec.api import Engine
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_vs_llama_cpp import chat_prompts
+import harness
 
 #: (k, largest n-gram, cold_k): the drafter's settings for one replay
 Policy = tuple[int, int, int | None]
@@ -45,19 +41,8 @@ def verify_cost(
     engine: Engine, prompt: Sequence[int], widths: int, repeats: int = 24
 ) -> list[float]:
     """T(w)/T(1) for w = 1..widths (index w), median of ``repeats`` passes after ``prompt``."""
-    model = engine.target
-    cache = model.new_cache()
-    model.forward(list(prompt), cache)
-    base = cache.length
-    times: dict[int, list[float]] = {w: [] for w in range(1, widths + 1)}
-    for _ in range(repeats):
-        for w in times:
-            started = time.perf_counter()
-            model.forward([int(prompt[-1])] * w, cache)
-            times[w].append(time.perf_counter() - started)
-            cache.crop(base)
-    one = float(np.median(times[1]))
-    return [0.0, *(float(np.median(times[w])) / one for w in times)]
+    medians = harness.verify_curve(engine.target, prompt, range(1, widths + 1), repeats)
+    return [0.0, *(medians[w] / medians[1] for w in range(1, widths + 1))]
 
 
 def accepted_length(proposal: Sequence[int], out: list[int], position: int) -> int:
@@ -135,15 +120,13 @@ def replay_tree(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, prompts=9, tokens=128, threads=2)
     parser.add_argument("bundle", type=Path)
-    parser.add_argument("--prompts", type=int, default=9)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-k", type=int, default=8)
     parser.add_argument("--measure-k", default="4,8,auto", help="k values for the real runs")
     parser.add_argument("--branches", default="", help="e.g. 1,2,4: replay tree verification")
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     engine = Engine.load(target=args.bundle, threads=args.threads, measure_energy=False)
     prompts = chat_prompts(engine, args.prompts)
     engine.generate(prompts[0], drafter="none", max_new_tokens=8)  # warm-up
@@ -154,7 +137,7 @@ def main() -> None:
     branches = [int(b) for b in args.branches.split(",") if b]
     widest = max([args.max_k + 1, *(1 + b * args.max_k for b in branches)])
     cost = verify_cost(engine, prompts[0], widest)
-    print(json.dumps({"verify_cost": [round(c, 3) for c in cost[1:]]}), flush=True)
+    lines.write({"verify_cost": [round(c, 3) for c in cost[1:]]})
     top = args.max_k
     policies: dict[str, Policy] = {f"k {k}": (k, 3, None) for k in range(2, top + 1, 2)}
     for n in (4, 6):
@@ -162,27 +145,32 @@ def main() -> None:
     for cold in (1, 2, 3, 4):
         policies[f"k {top}, cold_k {cold}"] = (top, 3, cold)
     for name, policy in policies.items():
-        print(json.dumps({"policy": name, **replay(outputs, cost, policy)}), flush=True)
+        lines.write({"policy": name, **replay(outputs, cost, policy)})
     for k in sorted({4, top}):
         for count in branches:
             figures = replay_tree(outputs, cost, k, count)
             name = f"tree of up to {count} candidates, k {k}"
-            print(json.dumps({"policy": name, **figures}), flush=True)
+            lines.write({"policy": name, **figures})
     ks = [k for k in args.measure_k.split(",") if k]
-    totals = {name: [0, 0.0] for name in ["none", *ks]}
-    for prompt, (_, expected) in zip(prompts, outputs, strict=True):
-        for name in totals:
-            drafter = "none" if name == "none" else "ngram"
-            k = 0 if name == "none" else name
-            result = engine.generate(prompt, drafter=drafter, k=k, max_new_tokens=args.tokens)
-            if list(result.tokens) != expected:
+
+    def run(name: str, item: tuple[list[int], list[int]]) -> Any:
+        drafter = "none" if name == "none" else "ngram"
+        k = 0 if name == "none" else name
+        return engine.generate(item[0], drafter=drafter, k=k, max_new_tokens=args.tokens)
+
+    rates = harness.Rates()
+    check = harness.OutputCheck(reference="expected")
+    for turn in harness.alternate(["none", *ks], outputs, run):
+        results = turn.results
+        same = check.add({"expected": turn.item[1], **{n: r.tokens for n, r in results.items()}})
+        for name, result in results.items():
+            if not same[name]:
                 raise SystemExit(f"k {name}: output differs from target-only on a prompt")
-            totals[name][0] += result.stats.new_tokens
-            totals[name][1] += result.stats.decode_ms
-    rate = {name: count / ms * 1e3 for name, (count, ms) in totals.items()}
+            rates.add(name, result.stats.new_tokens, result.stats.decode_ms / 1e3)
+    rate = rates.rates()
     for k in ks:
         line = {"measured": f"ngram drafter, k {k}", "speedup": rate[k] / rate["none"]}
-        print(json.dumps(line), flush=True)
+        lines.write(line)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,12 @@ count, then one per variant with ``same_bits_1_vs_2`` and ``same_bits_2_vs_5``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from typing import Any
 
 import numpy as np
+
+import harness
 
 BLOCK = 32
 #: Timed blocks per variant and row count (the best is kept: the multi-row kernel's time
@@ -167,12 +167,12 @@ VARIANTS = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=2)
     parser.add_argument("--k", type=int, default=1536)
     parser.add_argument("--n", type=int, default=17920)
     parser.add_argument("--rows", default="1,2,5,8")
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     rows = [int(r) for r in args.rows.split(",")]
     from edgespec.graph.kernels import gguf_kernel_library
 
@@ -198,7 +198,7 @@ def main() -> None:
         if variant in KERNEL_VARIANTS:
             _, inputs, size, _, _ = KERNEL_TYPES[KERNEL_VARIANTS[variant][0]]
             line["GB_per_s"] = round(args.n * args.k // inputs * size / ms / 1e6, 1)
-        print(json.dumps(line), flush=True)
+        lines.write(line)
     for variant, run in sessions.items():
         first = {c: run.run(None, {"x": x[:, :c]})[0][0, 0] for c in (1, 2, 5)}
         same = {
@@ -206,7 +206,7 @@ def main() -> None:
             "same_bits_1_vs_2": bool(np.array_equal(first[1], first[2])),
             "same_bits_2_vs_5": bool(np.array_equal(first[2], first[5])),
         }
-        print(json.dumps(same), flush=True)
+        lines.write(same)
 
 
 if __name__ == "__main__":

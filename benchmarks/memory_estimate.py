@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 #: The band the estimate must stay in: estimate / measured peak.
@@ -139,7 +141,7 @@ def _bundle_root(name: str) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, tokens=32, jsonl=False)
     parser.add_argument(
         "--models",
         default="smollm2-135m+draft,smollm2-135m,qwen2.5-coder-1.5b+draft,qwen2.5-coder-1.5b,"
@@ -148,7 +150,6 @@ def main() -> None:
     )
     parser.add_argument("--contexts", default="256,1024,full")
     parser.add_argument("--kernels", default="gguf,mlas")
-    parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--bundles", help="bundle directories to measure instead (comma list)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -15,25 +15,23 @@ texts.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from typing import Any
 
-from llama_cpp_peers import prompt_sets  # this folder, first on sys.path
+from llama_cpp_peers import prompt_sets
 
 from edgespec.api import Engine
+
+import harness
 
 MODES = {"target-only": {"drafter": "none"}, "rejection": {"sampling_mode": "rejection"}}
 MODES["match"] = {"sampling_mode": "match"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, prompts=4, tokens=64, threads=2, jsonl=False)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     engine = Engine.load(model=args.model, threads=args.threads, measure_energy=False)
     sets = prompt_sets(engine, ["code", "edit", "chat"], args.prompts, 0)
@@ -45,29 +43,26 @@ def main() -> None:
     warm = sets["code"][0]
     for mode in MODES.values():  # each mode's first use loads what it needs
         engine.generate(warm, **{**options, "max_new_tokens": 8}, **mode)
+
+    def run(mode: str, prompt: Any) -> Any:
+        return engine.generate(prompt, **options, **MODES[mode])
+
     for name, prompts in sets.items():
-        tokens = dict.fromkeys(MODES, 0)
-        seconds = dict.fromkeys(MODES, 0.0)
+        rates = harness.Rates()
+        check = harness.OutputCheck(reference="target-only")
         alphas: dict[str, list[float]] = {mode: [] for mode in MODES}
-        for index, prompt in enumerate(prompts):
-            outputs = {}
-            for mode, fields in MODES.items():
-                result = engine.generate(prompt, **options, **fields)
-                tokens[mode] += result.stats.new_tokens
-                seconds[mode] += result.stats.decode_ms / 1e3
+        for turn in harness.alternate(list(MODES), prompts, run):
+            for mode, result in turn.results.items():
+                rates.add(mode, result.stats.new_tokens, result.stats.decode_ms / 1e3)
                 if result.stats.alpha is not None:
                     alphas[mode].append(result.stats.alpha)
-                outputs[mode] = result.tokens
-            print(
-                f"{name} {index}: match equals target-only: "
-                f"{outputs['match'] == outputs['target-only']}",
-                flush=True,
-            )
-        base = tokens["target-only"] / seconds["target-only"]
+            same = check.add({mode: result.tokens for mode, result in turn.results.items()})
+            print(f"{name} {turn.index}: match equals target-only: {same['match']}", flush=True)
+        ratios = rates.ratios("target-only")
         summary = {
             mode: {
-                "tok_s": round(tokens[mode] / seconds[mode], 2),
-                "vs_target_only": round(tokens[mode] / seconds[mode] / base, 3),
+                "tok_s": round(rates.rate(mode), 2),
+                "vs_target_only": round(ratios[mode], 3),
                 "alpha": round(statistics.mean(alphas[mode]), 3) if alphas[mode] else None,
             }
             for mode in MODES

@@ -23,15 +23,11 @@ token-identical to local decoding, and the exit status after SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import signal
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -44,46 +40,17 @@ import psutil
 
 from edgespec.api import Engine
 
+import harness
+
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 PROMPT = "def fibonacci(n):\n    if n"
 MiB = 1024 * 1024
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """``edgespec serve`` in a subprocess (outside the checkout), restartable on one port."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> float:
-        """Starts it; returns the seconds until ``/health`` answered."""
-        command = [sys.executable, "-m", "edgespec", "serve", "--port", str(self.port)]
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            [*command, "--api-key", KEY],
-            cwd=tempfile.gettempdir(),
-            stderr=subprocess.DEVNULL,
-        )
-        while True:
-            assert self.process.poll() is None, "edgespec serve exited"
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return time.monotonic() - started
-            except httpx.TransportError:
-                time.sleep(0.05)
-
-    def rss_mb(self) -> float:
-        assert self.process is not None
-        return psutil.Process(self.process.pid).memory_info().rss / MiB
+def rss_mb(server: harness.ServerProcess) -> float:
+    assert server.process is not None
+    return float(psutil.Process(server.process.pid).memory_info().rss) / MiB
 
 
 def post(path: str, body: bytes, *, headers: dict[str, str] | None = None) -> Callable[[], int]:
@@ -262,7 +229,9 @@ def half_headers(count: int, wait_s: float) -> int:
     return closed
 
 
-def restart_under_clients(server: Server, clients: int, down_s: float) -> dict[str, Any]:
+def restart_under_clients(
+    server: harness.ServerProcess, clients: int, down_s: float
+) -> dict[str, Any]:
     local = Engine.load()
     expected = local.generate(PROMPT, max_new_tokens=200).tokens
     engines = [Engine.load(remote=server.url, api_key=KEY) for _ in range(clients)]
@@ -303,18 +272,18 @@ def restart_under_clients(server: Server, clients: int, down_s: float) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=50)
+    parser = harness.argument_parser(__doc__, part="all", json_out=True, jsonl=False)
+    parser.add_argument("--rounds", type=int, default=50, help="times each request is sent")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--down-s", type=float, default=5.0)
-    parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args()
-    server = Server(free_port())
+    # No start deadline: the restart is timed from the kill to the first answer.
+    server = harness.edgespec_server(["--api-key", KEY], start_timeout_s=float("inf"))
     URL[0] = server.url
     report: dict[str, Any] = {"cold_start_s": round(server.start(), 2)}
     with httpx.Client(headers=AUTH) as client:
         opened = client.post(URL[0] + "/v1/verify/sessions", json={"prompt": [1, 2, 3]}).json()
-    report["rss_before_mb"] = round(server.rss_mb(), 1)
+    report["rss_before_mb"] = round(rss_mb(server), 1)
     report["round_ms_idle"] = rounds_during(lambda: time.sleep(5.0))[1]
     senders = hostile_requests((opened["session_id"], opened["session_secret"]))
     stop_only = {"38,000 stop strings": senders["38,000 stop strings"]}
@@ -324,7 +293,7 @@ def main() -> None:
     report["flood"], report["round_ms_during_flood"] = rounds_during(
         lambda: flood(senders, args.rounds)
     )
-    report["rss_after_mb"] = round(server.rss_mb(), 1)
+    report["rss_after_mb"] = round(rss_mb(server), 1)
     report["chunked_bytes_sent_before_close_mb_max"] = round(max(SENT_BEFORE_CLOSE) / MiB, 1)
     report["half_header_connections_closed"] = f"{half_headers(200, 30.0)} of 200"
     report["restart"] = restart_under_clients(server, args.clients, args.down_s)

@@ -10,12 +10,12 @@ alternating rounds each; prints the median ms per token of both and their ratio.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
+
+import harness
 
 
 def _decode(model: OnnxModel, *, context: int, tokens: int) -> float:
@@ -30,24 +30,29 @@ def _decode(model: OnnxModel, *, context: int, tokens: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("bundles", nargs="+")
-    parser.add_argument("--context", type=int, default=64)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = harness.argument_parser(
+        __doc__, part="all", bundles="+", context=64, tokens=128, rounds=5
+    )
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     for path in args.bundles:
         bundle = load_bundle(path)
-        bound, unbound = (
-            OnnxModel(bundle, options=ModelOptions(io_binding=binding)) for binding in (True, False)
-        )
-        for model in (bound, unbound):
+        models = {
+            name: OnnxModel(bundle, options=ModelOptions(io_binding=binding))
+            for name, binding in (("io-binding", True), ("plain", False))
+        }
+        for model in models.values():
             _decode(model, context=args.context, tokens=8)  # warm-up
-        fast, plain = [], []
-        for _ in range(args.rounds):
-            fast.append(_decode(bound, context=args.context, tokens=args.tokens))
-            plain.append(_decode(unbound, context=args.context, tokens=args.tokens))
-        f, p = statistics.median(fast), statistics.median(plain)
+
+        def decode(name: str, _: None, models: dict[str, OnnxModel] = models) -> float:
+            return _decode(models[name], context=args.context, tokens=args.tokens)
+
+        times = harness.Samples()
+        for turn in harness.alternate(list(models), [None], decode, rounds=args.rounds):
+            for name, ms in turn.results.items():
+                times.add(name, ms)
+        f, p = times.median("io-binding"), times.median("plain")
+        lines.write({"bundle": str(path), "io_binding_ms": f, "plain_ms": p}, echo=False)
         print(
             f"{path}: io-binding {f:.3f} ms/token, plain {p:.3f} ms/token, "
             f"plain/io-binding {p / f:.2f}"

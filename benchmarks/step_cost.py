@@ -16,70 +16,45 @@ this machine, decodes of 64 tokens by about ±10%.
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-
 from edgespec.api import Engine
 
+import harness
+
 PASSES_PER_BLOCK = 25
-WARM_PASSES = 5
-
-
-def timed_passes(model: Any, cache: Any, step: list[int], context: int, passes: int) -> list[float]:
-    """Seconds of ``passes`` passes of ``step`` over ``cache`` (cropped back to ``context``
-    after each), less the first WARM_PASSES (the previous passes' threads still spin)."""
-    found = []
-    for index in range(passes):
-        started = time.perf_counter()
-        model.forward(step, cache)
-        elapsed = time.perf_counter() - started
-        cache.crop(context)
-        if index >= WARM_PASSES:
-            found.append(elapsed)
-    return found
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bundles", type=Path, nargs="+")
-    parser.add_argument("--contexts", default="64")
+    parser = harness.argument_parser(__doc__, bundles="+", contexts="64", threads=2)
     parser.add_argument("--width", type=int, default=1, help="tokens per pass (default 1)")
     parser.add_argument("--blocks", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    engines = [
-        Engine.load(target=b, threads=args.threads, measure_energy=False) for b in args.bundles
-    ]
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    ids = engines[0].encode(text * 20)
-    for context in (int(c) for c in args.contexts.split(",")):
-        models = [engine.target for engine in engines]
-        caches = []
-        for model in models:
-            cache = model.new_cache()
-            model.forward(ids[:context], cache)
-            caches.append(cache)
-        step = ids[context : context + args.width]
-        times: list[list[float]] = [[] for _ in models]
-        for _ in range(args.blocks):
-            for model, cache, found in zip(models, caches, times, strict=True):
-                found.extend(timed_passes(model, cache, step, context, PASSES_PER_BLOCK))
-        medians = [float(np.median(found)) for found in times]
-        for bundle, found, median in zip(args.bundles, times, medians, strict=True):
-            quartiles = np.percentile(found, [25, 75]) * 1e3
-            line = {"bundle": str(bundle), "context": context, "width": args.width}
+    engines = {
+        str(b): Engine.load(target=b, threads=args.threads, measure_energy=False)
+        for b in args.bundles
+    }
+    ids = next(iter(engines.values())).encode(harness.readme_text(20))
+    models = {bundle: engine.target for bundle, engine in engines.items()}
+    lines = harness.JsonLines(args.jsonl)
+    for context in harness.int_list(args.contexts):
+        times = harness.step_blocks(
+            models,
+            ids[:context],
+            blocks=args.blocks,
+            passes=PASSES_PER_BLOCK,
+            warm=harness.WARM_PASSES,
+            step=ids[context : context + args.width],
+        )
+        first = harness.summarize(next(iter(times.values()))).median
+        for bundle, found in times.items():
+            summary = harness.summarize(found)
+            line = {"bundle": bundle, "context": context, "width": args.width}
             line |= {
-                "median_ms": round(median * 1e3, 3),
-                "p25_ms": round(float(quartiles[0]), 3),
-                "p75_ms": round(float(quartiles[1]), 3),
-                "vs_first": round(median / medians[0], 3),
+                "median_ms": round(summary.median * 1e3, 3),
+                "p25_ms": round(summary.p25 * 1e3, 3),
+                "p75_ms": round(summary.p75 * 1e3, 3),
+                "vs_first": round(summary.median / first, 3),
             }
-            print(json.dumps(line), flush=True)
+            lines.write(line)
 
 
 if __name__ == "__main__":

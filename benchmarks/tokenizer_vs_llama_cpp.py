@@ -12,12 +12,13 @@ first differing texts too.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer_corpus.json"
+import harness
+
+CORPUS = harness.ROOT / "tests" / "fixtures" / "tokenizer_corpus.json"
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
 
@@ -52,7 +53,7 @@ def compare(path: Path, show: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, part="paragraph", jsonl=False)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--show", type=int, default=0, help="differing texts to print per file")
     args = parser.parse_args()

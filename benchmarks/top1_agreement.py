@@ -12,19 +12,16 @@ reference's.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
+from gguf_vs_llama_cpp import agreement_texts
 from tokenizers import Tokenizer
 
 from edgespec.manifest import load_bundle
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_vs_llama_cpp import agreement_texts
+import harness
 
 
 def logits(bundle: Path, sequences: list[list[int]], threads: int) -> list[np.ndarray]:
@@ -38,12 +35,12 @@ def logits(bundle: Path, sequences: list[list[int]], threads: int) -> list[np.nd
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, threads=2)
     parser.add_argument("reference", type=Path)
     parser.add_argument("bundles", type=Path, nargs="+")
     parser.add_argument("--positions", type=int, default=700)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    lines = harness.JsonLines(args.jsonl)
     tokenizer = Tokenizer.from_file(str(args.reference / "tokenizer.json"))
     texts = agreement_texts(5 * args.positions)
     sequences = [tokenizer.encode(text).ids[: args.positions] for text in texts]
@@ -58,7 +55,7 @@ def main() -> None:
             "top1_agreement": float(agree.mean()),
             "positions": agree.size,
         }
-        print(json.dumps(line), flush=True)
+        lines.write(line)
 
 
 if __name__ == "__main__":

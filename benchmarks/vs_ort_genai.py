@@ -31,17 +31,17 @@ of a second of quiet (the other engine's threads spin for a moment after its run
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from gguf_vs_llama_cpp import chat_prompts
+
 from edgespec.api import Engine
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_vs_llama_cpp import chat_prompts, settled
+import harness
+from harness import settled
 
 
 def genai_model(folder: Path, threads: int, capacity: int, speculative: dict[str, int] | None):
@@ -83,24 +83,24 @@ def edgespec_rate(result: Any) -> float:
     return result.stats.new_tokens / (result.stats.decode_ms / 1e3)
 
 
-def context_scaling(engine: Engine, genai: Any, args: argparse.Namespace) -> dict[str, Any]:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    ids = engine.encode(text * 20)
-    rates: dict[str, dict[int, list[float]]] = {"edgespec": {}, "ort_genai": {}}
-    for round_index in range(2):
-        for context in args.contexts:
-            prompt = ids[:context]
-            _, theirs = settled(genai_decode, genai, prompt, args.tokens, engine.max_length)
-            ours = edgespec_rate(
-                settled(
-                    engine.generate, prompt, drafter="none", max_new_tokens=args.tokens, stop=()
-                )
-            )
-            for name, rate in (("ort_genai", theirs), ("edgespec", ours)):
-                rates[name].setdefault(context, []).append(rate)
-                line = {"round": round_index, "context": context, "engine": name, "tok_s": rate}
-                print(json.dumps(line), flush=True)
-    mean = {name: {c: sum(r) / len(r) for c, r in by.items()} for name, by in rates.items()}
+def context_scaling(engine: Engine, genai: Any, args: Any) -> dict[str, Any]:
+    ids = engine.encode(harness.readme_text(20))
+
+    def run(name: str, context: int) -> float:
+        prompt = ids[:context]
+        if name == "ort_genai":
+            return genai_decode(genai, prompt, args.tokens, engine.max_length)[1]
+        plain = engine.generate(prompt, drafter="none", max_new_tokens=args.tokens, stop=())
+        return edgespec_rate(plain)
+
+    rates = harness.Samples()
+    names = ["ort_genai", "edgespec"]
+    for turn in harness.alternate(names, args.contexts, run, rounds=2, settle_s=harness.SETTLE_S):
+        for name, rate in turn.results.items():
+            rates.add((name, turn.item), rate)
+            line = {"round": turn.round, "context": turn.item, "engine": name, "tok_s": rate}
+            args.lines.write(line)
+    mean = {name: {c: rates.mean((name, c)) for c in args.contexts} for name in names}
     first, last = args.contexts[0], args.contexts[-1]
     return {
         "target_only_ratio": {c: mean["edgespec"][c] / mean["ort_genai"][c] for c in args.contexts},
@@ -108,7 +108,7 @@ def context_scaling(engine: Engine, genai: Any, args: argparse.Namespace) -> dic
     }
 
 
-def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespace) -> dict:
+def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: Any) -> dict:
     prompts = chat_prompts(engine, args.prompts)
     names = ["edgespec", "edgespec+ngram", "ort_genai", "ort_genai+ngram"]
     totals = {name: [0, 0.0] for name in names + (["edgespec+draft"] if args.draft else [])}
@@ -136,7 +136,7 @@ def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespa
         for name, (count, rate) in runs.items():
             totals[name][0] += count
             totals[name][1] += count / rate
-            print(json.dumps({"prompt": index, "engine": name, "tokens": count, "tok_s": rate}))
+            args.lines.write({"prompt": index, "engine": name, "tokens": count, "tok_s": rate})
     rates = {name: count / seconds for name, (count, seconds) in totals.items()}
     return {
         "tok_s": rates,
@@ -156,22 +156,21 @@ def prompt_lookup(engine: Engine, plain: Any, ngram: Any, args: argparse.Namespa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(
+        __doc__, contexts="64,1024,3000", tokens=48, prompts=9, threads=2
+    )
     parser.add_argument("bundle", type=Path)
     parser.add_argument("genai_dir", type=Path)
-    parser.add_argument("--contexts", default="64,1024,3000")
-    parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--prompts", type=int, default=9)
     parser.add_argument("--spec-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-contexts", action="store_true")
     parser.add_argument("--skip-lookup", action="store_true")
     parser.add_argument(
         "--draft", type=Path, default=None, help="also edgespec with this draft (its drafter)"
     )
     args = parser.parse_args()
-    args.contexts = [int(c) for c in args.contexts.split(",")]
+    args.contexts = harness.int_list(args.contexts)
+    args.lines = harness.JsonLines(args.jsonl)
     engine = Engine.load(
         target=args.bundle, draft=args.draft, threads=args.threads, measure_energy=False
     )
@@ -187,9 +186,11 @@ def main() -> None:
         ngram = genai_model(args.genai_dir, args.threads, engine.max_length, speculative)
         summary["prompt_lookup"] = prompt_lookup(engine, plain, ngram, args)
     summary["settings"] = {
-        k: v for k, v in vars(args).items() if k not in ("bundle", "genai_dir", "draft")
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("bundle", "genai_dir", "draft", "jsonl", "lines")
     }
-    print(json.dumps(summary, default=str), flush=True)
+    args.lines.write(summary)
 
 
 if __name__ == "__main__":

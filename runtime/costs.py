@@ -5,30 +5,51 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from edgespec.graph.kv_cache import KVCache
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
+
+
+def pass_times(
+    model: OnnxModel, cache: KVCache, tokens: Sequence[int], *, length: int, passes: int
+) -> list[float]:
+    """The seconds of each of ``passes`` passes of ``tokens`` over ``cache``, which is
+    cropped back to ``length`` after every pass, so that each pass reads the same cache."""
+    found = []
+    for _ in range(passes):
+        started = time.perf_counter()
+        model.forward(tokens, cache)
+        found.append(time.perf_counter() - started)
+        cache.crop(length)
+    return found
+
+
+def width_times(
+    model: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
+) -> list[list[float]]:
+    """Every pass's seconds for each of ``widths`` new tokens after ``context``: ``repeats``
+    passes each (one cache, prefilled once and cropped back after every pass).
+
+    The widths take turns within each repeat, so that a slow stretch of a busy machine slows
+    every width alike rather than the few measured during it."""
+    cache = model.new_cache()
+    # The last row's logits only: every row's would hold context × vocab floats for nothing.
+    model.forward(context, cache, last_only=True)
+    found: list[list[float]] = [[] for _ in widths]
+    for _ in range(repeats):
+        for times, width in zip(found, widths, strict=True):
+            times += pass_times(model, cache, [context[-1]] * width, length=len(context), passes=1)
+    return found
 
 
 def _best_times(
     model: OnnxModel, context: Sequence[int], widths: Sequence[int], repeats: int
 ) -> list[float]:
     """The fastest of ``repeats`` passes over each of ``widths`` new tokens after ``context``
-    (one cache, prefilled once and cropped back after every pass).
-
-    The widths take turns within each repeat, so that a slow stretch of a busy machine slows
-    every width alike rather than the few measured during it. Noise only adds time, and a
-    pass over more positions does more work, so a width's time is at most any wider one's:
-    each keeps the least of its own and the wider widths' times (``widths`` ascending)."""
-    cache = model.new_cache()
-    # The last row's logits only: every row's would hold context × vocab floats for nothing.
-    model.forward(context, cache, last_only=True)
-    best = [float("inf")] * len(widths)
-    for _ in range(repeats):
-        for index, width in enumerate(widths):
-            started = time.perf_counter()
-            model.forward([context[-1]] * width, cache)
-            best[index] = min(best[index], time.perf_counter() - started)
-            cache.crop(len(context))
+    (:func:`width_times`). Noise only adds time, and a pass over more positions does more
+    work, so a width's time is at most any wider one's: each keeps the least of its own and
+    the wider widths' times (``widths`` ascending)."""
+    best = [min(times) for times in width_times(model, context, widths, repeats)]
     for index in range(len(best) - 2, -1, -1):
         best[index] = min(best[index], best[index + 1])
     return best

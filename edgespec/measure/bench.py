@@ -32,7 +32,7 @@ class PromptSet:
 
 def load_prompt_set(source: str | Path = "code") -> PromptSet:
     """A named prompt set (``code``, ``edit``, ``chat``, ``chat-edit``: see
-    ``benchmarks/make_prompts.py``) or a file: a JSON list of strings or of ``{"prompt": ...,
+    ``tools/make_prompts.py``) or a file: a JSON list of strings or of ``{"prompt": ...,
     "chat": bool}`` objects, or one prompt per line with ``\\n`` for newlines."""
     path = PROMPT_SETS_DIR / f"{source}.json" if source in PROMPT_SETS else Path(source)
     try:

@@ -1,6 +1,6 @@
 """A quickly trained draft/target pair for runtime benchmarks (minutes on a 2-core CPU).
 
-    python benchmarks/quick_pair.py OUT_DIR [--target-steps 400] [--draft-steps 400]
+    python tools/quick_pair.py OUT_DIR [--target-steps 400] [--draft-steps 400]
 
 Trains the ``llama-14m`` target of ``tests/support/tiny_models.py`` on Python standard-library
 source (next-token loss), then distils the ``llama-2m`` draft from it (KL divergence to the target's

@@ -1,7 +1,7 @@
 """Drafts made of a model's own layers: a shallower copy of a GGUF (some of its blocks kept,
 renumbered), in the catalog's draft form (a 32,768-token 4-bit head, 4-bit layers).
 
-    python benchmarks/layer_drafts.py SOURCE.gguf OUT.gguf --keep 0-2,5,8,11,25-27 \
+    python tools/layer_drafts.py SOURCE.gguf OUT.gguf --keep 0-2,5,8,11,25-27 \
         [--head 32768] [--full-layers]
 
 With the 1.5B target as SOURCE this is self-speculation without training (the target's first,

@@ -1,7 +1,7 @@
 """A Qwen2-shaped GGUF of any size, with random weights and a real file's tokenizer, for
 measuring the import's memory on models larger than those the package index holds.
 
-    python benchmarks/synthetic_gguf.py --like QWEN2.gguf --out qwen2-7b-shaped.gguf \
+    python tools/synthetic_gguf.py --like QWEN2.gguf --out qwen2-7b-shaped.gguf \
         [--embedding 3584 --feed-forward 18944 --heads 28 --kv-heads 4] [--seed 0]
 
 Every metadata field of ``--like`` is copied (the tokenizer, the chat template, rope and norm

@@ -1,6 +1,6 @@
 """Writes the fixed benchmark prompt sets ``benchmarks/prompts/{code,edit,chat-edit}.json``.
 
-    python benchmarks/make_prompts.py
+    python tools/make_prompts.py
 
 The prompts come from installed third-party packages that are not in the built-in pair's
 training corpus (the Python standard library): click, jinja2 and packaging (BSD-3-Clause,
@@ -30,7 +30,7 @@ from pathlib import Path
 
 PACKAGES = {"click": 12, "jinja2": 12, "packaging": 8}
 EDIT_PER_PACKAGE = {"click": 5, "jinja2": 5, "packaging": 4}
-OUT = Path(__file__).resolve().parent / "prompts"
+OUT = Path(__file__).resolve().parent.parent / "benchmarks" / "prompts"
 EDIT_REQUEST = "Rewrite this Python function with type hints and a docstring. Keep its logic.\n\n"
 EDIT_LINES = 14
 
