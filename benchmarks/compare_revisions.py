@@ -17,9 +17,10 @@ template), in turn: llama.cpp's ``llama-server`` decoding the model's GGUF, then
 revision's target-only decoding and its default pair (the drafter and k it picks by itself),
 each after a quarter second of quiet. Greedy. Decode rates exclude the prompt (llama.cpp's
 ``predicted_per_second``, edgespec's ``decode_ms``). Prints one JSON line per run, then per
-model the median tok/s of each configuration, its ratio to llama.cpp, and whether every
-output of the after revision equals the before revision's, token for token, and whether
-every pair's output equals its own target-only output.
+model the median tok/s of each configuration, its ratio to llama.cpp's, and how many of its
+outputs equal the before revision's target-only output, token for token: the after revision's
+target-only output and both revisions' pairs must equal it every time (the change kept the
+outputs, and every pair stayed lossless).
 
 DIR holds llama.cpp's programs (``tools/build_llama_server.sh`` builds them into
 ``~/.cache/edgespec/llama.cpp/bin``).
@@ -31,19 +32,17 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
+import harness
+
 REPO = Path(__file__).resolve().parent.parent
 MODELS = "smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b,gemma3-270m"
-#: Seconds of quiet before each run (both engines' threads spin for a while after a run).
-SETTLE_S = 0.25
 #: The edgespec configurations each revision runs: name -> drafter (None: its default).
 CONFIGS = {"target-only": "none", "default pair": None}
 
@@ -62,6 +61,9 @@ def worker(model: str, threads: int) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         prompt = engine.encode(request["text"], chat=request["chat"] and chat_ok)
+        if request.get("encode_only"):
+            print(json.dumps({"prompt": prompt}), flush=True)
+            continue
         options: dict[str, Any] = {"max_new_tokens": request["tokens"], "temperature": 0.0}
         if request["drafter"] is not None:
             options["drafter"] = request["drafter"]
@@ -110,6 +112,14 @@ class Worker:
             sys.exit(f"a worker exited with status {self.process.wait()}")
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def encode(self, text: str, *, chat: bool) -> list[int]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(
+            json.dumps({"text": text, "chat": chat, "encode_only": True}) + "\n"
+        )
+        self.process.stdin.flush()
+        return list(self._read()["prompt"])
 
     def run(self, text: str, *, chat: bool, drafter: str | None, tokens: int) -> dict[str, Any]:
         assert self.process.stdin is not None
@@ -161,29 +171,6 @@ def install(revision: str | None) -> tuple[str, Path]:
     return label, site
 
 
-# ---- llama.cpp's server ---------------------------------------------------------------------
-
-
-def llama_server(stack: ExitStack, binary: Path, gguf: Path, threads: int) -> str:
-    from llama_cpp_peers import start_server
-
-    args = ["-m", str(gguf), "-t", str(threads), "-tb", str(threads), "-c", "4096", "-np", "1"]
-    return start_server(stack, binary, [*args, "--no-warmup"], "llama.cpp")
-
-
-def llama_cpp_run(url: str, prompt: list[int], tokens: int) -> dict[str, Any]:
-    from llama_cpp_peers import llama_cpp_run as run
-
-    return run(url, prompt, tokens, 0.0)
-
-
-def gguf_file(model: str) -> Path:
-    from edgespec.models.catalog import find
-    from edgespec.models.fetch import gguf_file
-
-    return gguf_file(find(model))
-
-
 # ---- the comparison -------------------------------------------------------------------------
 
 
@@ -194,80 +181,70 @@ def prompts(count: int) -> list[tuple[str, bool]]:
     return code + [(text, True) for text in load_prompts("chat")[:count]]
 
 
+def gguf_file(model: str) -> Path:
+    from edgespec.models.catalog import find
+    from edgespec.models.fetch import gguf_file as fetched
+
+    return fetched(find(model))
+
+
 def compare_model(args: argparse.Namespace, model: str, sites: dict[str, Path]) -> dict[str, Any]:
-    texts = prompts(args.prompts)
-    runs: dict[str, list[dict[str, Any]]] = {}
+    """Every configuration on every prompt, taking turns; the medians and the outputs' check."""
+    labels = list(sites)
+    configs = [f"{label}: {config}" for config in CONFIGS for label in labels] + ["llama.cpp"]
+    reference = f"{labels[0]}: target-only"
+    check = harness.OutputCheck(reference)
+    rates = harness.Samples()
+    server_args = ["-m", str(gguf_file(model)), "-t", str(args.threads), "-tb", str(args.threads)]
+    server_args += ["-c", "4096", "-np", "1", "--no-warmup"]
     with ExitStack() as stack:
-        url = llama_server(stack, args.llama_bin / "llama-server", gguf_file(model), args.threads)
+        server = stack.enter_context(
+            harness.llama_server(args.llama_bin / "llama-server", server_args)
+        )
         workers = {label: Worker(stack, site, model, args.threads) for label, site in sites.items()}
-        first_text, first_chat = texts[0]
+        items = [
+            (text, chat, workers[labels[0]].encode(text, chat=chat))
+            for text, chat in prompts(args.prompts)
+        ]
         for worker_ in workers.values():  # every configuration once before timing
             for drafter in CONFIGS.values():
-                worker_.run(first_text, chat=first_chat, drafter=drafter, tokens=8)
-        for round_index in range(args.rounds):
-            for index, (text, chat) in enumerate(texts):
-                prompt: list[int] | None = None
-                measured: dict[str, dict[str, Any]] = {}
-                for config, drafter in CONFIGS.items():
-                    for label, worker_ in workers.items():
-                        time.sleep(SETTLE_S)
-                        run = worker_.run(text, chat=chat, drafter=drafter, tokens=args.tokens)
-                        measured[f"{label}: {config}"] = run
-                        prompt = run["prompt"]
-                assert prompt is not None
-                time.sleep(SETTLE_S)
-                measured["llama.cpp"] = llama_cpp_run(url, prompt, args.tokens)
-                for name, run in measured.items():
-                    runs.setdefault(name, []).append(run)
-                    line = {k: v for k, v in run.items() if k not in ("tokens", "prompt")}
-                    line |= {"model": model, "run": name, "round": round_index, "prompt": index}
-                    print(json.dumps(line), flush=True)
-    return summarize(model, list(sites), runs)
+                worker_.run(items[0][0], chat=items[0][1], drafter=drafter, tokens=8)
 
+        def run(config: str, item: tuple[str, bool, list[int]]) -> dict[str, Any]:
+            text, chat, ids = item
+            if config == "llama.cpp":
+                return harness.llama_completion(server.url, ids, args.tokens)
+            label, name = config.split(": ")
+            return workers[label].run(text, chat=chat, drafter=CONFIGS[name], tokens=args.tokens)
 
-def summarize(
-    model: str, labels: list[str], runs: dict[str, list[dict[str, Any]]]
-) -> dict[str, Any]:
-    llama = statistics.median(r["tok_s"] for r in runs["llama.cpp"])
-    rates = {name: statistics.median(r["tok_s"] for r in rs) for name, rs in runs.items()}
-    before, after = labels
-    same = {
-        config: all(
-            a["tokens"] == b["tokens"]
-            for a, b in zip(runs[f"{before}: {config}"], runs[f"{after}: {config}"], strict=True)
-        )
-        for config in CONFIGS
-    }
-    lossless = {
-        label: all(
-            p["tokens"] == t["tokens"]
-            for p, t in zip(
-                runs[f"{label}: default pair"], runs[f"{label}: target-only"], strict=True
-            )
-        )
-        for label in labels
-    }
+        for turn in harness.alternate(
+            configs, items, run, rounds=args.rounds, settle_s=harness.SETTLE_S, rotate=True
+        ):
+            check.add({c: r["tokens"] for c, r in turn.results.items() if c != "llama.cpp"})
+            for config, result in turn.results.items():
+                rates.add(config, result["tok_s"])
+                line = {k: v for k, v in result.items() if k not in ("tokens", "prompt")}
+                line |= {"model": model, "run": config, "round": turn.round, "prompt": turn.index}
+                args.lines.write(line)
+    llama = rates.median("llama.cpp")
     return {
         "model": model,
-        "tok_s": {name: round(rate, 2) for name, rate in rates.items()},
-        "vs_llama_cpp": {name: round(rate / llama, 3) for name, rate in rates.items()},
-        "after_equals_before": same,
-        "pair_equals_target_only": lossless,
-        "runs_each": len(runs["llama.cpp"]),
+        "tok_s": {config: round(rates.median(config), 2) for config in configs},
+        "vs_llama_cpp": {config: round(rates.median(config) / llama, 3) for config in configs},
+        # Target-only and pair outputs of both revisions against the before revision's
+        # target-only output: the refactor kept outputs, and each pair stayed lossless.
+        "equal_to_before_target_only": {c: check.fraction(c) for c in configs if c != "llama.cpp"},
+        "all_equal": check.all_equal(),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__, prompts=3, tokens=64, rounds=2, threads=2)
     parser.add_argument("--worker", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--before", help="the git revision to compare against (a commit or tag)")
     parser.add_argument("--after", help="the revision to check (default: the working tree)")
     parser.add_argument("--llama-bin", type=Path, help="folder holding llama-server")
     parser.add_argument("--models", default=MODELS, help=f"catalog names (default: {MODELS})")
-    parser.add_argument("--prompts", type=int, default=3, help="code and chat prompts each")
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.threads)
@@ -276,7 +253,7 @@ def main() -> None:
         parser.error("--before REV and --llama-bin DIR are required")
     if not (args.llama_bin / "llama-server").is_file():
         sys.exit(f"no llama-server in {args.llama_bin}: build it with tools/build_llama_server.sh")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    args.lines = harness.JsonLines(args.jsonl)
     before = install(args.before)
     after = install(args.after)
     if before[0] == after[0]:
@@ -284,16 +261,15 @@ def main() -> None:
     sites = dict([before, after])
     summaries = [compare_model(args, model, sites) for model in args.models.split(",")]
     for summary in summaries:
-        print(json.dumps({"summary": summary}), flush=True)
-    print(f"\n{'model':<20} {'configuration':<42} {'tok/s':>7} {'x llama.cpp':>11}")
+        args.lines.write({"summary": summary})
+    print(f"\n{'model':<20} {'configuration':<36} {'tok/s':>7} {'x llama.cpp':>11}  same tokens")
     for summary in summaries:
         for name, rate in summary["tok_s"].items():
             ratio = summary["vs_llama_cpp"][name]
-            print(f"{summary['model']:<20} {name:<42} {rate:>7.2f} {ratio:>10.2f}x")
-        print(
-            f"{'':<20} after == before: {summary['after_equals_before']}; "
-            f"pair == target-only: {summary['pair_equals_target_only']}"
-        )
+            same = summary["equal_to_before_target_only"].get(name, "")
+            print(f"{summary['model']:<20} {name:<36} {rate:>7.2f} {ratio:>10.2f}x  {same}")
+    verdict = all(summary["all_equal"] for summary in summaries)
+    print(f"\nevery output equal to the before revision's target-only output: {verdict}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ and speed and acceptance of the default configuration on chat and edit prompts.
 
     python benchmarks/default_model.py [--threads 2] [--tokens 128] [--json]
 
-Uses a scratch cache (``--cache``, default a temporary directory) seeded with the model wheel
+Uses a scratch cache (``--cache``, default a temporary directory) seeded with the model's GGUF
 from the user's cache (``edgespec`` fetches it there on first use), so the conversion (the
 model's, then its shipped draft's) is timed without the download. Then, each in a fresh
 process: ``Engine.load()`` on the now-cached pair (three times; the median), a five-turn
@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from edgespec.engine.default_model import DEFAULT_MODEL, cache_dir
+from edgespec.models.catalog import default_model
+from edgespec.models.store import cache_dir, source_path
 
 import harness
 
@@ -48,9 +49,10 @@ def _env(cache: Path, threads: int) -> dict[str, str]:
 
 CONVERT_SNIPPET = (
     "import json, time; from pathlib import Path; "
-    "from edgespec.engine.default_model import default_draft_bundle, default_model_bundle; "
-    "t = time.perf_counter(); b = default_model_bundle(cache=Path({cache!r})); "
-    "m = time.perf_counter(); d = default_draft_bundle(cache=Path({cache!r})); "
+    "from edgespec.models.bundles import draft_bundle, model_bundle; "
+    "from edgespec.models.catalog import default_model; "
+    "t = time.perf_counter(); b = model_bundle(default_model(), cache=Path({cache!r})); "
+    "m = time.perf_counter(); d = draft_bundle(default_model(), cache=Path({cache!r})); "
     "print(json.dumps({{'seconds': m - t, 'draft_seconds': time.perf_counter() - m, "
     "'bundle_mb': sum(r.size for r in b.manifest.files) / 1e6, 'bundle': str(b.root), "
     "'draft_mb': sum(r.size for r in d.manifest.files) / 1e6 if d else None}}))"
@@ -58,13 +60,12 @@ CONVERT_SNIPPET = (
 
 
 def conversion(cache: Path, threads: int) -> dict[str, Any]:
-    """Seeds ``cache`` with the wheel and converts it as the first use does, in a child
-    process (this one stays small: see ``chat_peak_rss_mb``)."""
-    downloads = cache / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    kept = cache_dir() / "downloads" / DEFAULT_MODEL.wheel_name
+    """Seeds ``cache`` with the model's kept file and converts it as the first use does, in a
+    child process (this one stays small: see ``chat_peak_rss_mb``)."""
+    kept = source_path(default_model(), cache_dir())
     if kept.is_file():
-        shutil.copyfile(kept, downloads / DEFAULT_MODEL.wheel_name)
+        source_path(default_model(), cache).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept, source_path(default_model(), cache))
     done = subprocess.run(
         [sys.executable, "-c", CONVERT_SNIPPET.format(cache=str(cache))],
         capture_output=True,

