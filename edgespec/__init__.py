@@ -6,7 +6,6 @@ light: importing it loads neither torch nor onnxruntime (``Engine`` and ``Result
 imported from ``edgespec.api`` on first use).
 """
 
-from pathlib import Path
 from typing import Any
 
 from edgespec._version import __version__
@@ -23,13 +22,6 @@ from edgespec.errors import (
     VerificationError,
 )
 from edgespec.manifest import Bundle, Manifest, load_bundle
-
-# In a source checkout, runtime/ and export/ sit beside this package and are mapped into it at
-# install time (pyproject's package-dir). Searching the checkout root too makes the source tree
-# import as the installed package does (``python -m edgespec`` from the checkout root).
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "runtime" / "decoder.py").is_file() and (_CHECKOUT / "pyproject.toml").is_file():
-    __path__.append(str(_CHECKOUT))
 
 __all__ = [
     "BudgetConfig",

@@ -72,8 +72,29 @@ def test_export_without_the_extra_says_how_to_install_it(
     assert not (tmp_path / "out").exists()
 
 
-def test_python_dash_m_works_from_the_checkout_root() -> None:
-    result = _edgespec("inspect", str(TOY_PAIR / "target"), cwd=CHECKOUT)
+def test_python_dash_m_in_an_uninstalled_checkout_says_to_install_it() -> None:
+    """Without an install (no site-packages here), ``python -m edgespec`` in the checkout's
+    root imports the source package, whose runtime/ and export/ only an install maps in: one
+    line names the fix instead of an import error deep in a command."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "edgespec", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=CHECKOUT,
+        env=env,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"edgespec: error: {CHECKOUT} is a source checkout without")
+    assert f"pip install -e {CHECKOUT}" in lines[0]
+
+
+def test_python_dash_m_runs_the_installed_package() -> None:
+    result = _edgespec("inspect", str(TOY_PAIR / "target"), cwd=TOY_PAIR)
     assert result.returncode == 0, result.stderr
     assert "parity" in result.stdout
 
@@ -169,7 +190,7 @@ def test_a_closed_stdout_ends_quietly() -> None:
             text=True,
             check=False,
             timeout=300,
-            cwd=CHECKOUT,
+            cwd=TOY_PAIR,
         )
     finally:
         os.close(write_end)

@@ -277,7 +277,9 @@ def test_remote_chat_with_the_shipped_draft_answers_as_local_chat(
 
 
 @pytest.mark.real_model
-def test_memory_estimate_stays_within_its_band_of_the_measured_peak(model_cache: Path) -> None:
+def test_memory_estimate_stays_within_its_band_of_the_measured_peak(
+    model_cache: Path, tmp_path: Path
+) -> None:
     """The estimate admission uses, against the peak RSS of a fresh process that loads the
     default pair and runs to 256 tokens and to its whole context: within -10 % / +25 %
     (benchmarks/memory_estimate.py, the docs' table, measures every catalog model)."""
@@ -292,7 +294,7 @@ def test_memory_estimate_stays_within_its_band_of_the_measured_peak(model_cache:
         "--kernels",
         "gguf",
         env=env,
-        cwd=CHECKOUT,
+        cwd=tmp_path,
     )
     assert measured.returncode == 0, measured.stderr[-2000:]
     lines = [json.loads(line) for line in measured.stdout.splitlines()]

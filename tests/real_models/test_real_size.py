@@ -40,7 +40,6 @@ pytestmark = pytest.mark.real_size
 pytest.importorskip("gguf")
 
 MODEL = catalog.find("qwen2.5-coder-0.5b")
-CHECKOUT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
@@ -208,11 +207,11 @@ def test_a_fresh_import_peaks_within_its_estimate_and_repeats_the_bundle(
     cache = tmp_path / "cache"
     (cache / "downloads").mkdir(parents=True)
     (cache / "downloads" / MODEL.gguf_name).symlink_to(qwen_gguf)
-    # The same GGUF kernels as this process (a checkout's own edgespec holds no built library).
+    # The same GGUF kernels as this process.
     library = gguf_kernel_library()
     kernels = {ENVIRONMENT: str(library) if library else "off"}
     imported, peak = peak_tree_rss(
-        [sys.executable, "-c", IMPORT, str(cache)], cwd=CHECKOUT, env={**os.environ, **kernels}
+        [sys.executable, "-c", IMPORT, str(cache)], cwd=tmp_path, env={**os.environ, **kernels}
     )
     assert imported.returncode == 0, imported.stderr[-2000:]
     file_bytes = qwen_gguf.stat().st_size
