@@ -23,7 +23,7 @@ def resolve_quant(quant: str, parameters: int) -> str:
     return "int4" if parameters >= AUTO_INT4_MIN_PARAMETERS else "fp32"
 
 
-ATTENTION_CHOICES = ("auto", "kernel", "folded", "plain")
+ATTENTION_CHOICES = ("auto", "kernel", "plain")
 KERNEL_CHOICES = ("auto", "gguf", "mlas")
 KV_CACHE_CHOICES = ("auto", "float16", "float32")
 
@@ -49,11 +49,10 @@ class ExportConfig:
     #: Hugging Face checkpoints: "inplace" (Llama, Qwen2), "optimum" (every architecture), or
     #: "auto": inplace where it applies.
     graph: str = "auto"
-    #: In-place graphs of block-quantized weights: "kernel" (edgespec's CacheAttention, on the
-    #: GGUF kernels only: a row's bits at any pass width, a sliding window's hidden positions
-    #: never read), "folded" (each KV head's query heads as rows of one GroupQueryAttention:
-    #: no padded single steps), "plain", or "auto": kernel on the GGUF kernels, else folded
-    #: when the context limit exceeds 2,048 positions.
+    #: In-place graphs: "kernel" (edgespec's CacheAttention, on the GGUF kernels only: a row's
+    #: bits at any pass width, a sliding window's hidden positions never read), "plain" (ONNX
+    #: Runtime's GroupQueryAttention), or "auto": kernel on the GGUF kernels, else plain
+    #: (:mod:`edgespec.export.gguf.attention` says which serves what).
     attention: str = "auto"
     #: GGUF imports: "auto" and "gguf" run every weight type the kernels read (Q4_0 ... Q8_0,
     #: Q2_K ... Q6_K, IQ4_NL, IQ4_XS) on edgespec's GGUF kernels, as the file's blocks, where
@@ -92,6 +91,12 @@ class ExportConfig:
             raise ConfigError(
                 f"unknown KV cache type {self.kv_cache!r}",
                 fix=f"use one of {', '.join(KV_CACHE_CHOICES)}",
+            )
+        if self.attention == "folded":
+            raise ConfigError(
+                "attention 'folded' is no longer an export form (plain attention serves graphs "
+                "without the GGUF kernels)",
+                fix="leave --attention at auto, or use kernel or plain",
             )
         if self.attention not in ATTENTION_CHOICES:
             raise ConfigError(

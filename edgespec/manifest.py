@@ -83,11 +83,9 @@ class GraphSpec:
     #: ``seqlens_k`` = length + n - 1 and ``total_sequence_length`` = length + n.
     kv_sharing: str = "concat"
     kv_capacity: int | None = None
-    #: Positions a shared-buffer pass of n tokens writes from its start: n, or n × this for a
-    #: graph that folds the query heads of each KV head into rows (the first n are kept, the
-    #: rest are overwritten by the next pass), so a pass needs length + n × this ≤ kv_capacity.
-    #: A folded graph reads ``seqlens_k`` as length + r - 1 for the first r of the n tokens
-    #: that are real (the rest padding, left out of its attention).
+    #: Positions a shared-buffer pass writes per token: 1 in every graph this edgespec writes.
+    #: An older edgespec's folded attention wrote more; such a bundle is refused at load with
+    #: the line that says to import it again.
     kv_positions_per_token: int = 1
     seqlens_k: str | None = None
     total_sequence_length: str | None = None
@@ -316,6 +314,13 @@ def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
         )
     _check_schema_version(data.get("schema_version"), manifest_path)
     manifest = Manifest.from_dict(data)
+    if manifest.graph.kv_positions_per_token != 1:
+        raise BundleError(
+            f"{root} holds a graph with folded attention (an older edgespec's --attention "
+            "folded), which this edgespec no longer runs",
+            fix="import its model again with 'edgespec export SOURCE --out DIR' (a cached "
+            "catalog model: 'edgespec cache prune --stale' removes it)",
+        )
     _check_files(root, manifest, verify_checksums=verify_checksums)
     return Bundle(root=root, manifest=manifest)
 

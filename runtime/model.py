@@ -267,8 +267,8 @@ class OnnxModel:
         count, length = len(token_ids), cache.length
         if count < 1:
             raise ValueError("forward needs at least one token")
-        # The context limit counts real tokens; an in-place graph's padding and a folded
-        # graph's extra rows must fit its buffers (the driver checks them).
+        # The context limit counts real tokens; an in-place graph's padding must fit its
+        # buffers too (the driver checks it).
         if length + count > self.max_length:
             raise ConfigError(
                 f"{length + count} tokens exceed the context limit of {self.max_length} "

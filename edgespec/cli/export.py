@@ -138,13 +138,11 @@ def add_export_command(commands: Any) -> None:
     )
     export.add_argument(
         "--attention",
-        choices=("auto", "kernel", "folded", "plain"),
         default="auto",
-        help="4-bit/8-bit in-place graphs: 'kernel' (edgespec's CacheAttention, with the "
-        "GGUF kernels only: no padded steps, a sliding window's hidden positions never read), "
-        "'folded' (each KV head's query heads as rows of one ONNX Runtime attention; faster "
-        "past about 1,000 tokens of context), 'plain', or 'auto' (kernel on the GGUF "
-        "kernels, else folded when --max-length exceeds 2048)",
+        help="in-place graphs: 'kernel' (edgespec's CacheAttention, with the GGUF kernels "
+        "only: no padded steps, a sliding window's hidden positions never read), 'plain' "
+        "(ONNX Runtime's GroupQueryAttention: without the GGUF kernels, and on a GPU), or "
+        "'auto' (kernel on the GGUF kernels, else plain)",
     )
     export.add_argument(
         "--kv-cache",

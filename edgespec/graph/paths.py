@@ -10,14 +10,12 @@
   * :class:`ConcatReference`: ``session.run``, presents fed back as pasts
     (:class:`ReferenceKVCache`).
 
-* in-place graphs ("shared", GroupQueryAttention over one :class:`SharedKVCache` buffer per
-  layer): a pass of n tokens after ``length`` positions writes positions
-  length .. length + n - 1 of each buffer and returns logits [n, vocab]. (A graph with folded
-  attention, ``kv_positions_per_token`` > 1, also writes zero rows after those, up to
-  length + n × kv_positions_per_token - 1; they lie past ``length`` and are overwritten too.)
-  A graph with a ``logits_rows`` input computes the logits of the rows it is given only: every
-  row of a pass, or, for a caller that reads the last token's logits only (a prefill), the
-  last row (:func:`head_rows`).
+* in-place graphs ("shared": edgespec's CacheAttention or ONNX Runtime's GroupQueryAttention
+  over one :class:`SharedKVCache` buffer per layer): a pass of n tokens after ``length``
+  positions writes positions length .. length + n - 1 of each buffer and returns logits
+  [n, vocab]. A graph with a ``logits_rows`` input computes the logits of the rows it is given
+  only: every row of a pass, or, for a caller that reads the last token's logits only (a
+  prefill), the last row (:func:`head_rows`).
 
   * :class:`SharedBound`: past and present of a layer are bound to one ONNX Runtime value over
     the cache's buffer (or on the device), so nothing is copied; the logits go into a
@@ -28,8 +26,7 @@
   Both cut a pass at the graph's ``attention_boundaries``
   (:func:`edgespec.graph.passes.pass_pieces`) and pad a piece narrower than its width by
   repeating its last token: the padded positions are written past ``length`` and overwritten
-  by the next pass (a folded graph is told which tokens are padding and leaves them out of
-  attention).
+  by the next pass.
 
 The bound and plain paths of a kind give identical logits (tests check it).
 """
@@ -51,7 +48,6 @@ from edgespec.manifest import GraphSpec
 #: Prompt tokens per prefill pass. A pass's activations grow with its width, and so do its
 #: logits where it returns every row (width × vocab floats: 25 MB at 128 × 49,152, 177 MB for a
 #: 900-token prompt in one pass); on 2 CPU cores chunks of 128 prefill as fast as one pass.
-#: A folded graph's buffers leave room for passes of this many tokens past the context.
 PREFILL_CHUNK = 128
 
 Cache = TypeVar("Cache")
@@ -193,15 +189,12 @@ def padded(token_ids: Sequence[int], width: int) -> list[int]:
     return tokens + [tokens[-1]] * (width - len(tokens)) if len(tokens) < width else tokens
 
 
-def pass_lengths(graph: GraphSpec, past: int, real: int, width: int) -> dict[str, np.ndarray]:
+def pass_lengths(graph: GraphSpec, past: int, width: int) -> dict[str, np.ndarray]:
     """``seqlens_k`` and ``total_sequence_length`` for a pass of ``width`` tokens after
-    ``past``, the first ``real`` of them real and the rest padding: a folded graph
-    (``kv_positions_per_token`` > 1) takes the real count in ``seqlens_k`` and runs attention
-    on those tokens only; other graphs take every token as real."""
+    ``past`` (padding included: its positions are written past the cache's length)."""
     assert graph.seqlens_k is not None and graph.total_sequence_length is not None
-    counted = real if graph.kv_positions_per_token > 1 else width
     return {
-        graph.seqlens_k: np.array([past + counted - 1], dtype=np.int32),
+        graph.seqlens_k: np.array([past + width - 1], dtype=np.int32),
         graph.total_sequence_length: np.array(past + width, dtype=np.int32),
     }
 
@@ -255,14 +248,7 @@ class _SharedPath(_Path, ABC):
         if len(pieces) > 1:  # the pass mixes attention regimes: run it in pieces
             return self._in_parts(token_ids, cache, [(b, e) for b, e, _ in pieces], last_only)
         width = pieces[0][2]
-        written = cache.length + width * graph.kv_positions_per_token
-        if written > cache.capacity and len(token_ids) > PREFILL_CHUNK:
-            # A folded graph writes heads / kv_heads positions per token from the pass's
-            # start; its buffers leave room for passes of PREFILL_CHUNK tokens.
-            chunks = [
-                (begin, begin + PREFILL_CHUNK) for begin in range(0, len(token_ids), PREFILL_CHUNK)
-            ]
-            return self._in_parts(token_ids, cache, chunks, last_only)
+        written = cache.length + width
         if written > cache.capacity:
             raise ConfigError(
                 f"a pass of {width} tokens after {cache.length} writes {written} positions "
@@ -313,7 +299,7 @@ class SharedBound(_SharedPath):
             self._logits = np.zeros(count * vocab, dtype=np.float32)
         binding = self._binding(cache)
         binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
-        for name, value in (pass_lengths(graph, cache.length, real, width) | rows).items():
+        for name, value in (pass_lengths(graph, cache.length, width) | rows).items():
             binding.bind_cpu_input(name, value)
         view = self._logits[: count * vocab].reshape(1, count, vocab)
         binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
@@ -358,7 +344,7 @@ class SharedReference(_SharedPath):
             raise ValueError("the plain path needs a cache in host memory (device=None)")
         graph = self.graph
         feeds: dict[str, np.ndarray] = {graph.input_ids: np.asarray([tokens], dtype=np.int64)}
-        feeds.update(pass_lengths(graph, cache.length, real, len(tokens)))
+        feeds.update(pass_lengths(graph, cache.length, len(tokens)))
         rows, _, returned = head_rows(graph, len(tokens), real, last_only=last_only)
         feeds.update(rows)
         for kind, names in enumerate((graph.past_key, graph.past_value)):

@@ -14,12 +14,10 @@ from edgespec.export.gguf.matmul_nbits import (
     BlockWeights,
     Factors,
     concatenate,
-    reordered,
 )
 from edgespec.export.gguf.raw_blocks import (
     SWIGLU,
     RawBlocks,
-    Reordered,
     interleave_by_8,
     stack_raw,
 )
@@ -96,19 +94,12 @@ class GraphBuilder:
         run it (another type, a width not a multiple of its block)."""
         if not self.kernel_types or self.dequantize:
             return None
-        order = input_order = None
-        if isinstance(tensor, Reordered):
-            if tensor.columns is not None:
-                input_order = np.argsort(np.asarray(tensor.columns)).astype(np.int64)
-            order, tensor = tensor.rows, tensor.tensor
         kind = tensor.tensor_type.name
         rows, columns = tensor_rows(tensor)
         if kind not in self.kernel_types or columns % GGUF_KERNEL_TYPES[kind].block:
             return None
         data = np.asarray(tensor.data).reshape(rows, -1)
-        if order is not None:
-            data = data[np.asarray(order)]
-        return RawBlocks(data=data, kind=kind, rows=rows, columns=columns, input_order=input_order)
+        return RawBlocks(data=data, kind=kind, rows=rows, columns=columns)
 
     def raw_initializer(self, name: str, raw: RawBlocks) -> str:
         self.quantized.append(raw.shape)
@@ -120,10 +111,6 @@ class GraphBuilder:
         """x [.., K] @ W.T (+ ``addend``: a bias [N] or a residual [.., N]) → [.., N] on the
         file's blocks (edgespec's GGUF kernels)."""
         inputs = [x, blocks, *([addend] if addend else [])]
-        if raw.input_order is not None:  # x'[.., j] is input columns[j]: the kernel reads
-            # X back in file order (its optional fourth input) rather than a Gather node
-            order = self.constant(f"{output}.input_order", raw.input_order)
-            inputs = [x, blocks, addend or "", order]
         return self._kernel_node(GGUF_MATMUL, inputs, raw, output)
 
     def swiglu(self, x: str, gate: Any, up: Any, name: str) -> str | None:
@@ -136,8 +123,6 @@ class GraphBuilder:
             first is None
             or second is None
             or first.kind != second.kind
-            or first.input_order is not None
-            or second.input_order is not None
             or first.rows != second.rows
             or first.rows % 8
         ):
@@ -168,23 +153,11 @@ class GraphBuilder:
 
     def blocks(self, tensor: Any) -> BlockWeights | None:
         """The tensor's MatMulNBits form, or None for a float weight."""
-        if isinstance(tensor, Reordered):
-            weights = self.blocks(tensor.tensor)
-            if weights is None:
-                return None
-            return reordered(weights, rows=tensor.rows, columns=tensor.columns)
         return None if self.dequantize else block_weights(tensor)
 
     def float_matrix(self, tensor: Any) -> np.ndarray:
-        """The weight as float32 [N, K] (in a :class:`Reordered`'s order)."""
-        if not isinstance(tensor, Reordered):
-            return float_tensor(tensor)
-        matrix = self.float_matrix(tensor.tensor)
-        if tensor.rows is not None:
-            matrix = matrix[tensor.rows]
-        if tensor.columns is not None:
-            matrix = matrix[:, tensor.columns]
-        return np.ascontiguousarray(matrix)
+        """The weight as float32 [N, K]."""
+        return float_tensor(tensor)
 
     def node(self, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
         from onnx import helper
@@ -336,13 +309,11 @@ class GraphBuilder:
                 and stop < len(tensors)
                 and (following := raws[stop]) is not None
                 and following.kind == first.kind
-                and first.input_order is None
-                and following.input_order is None
             ):
                 stop += 1
             whole = start == 0 and stop == len(tensors)
             part_name = name if whole else f"{name}.{start}"
-            if first is None or first.input_order is not None:
+            if first is None:
                 outputs.append(self.linear(x, tensors[start], part_name))
             else:
                 run = stack_raw([r for r in raws[start:stop] if r is not None])

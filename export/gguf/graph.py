@@ -4,26 +4,14 @@ Per layer: RMSNorm → Q, K, V (MatMulNBits on llama.cpp's own blocks) → Group
 (past and present one buffer per layer) → output projection → residual → RMSNorm → SwiGLU MLP
 → residual. Then the final norm and the LM head (the embedding table itself when tied).
 
-Attention comes in two forms (:class:`KVLayout`):
+Attention comes in two forms (:mod:`edgespec.export.gguf.attention` says which serves what):
+edgespec's CacheAttention kernel wherever the GGUF kernels run, ONNX Runtime's
+GroupQueryAttention elsewhere.
 
-* plain: GroupQueryAttention with its own rotary over the packed Q, K, V; a pass of n tokens
-  writes n positions. Float graphs use it: its one-row pass is the cheapest.
-* folded (block-quantized graphs): the query heads that share a KV head become rows of one
-  problem, so the attention of each KV head is one product of (heads / kv_heads) × n rows,
-  never a single row. ONNX Runtime's attention rounds a one-row pass differently from a
-  multi-row one (8-bit activations then magnify the last bit into flipped tokens), so the
-  plain form must pad a one-token step to two rows, which at long context costs 1.6× a row;
-  folded, every pass takes the multi-row path and a row's attention is bit-identical whatever
-  the pass's width. The Q projection's rows and the output projection's columns are stored
-  in the folded head order, so folding and unfolding are reshapes. The rows a KV head's
-  queries add are written to the cache as zero keys and values past the pass's own positions
-  and masked out (``attention_bias``), so the buffers hold ``(heads / kv_heads - 1) ×``
-  :data:`~edgespec.export.gguf.folded.FOLDED_PASS_WIDTH` positions beyond the context.
-
-I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1
-(a folded graph: past + R - 1 when only the first R of the S tokens are real, the rest
-padding); ``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
-``.value`` float32 [1, kv_heads, capacity, head_dim], whose outputs ``present.{i}.key`` /
+I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1;
+``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
+``.value`` float32 (float16 on the kernel's float16 cache) [1, kv_heads, capacity, head_dim],
+whose outputs ``present.{i}.key`` /
 ``.value`` are bound to the same buffers, so a step writes its S new positions in place and a
 rollback is a change of length; ``logits_rows`` int64 [R], the pass-local rows whose logits
 the graph computes (the hidden states are gathered to those rows before the final norm and
@@ -39,24 +27,19 @@ import numpy as np
 
 from edgespec.errors import ConfigError
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
-from edgespec.export.gguf.builder import ExternalData, GraphBuilder
-from edgespec.export.gguf.embedding import embedding
-from edgespec.export.gguf.folded import (
+from edgespec.export.gguf.attention import (
     KVLayout,
     cache_attention,
-    folded_attention,
-    folded_head_order,
-    folding_inputs,
     kv_layout,
     pass_position,
-    real_rows,
-    softcap,
+    plain_attention,
 )
+from edgespec.export.gguf.builder import ExternalData, GraphBuilder
+from edgespec.export.gguf.embedding import embedding
 from edgespec.export.gguf.lm_head import lm_head
 from edgespec.export.gguf.norm_fusion import fuse_residual_norms
-from edgespec.export.gguf.raw_blocks import Reordered
 from edgespec.export.gguf.reader import WeightSource, float_tensor
-from edgespec.export.gguf.rope import layer_tables, rotary_constants
+from edgespec.export.gguf.rope import rotary_constants
 from edgespec.graph.kernels import GGUF_DOMAIN
 
 OPSET = 21
@@ -95,44 +78,32 @@ def _attention(
     x: str,
     layer: int,
     caches: dict[str, str],
-    folding: dict[str, str] | None,
     position: str | None = None,
     half_cache: bool = False,
 ) -> str:
-    """The layer's attention block; ``folding``: folded attention's shared inputs, or
-    ``position`` (the pass's first position): the CacheAttention kernel (over float16 caches
-    with ``half_cache``); neither: plain."""
+    """The layer's attention block: with ``position`` (the pass's first position), the
+    CacheAttention kernel (over float16 caches with ``half_cache``); without, plain."""
     arch = source.architecture
     prefix = f"blk.{layer}"
     normed = _layer_norm(builder, source, x, layer, "attn_norm")
-    order = folded_head_order(arch) if folding is not None else None
     # Q, K and V in one product [1, S, (heads + 2 kv_heads) * D]: GroupQueryAttention takes
     # them packed (its key and value inputs left empty).
     tensors = [source.tensor(f"{prefix}.attn_{part}.weight") for part in ("q", "k", "v")]
-    if order is not None:
-        tensors[0] = Reordered(tensor=tensors[0], rows=order)
     bias = None
     if arch.qkv_bias:
         biases = [float_tensor(source.tensor(f"{prefix}.attn_{part}.bias")) for part in "qkv"]
-        if order is not None:
-            biases[0] = biases[0][order]
         bias = builder.constant(f"l{layer}.qkv.bias", np.concatenate(biases))
     biased = f"l{layer}.qkv.biased" if bias else ""
     qkv = builder.linear_stacked(normed, tensors, f"l{layer}.qkv", addend=bias, output=biased)
-    if folding is not None:  # attention runs on the pass's real tokens only
-        qkv = real_rows(builder, qkv, folding, f"l{layer}.qkv_real")
     # Packed Q, K, V, or (Qwen3, Gemma: each head of Q and K RMS-normed first) the three apart.
     if arch.qk_norm:
         query_key_value = _normed_qkv(builder, source, qkv, layer)
-    elif folding is not None or position is not None:
+    elif position is not None:
         query_key_value = _split_qkv(builder, arch, qkv, layer)
     else:
         query_key_value = [qkv, "", ""]
-    past_key, past_value = past_names(layer)
-    present_key, present_value = present_names(layer)
-    from onnx import helper
-
-    attended = f"l{layer}.attn"
+    kv = (*past_names(layer), *present_names(layer))
+    lengths = (IO["seqlens_k"], IO["total_sequence_length"])
     if position is not None:
         cache_attention(
             builder,
@@ -141,59 +112,15 @@ def _attention(
             layer,
             caches,
             position,
-            (past_key, past_value, present_key, present_value),
-            (IO["seqlens_k"], IO["total_sequence_length"]),
+            kv,
+            lengths,
             sliding=arch.is_sliding(layer),
             half_cache=half_cache,
         )
-    elif folding is not None:
-        folded_attention(
-            builder,
-            arch,
-            query_key_value,
-            layer,
-            caches,
-            folding,
-            (past_key, past_value, present_key, present_value),
-            sliding=arch.is_sliding(layer),
-        )
     else:
-        sliding = arch.is_sliding(layer)
-        cos, sin = layer_tables(caches, arch, layer)
-        if arch.rotary_dim and arch.rotary_dim % 16:
-            raise ConfigError(
-                f"ONNX Runtime's GroupQueryAttention rotates a multiple of 16 of each head's "
-                f"dimensions; this model's heads turn {arch.rotary_dim} of {arch.head_dim}",
-                fix="import a block-quantized file of it (Q8_0, Q4_K_M ...), whose attention "
-                "runs on the GGUF kernels",
-            )
-        window: dict[str, Any] = {"local_window_size": arch.sliding_window} if sliding else {}
-        builder.nodes.append(
-            helper.make_node(
-                "GroupQueryAttention",
-                [
-                    *query_key_value,
-                    past_key,
-                    past_value,
-                    IO["seqlens_k"],
-                    IO["total_sequence_length"],
-                    cos,
-                    sin,
-                ],
-                [attended, present_key, present_value],
-                name=attended,
-                domain="com.microsoft",
-                num_heads=arch.num_heads,
-                kv_num_heads=arch.num_kv_heads,
-                **softcap(arch),
-                do_rotary=1,
-                rotary_interleaved=int(arch.rope_interleaved),
-                **window,
-            )
-        )
+        plain_attention(builder, arch, query_key_value, layer, caches, kv, lengths)
+    attended = f"l{layer}.attn"
     out_weight: Any = source.tensor(f"{prefix}.attn_output.weight")
-    if order is not None:
-        out_weight = Reordered(tensor=out_weight, columns=order)
     residual = f"l{layer}.attn_residual"
     if not arch.gemma:  # the residual added by the product's own kernel where it can
         return builder.linear(attended, out_weight, f"l{layer}.o", addend=x, output=residual)
@@ -297,16 +224,14 @@ def build_graph(
         accuracy_level=accuracy_level, dequantize=dequantize, kernel_types=kernel_types, data=data
     )
     first = source.tensor("blk.0.attn_q.weight")
-    quantized = builder.raw_blocks(first) is not None or builder.blocks(first) is not None
     # On the GGUF kernels a one-token step needs no padding for its products, and the
     # attention runs on their CacheAttention kernel, which gives a row the same bits in any
     # pass (ONNX Runtime's plain attention rounds a one-row pass apart from a multi-row one):
-    # the whole step runs unpadded. Against folded attention it reads each position once per
-    # KV head on every core, skips what a sliding window hides, and needs no padded K and V
-    # (docs/benchmarks/kernels.md, "Attention on edgespec's kernel").
+    # the whole step runs unpadded (docs/benchmarks/kernels.md, "Attention on edgespec's
+    # kernel").
     on_kernels = builder.raw_blocks(first) is not None
-    if attention == "auto" and on_kernels:
-        attention = "kernel"
+    if attention == "auto":
+        attention = "kernel" if on_kernels else "plain"
     if attention == "kernel" and not on_kernels:
         raise ConfigError(
             "--attention kernel runs on edgespec's GGUF kernels, which this import does not use "
@@ -319,24 +244,12 @@ def build_graph(
             f"not use (attention {attention!r})",
             fix="leave --kv-cache at auto, or import a GGUF file with --kernels gguf",
         )
-    layout = kv_layout(arch, capacity, quantized=quantized, attention=attention, kv_cache=kv_cache)
-    capacity = layout.buffer_length
+    layout = kv_layout(capacity, attention=attention, kv_cache=kv_cache)
     caches = rotary_constants(builder, arch, capacity)
     x, tied = embedding(builder, source, IO["input_ids"])
     if arch.embedding_scale != 1.0:  # Gemma: the embedding times sqrt(hidden), in float32
         scale = builder.constant("embed.scale", np.float32(arch.embedding_scale))
         x = builder.node("Mul", [x, scale], "embed.scaled")
-    folding = (
-        folding_inputs(
-            builder,
-            arch,
-            input_ids=IO["input_ids"],
-            seqlens_k=IO["seqlens_k"],
-            total_sequence_length=IO["total_sequence_length"],
-        )
-        if layout.folded
-        else None
-    )
     position = (
         pass_position(
             builder, input_ids=IO["input_ids"], total_sequence_length=IO["total_sequence_length"]
@@ -345,7 +258,7 @@ def build_graph(
         else None
     )
     for layer in range(arch.num_layers):
-        x = _attention(builder, source, x, layer, caches, folding, position, layout.half_cache)
+        x = _attention(builder, source, x, layer, caches, position, layout.half_cache)
         x = _mlp(builder, source, x, layer)
         source.release_pages()  # the layer's weights are in the data file
         observe(

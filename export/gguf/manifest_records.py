@@ -16,7 +16,7 @@ import numpy as np
 
 from edgespec.config import ExportConfig
 from edgespec.export.bundle import file_records, tokenizer_sha256, write_bundle_manifest
-from edgespec.export.gguf.folded import KVLayout, attention_boundaries
+from edgespec.export.gguf.attention import KVLayout, attention_boundaries
 from edgespec.export.gguf.graph import IO, past_names, present_names
 from edgespec.export.gguf.reader import GGUFArchitecture, GGUFFile
 from edgespec.export.half_attention import add_half_attention
@@ -215,7 +215,6 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         logits_dtype="float32",
         kv_sharing="shared",
         kv_capacity=layout.buffer_length,
-        kv_positions_per_token=layout.positions_per_token,
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
         logits_rows=IO["logits_rows"],

@@ -1,12 +1,12 @@
 """Weights in ONNX Runtime's ``MatMulNBits`` form, whatever GGUF type they came from: the
 records the graph builder and the manifest read, and what is done to them once converted
-(dequantized for the parity check, reordered, stacked along the outputs, or requantized to
+(dequantized for the parity check, stacked along the outputs, or requantized to
 8 bits when the file's grid cannot be kept). :mod:`edgespec.export.gguf.weights` says how each
 llama.cpp block type maps onto this form."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -123,44 +123,6 @@ def dequantized(weights: BlockWeights) -> np.ndarray:
     if weights.offsets is not None:
         values += weights.offsets[..., None]
     return values.reshape(weights.rows, weights.columns)
-
-
-def reordered(
-    weights: BlockWeights, *, rows: np.ndarray | None = None, columns: np.ndarray | None = None
-) -> BlockWeights:
-    """The same blocks with the outputs in ``rows`` order and the inputs in ``columns`` order;
-    ``columns`` must move whole blocks (each run of a block starting at a multiple of it).
-    Moving columns drops the K-quants' factors (a super-block's sub-blocks are split up), so
-    their scales are then stored as float32."""
-    blocks = None
-    size = weights.block
-    if columns is not None:
-        runs = np.asarray(columns).reshape(-1, size)
-        blocks = runs[:, 0] // size
-        if (runs[:, 0] % size).any() or (runs != runs[:, :1] + np.arange(size)).any():
-            raise ValueError("block-quantized inputs can only be reordered by whole blocks")
-
-    def factors(kept: Factors | None) -> Factors | None:
-        if kept is None or columns is not None:
-            return None
-        return kept if rows is None else kept.rows(rows)
-
-    def take(values: np.ndarray) -> np.ndarray:
-        if rows is not None:
-            values = values[rows]
-        if blocks is not None:
-            values = values[:, blocks]
-        return np.ascontiguousarray(values)
-
-    return replace(
-        weights,
-        packed=take(weights.packed),
-        scales=take(weights.scales),
-        offsets=None if weights.offsets is None else take(weights.offsets),
-        minimums=None if weights.minimums is None else take(weights.minimums),
-        scale_factors=factors(weights.scale_factors),
-        minimum_factors=factors(weights.minimum_factors),
-    )
 
 
 def _stacked_factors(parts: list[Factors | None]) -> Factors | None:

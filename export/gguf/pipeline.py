@@ -16,7 +16,7 @@ from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.export.bundle import staging_directory
 from edgespec.export.gguf import check
 from edgespec.export.gguf.agreement import llama_cpp_agreement
-from edgespec.export.gguf.folded import KVLayout
+from edgespec.export.gguf.attention import KVLayout
 from edgespec.export.gguf.graph import build_graph
 from edgespec.export.gguf.locate import gguf_path
 from edgespec.export.gguf.manifest_records import (

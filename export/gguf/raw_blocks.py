@@ -1,11 +1,10 @@
 """A GGUF weight as the file's own blocks for edgespec's GGUF kernels: stored in rows of 8
 where its outputs allow, stacked with weights sharing its input, or interleaved with its
-partner as a gated MLP's gate and up; and a weight asked for in another order."""
+partner as a gated MLP's gate and up."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -15,28 +14,14 @@ from edgespec.graph.rows8 import rows8_fits, to_rows8
 
 
 @dataclass(frozen=True, kw_only=True)
-class Reordered:
-    """A 2-D weight with its outputs (``rows``) and/or inputs (``columns``, whole blocks of 32
-    when it is block-quantized) taken in another order: a graph that regroups attention heads
-    permutes the projections' rows and columns instead of moving activations."""
-
-    tensor: Any
-    rows: np.ndarray | None = None
-    columns: np.ndarray | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class RawBlocks:
     """A weight as the file's own blocks for the GGUF kernels: ``data`` uint8 [N, row bytes],
-    row n holding output n's K inputs. ``input_order``: the weight's inputs were asked for in
-    another order (a :class:`Reordered`'s columns), so the activations are gathered back into
-    the file's order instead (blocks cannot be split)."""
+    row n holding output n's K inputs."""
 
     data: np.ndarray
     kind: str
     rows: int
     columns: int
-    input_order: np.ndarray | None = None
 
     @property
     def rows8(self) -> bool:
@@ -63,8 +48,6 @@ class RawBlocks:
 
 def stack_raw(parts: list[RawBlocks]) -> RawBlocks:
     """Weights of one type sharing an input, stacked along the outputs (rows are independent)."""
-    if any(p.input_order is not None for p in parts):
-        raise ValueError("weights with reordered inputs are not stacked")
     return RawBlocks(
         data=np.concatenate([p.data for p in parts]),
         kind=parts[0].kind,

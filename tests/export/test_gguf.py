@@ -36,14 +36,12 @@ ON_MATMUL_NBITS = ("Q4_1", "qwen2-Q4_1")
 def _padded(kind: str) -> bool | None:
     """Whether the bundle's graph pads one-token steps to two rows: MatMulNBits graphs do,
     float graphs do not, and on the GGUF kernels the import's exactness check decides (None):
-    their products give a row the same bits in any pass, the folded attention's float
-    products too once a step has 3 query heads per KV head (SmolLM2's shape, folded-Q4_1),
-    so those step unpadded; with 2 (the other tiny models) the check may pad."""
+    their products and their attention give a row the same bits in any pass."""
     if kind in ("F32", "Q4_1-as-fp32"):
         return False
     if gguf_kernel_library() is None or kind in ON_MATMUL_NBITS:
         return True
-    return False if kind == "folded-Q4_1" else None
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +62,7 @@ def gguf_files(
     files["qwen3-Q8_0"] = write_llama_gguf(
         tiny_model("qwen3"), root / "qwen3.gguf", weight_type="Q8_0"
     )
-    files["folded-Q4_1"] = write_llama_gguf(
+    files["groups3-Q4_1"] = write_llama_gguf(
         tiny_model("llama-groups-of-3"), root / "groups3.gguf", weight_type="Q4_1"
     )
     return files
@@ -80,10 +78,10 @@ def gguf_bundles(
         out = root / kind
         argv = ["export", str(path), "--out", str(out), "--quiet", "--max-length", "256"]
         argv += ["--kernels", "mlas"] if kind in ON_MATMUL_NBITS else []
-        assert main([*argv, *(["--attention", "folded"] if "folded" in kind else [])]) == 0
+        assert main(argv) == 0
         bundles[kind] = out
-    out = root / "plain-Q4_1"  # the folded bundle's file with plain attention
-    argv = ["export", str(gguf_files["folded-Q4_1"]), "--out", str(out), "--quiet"]
+    out = root / "plain-Q4_1"  # 3 query heads per KV head, ONNX Runtime's attention
+    argv = ["export", str(gguf_files["groups3-Q4_1"]), "--out", str(out), "--quiet"]
     assert main([*argv, "--max-length", "256", "--attention", "plain"]) == 0
     bundles["plain-Q4_1"] = out
     out = root / "Q4_1-as-fp32"
@@ -93,7 +91,7 @@ def gguf_bundles(
     return bundles
 
 
-@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1", "qwen3-Q8_0", "folded-Q4_1"])
+@pytest.mark.parametrize("kind", [*FORMATS, "F32", "qwen2-Q4_1", "qwen3-Q8_0", "groups3-Q4_1"])
 def test_import_keeps_the_grid_and_passes_its_checks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -115,14 +113,14 @@ def test_import_keeps_the_grid_and_passes_its_checks(
     assert invariance is not None and invariance.passed
     assert kind == "F32" or invariance.max_abs_logit_diff == 0.0
     expected_bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, "F32": 32, "qwen2-Q4_1": 4, "qwen3-Q8_0": 8}
-    expected_bits["folded-Q4_1"] = 4
+    expected_bits["groups3-Q4_1"] = 4
     assert manifest.quantization.bits == expected_bits[kind]
     if kind.startswith("qwen3"):  # checked against llama.cpp's own logits on the same file
         agreement = manifest.extra["llama_cpp_agreement"]
         assert not agreement["checked"] or agreement["top1_agreement"] >= 0.9
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1", "qwen3-Q8_0", "folded-Q4_1"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "qwen2-Q4_1", "qwen3-Q8_0", "groups3-Q4_1"])
 def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], kind: str) -> None:
     engine = Engine.load(target=gguf_bundles[kind])
     for prompt in PROMPTS:
@@ -130,7 +128,7 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         for k in (1, 3, 8):
             result = engine.generate(prompt, drafter="ngram", k=k, max_new_tokens=40)
             assert result.tokens == expected.tokens, (prompt, k)
-    draft = gguf_bundles[kind if kind.startswith(("qwen", "folded")) else "Q8_0"]
+    draft = gguf_bundles[kind if kind.startswith(("qwen", "groups3")) else "Q8_0"]
     with_draft = Engine.load(target=gguf_bundles[kind], draft=draft)
     # The draft steps one row at a time (the target checks what it proposes); the target keeps
     # its graph's padding, so its verify rows equal its single steps bit for bit.
@@ -149,30 +147,20 @@ def test_speculative_greedy_equals_target_greedy(gguf_bundles: dict[str, Path], 
         assert result.tokens == expected.tokens and result.stats.drafted > 0
 
 
-def test_folded_attention_is_recorded_and_runs_to_the_context_limit(
+def test_both_attention_forms_of_the_same_weights_write_the_same_text(
     gguf_bundles: dict[str, Path],
 ) -> None:
-    from edgespec.export.gguf.folded import FOLDED_PASS_WIDTH
-    from edgespec.runtime.model import PREFILL_CHUNK, OnnxModel
+    """6 query heads over 2 KV heads, on the default attention (the GGUF kernels' where they
+    run) and on ONNX Runtime's: the same greedy text, and decoding reaches the context limit."""
+    from edgespec.runtime.model import OnnxModel
 
-    assert FOLDED_PASS_WIDTH == PREFILL_CHUNK  # the buffers' room past the context
-    folded, plain = (load_bundle(gguf_bundles[k]) for k in ("folded-Q4_1", "plain-Q4_1"))
-    # 6 query heads over 2 KV heads: a pass of n tokens writes 3n positions from its start.
-    assert folded.manifest.graph.kv_positions_per_token == 3
-    assert folded.manifest.graph.kv_capacity == 256 + 2 * PREFILL_CHUNK
-    assert folded.manifest.model.max_length == 256
-    assert plain.manifest.graph.kv_positions_per_token == 1
-    assert plain.manifest.graph.kv_capacity == 256
-    # "auto" folds only long-context graphs: these 256-position exports stay plain.
-    assert load_bundle(gguf_bundles["Q4_1"]).manifest.graph.kv_positions_per_token == 1
-    # Both forms of the same weights write the same greedy text.
-    engines = [Engine.load(target=gguf_bundles[k]) for k in ("folded-Q4_1", "plain-Q4_1")]
+    default, plain = (load_bundle(gguf_bundles[k]) for k in ("groups3-Q4_1", "plain-Q4_1"))
+    assert plain.manifest.graph.kv_capacity == 256 == plain.manifest.model.max_length
+    engines = [Engine.load(target=gguf_bundles[k]) for k in ("groups3-Q4_1", "plain-Q4_1")]
     for prompt in PROMPTS:
         outputs = [e.generate(prompt, drafter="none", max_new_tokens=24).tokens for e in engines]
         assert outputs[0] == outputs[1], prompt
-    # One forward of 250 tokens (wider than the buffers' room) runs in chunks, and decoding
-    # then reaches the context limit.
-    model = OnnxModel(folded)
+    model = OnnxModel(default)
     cache = model.new_cache()
     rng = np.random.default_rng(1)
     logits = model.forward(list(rng.integers(3, 200, size=250)), cache)
@@ -182,39 +170,32 @@ def test_folded_attention_is_recorded_and_runs_to_the_context_limit(
     assert cache.length == 256
 
 
-def test_folded_graph_leaves_padding_out_of_attention(gguf_bundles: dict[str, Path]) -> None:
-    """A one-token step runs as two tokens (the second a copy, for the products' rounding);
-    told that only the first is real, a folded graph gives the same logits for it and keeps
-    the padding out of the cache: the position after it holds a zero key, not the copy's."""
-    from edgespec.graph.paths import pass_lengths
-    from edgespec.runtime.model import OnnxModel
+def test_folded_attention_is_refused_with_the_fix(
+    gguf_bundles: dict[str, Path],
+    gguf_files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Folded attention is no longer an export form: asking for it, or loading a bundle an
+    older edgespec wrote with it, ends in one line that says what to do."""
+    import shutil
 
-    model = OnnxModel(load_bundle(gguf_bundles["folded-Q4_1"]))
-    graph = model.graph
-    past = 40
-    rng = np.random.default_rng(2)
-    prefix = list(rng.integers(3, 200, size=past))
-    step = [int(rng.integers(3, 200))] * 2
+    from edgespec.errors import BundleError
 
-    def run(real: int) -> tuple[np.ndarray, np.ndarray]:
-        cache = model.new_cache()
-        model.forward(prefix, cache)
-        feeds = {graph.input_ids: np.array([step], np.int64)}
-        feeds.update(pass_lengths(graph, past, real, 2))
-        assert graph.logits_rows is not None
-        feeds[graph.logits_rows] = np.arange(2, dtype=np.int64)
-        for kind, names in enumerate((graph.past_key, graph.past_value)):
-            for layer, name in enumerate(names):
-                feeds[name] = cache.buffers[kind][layer]
-        logits, key = model.session.run([graph.logits, graph.present_key[0]], feeds)
-        return logits[0], key[0, :, past : past + 2]
-
-    padded_logits, padded_keys = run(1)
-    full_logits, full_keys = run(2)
-    np.testing.assert_array_equal(padded_logits[0], full_logits[0])
-    np.testing.assert_array_equal(padded_keys[:, 0], full_keys[:, 0])
-    assert not padded_keys[:, 1].any()  # a zero row of the folded problem, not the copy
-    assert full_keys[:, 1].any()
+    argv = ["export", str(gguf_files["Q4_1"]), "--out", str(tmp_path / "x")]
+    assert main([*argv, "--attention", "folded"]) == 2  # a bad argument
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("edgespec: error: --attention 'folded' is no longer an export form")
+    assert "\n" not in line and not (tmp_path / "x").exists()
+    old = tmp_path / "folded"
+    shutil.copytree(gguf_bundles["plain-Q4_1"], old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["graph"]["kv_positions_per_token"] = 3
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError) as raised:
+        load_bundle(old)
+    assert "folded attention" in raised.value.problem
+    assert "edgespec export" in str(raised.value.fix)
 
 
 def test_dequantized_import_is_a_float_graph_of_the_same_weights(
@@ -239,7 +220,7 @@ def test_dequantized_import_is_a_float_graph_of_the_same_weights(
             assert result.tokens == expected.tokens, (prompt, k)
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q4_1-as-fp32", "folded-Q4_1"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q4_1-as-fp32", "groups3-Q4_1"])
 def test_in_place_path_equals_the_plain_path_through_rollbacks(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
@@ -291,15 +272,14 @@ class _RecordingSession:
         return getattr(self.session, name)
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "qwen2-Q4_1", "folded-Q4_1", "F32"])
+@pytest.mark.parametrize("kind", ["Q4_1", "qwen2-Q4_1", "groups3-Q4_1", "F32"])
 def test_prefill_computes_only_the_last_row_of_logits(
     gguf_bundles: dict[str, Path], kind: str
 ) -> None:
     """A prefill asks the graph for the last row's logits only (the graph's narrowest pass of
     rows: one on a float graph, two where one-row products round apart), and the rows it
     computes are bit-identical to the same rows of a pass that computes every row; the cache
-    it leaves gives the next pass the same logits too. 200 tokens: two chunks of a prefill,
-    and past the folded graph's room for one pass."""
+    it leaves gives the next pass the same logits too. 200 tokens: two chunks of a prefill."""
     from edgespec.graph.driver import GraphDriver
     from edgespec.graph.paths import GraphSizes
     from edgespec.runtime.model import ModelOptions, OnnxModel
@@ -377,7 +357,7 @@ def _without_logits_rows(bundle_dir: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "folded-Q4_1"])
+@pytest.mark.parametrize("kind", ["Q4_1", "groups3-Q4_1"])
 def test_bundle_without_logits_rows_still_runs(
     gguf_bundles: dict[str, Path], tmp_path: Path, kind: str
 ) -> None:
@@ -432,7 +412,7 @@ def test_cuda_target_keeps_its_cache_on_the_gpu(gguf_bundles: dict[str, Path]) -
         assert result.tokens == expected.tokens
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "folded-Q4_1"])
+@pytest.mark.parametrize("kind", ["Q4_1", "plain-Q4_1"])
 def test_cuda_runs_a_float16_attention_copy_that_keeps_speculation_exact(
     gguf_bundles: dict[str, Path], kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -760,15 +740,11 @@ def test_sentencepiece_vocabularies_tokenize_as_llama_cpp_does(
             assert decoded == text
 
 
-@pytest.mark.parametrize("attention", ["auto", "folded"])
-def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
-    tmp_path: Path, attention: str
-) -> None:
+def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(tmp_path: Path) -> None:
     """On the GGUF kernels Gemma 3's sliding-window layers run on the CacheAttention kernel
-    ("auto": each row reads its window only) or fold into rows of its one KV head (the window
-    as an attention bias): over 40 positions, ten times the 4-position window, every logit
-    row follows llama.cpp's, the pass widths agree bit for bit, and no attention boundaries
-    are needed."""
+    (each row reads its window only): over 40 positions, ten times the 4-position window,
+    every logit row follows llama.cpp's, the pass widths agree bit for bit, and no attention
+    boundaries are needed."""
     from edgespec.graph.kernels import attends_on_kernel
     from edgespec.runtime.model import OnnxModel
 
@@ -778,15 +754,12 @@ def test_quantized_gemma3_keeps_its_sliding_window_on_the_kernels(
         pytest.skip("the GGUF kernels did not build in this install")
     path = write_gemma3_gguf(tmp_path / "gemma3.gguf", head_dim=32, weight_type="Q8_0")
     argv = ["export", str(path), "--out", str(tmp_path / "bundle"), "--quiet"]
-    assert main([*argv, "--attention", attention]) == 0
+    assert main(argv) == 0
     bundle = load_bundle(tmp_path / "bundle")
     graph = bundle.manifest.graph
-    on_kernel = attention == "auto"
-    assert graph.kv_positions_per_token == (1 if on_kernel else 4)
     assert graph.attention_boundaries == () and graph.min_pass_width == 1
-    assert attends_on_kernel(bundle.manifest.quantization.op_types) == on_kernel
-    # The kernel keeps a float16 cache, as llama.cpp does; the folded graph a float32 one.
-    assert graph.kv_dtype == ("float16" if on_kernel else "float32")
+    assert attends_on_kernel(bundle.manifest.quantization.op_types)
+    assert graph.kv_dtype == "float16"  # as llama.cpp keeps its cache
     invariance = bundle.manifest.verification.batch_invariance
     assert invariance is not None and invariance.max_abs_logit_diff == 0.0
     model = OnnxModel(bundle)

@@ -182,14 +182,14 @@ def test_smollm3_leaves_every_fourth_layer_unrotated(
 
 
 @pytest.mark.parametrize(
-    ("weight_type", "attention"), [(None, "auto"), ("Q8_0", "auto"), ("Q8_0", "folded")]
+    ("weight_type", "attention"), [(None, "auto"), ("Q8_0", "auto"), ("Q8_0", "plain")]
 )
 def test_gemma2_caps_its_scores_and_logits_as_llama_cpp(
     tmp_path: Path, weight_type: str | None, attention: str
 ) -> None:
     """A random-weight Gemma 2 (even layers sliding over 4 positions, scores capped at 2 and
-    logits at 3) follows llama.cpp's logits on each attention path (F32: GroupQueryAttention;
-    Q8_0: the kernels' attention, or folded attention), top-1 included, while the same
+    logits at 3) follows llama.cpp's logits on each attention path (F32 and plain:
+    GroupQueryAttention; Q8_0: the kernels' attention), top-1 included, while the same
     weights at llama.cpp's default caps (50 and 30) score apart."""
     from support.gguf_model import write_gemma3_gguf
 

@@ -131,7 +131,7 @@ def _llama() -> Any:
 
 def _llama_groups_of_three() -> Any:
     """As SmolLM2's attention: 3 query heads per KV head, heads 32 wide (whole quantization
-    blocks, which folded attention needs)."""
+    blocks)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(

@@ -55,7 +55,7 @@ def test_export_help_states_the_default_quantization(tmp_path: Path) -> None:
     text = " ".join(result.stdout.split())
     assert "Default auto: int4 for models of 100M parameters or more, fp32 below that" in text
     assert "--quant {auto,int4,int8,int8-dynamic,fp16,fp32}" in text
-    assert "(kernel on the GGUF kernels, else folded when --max-length exceeds 2048)" in text
+    assert "'auto' (kernel on the GGUF kernels, else plain)" in text
     for option in ("--block-size", "--max-length", "--force", "--no-verify"):
         assert option in text
 
