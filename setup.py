@@ -52,7 +52,6 @@ KERNEL_SOURCES = [
     "gguf_reference",
     "gguf_rows8",
     "gguf_x86",
-    "gguf_x86_file",
     "gguf_neon",
     "gguf_dispatch",
     "gguf_test_api",

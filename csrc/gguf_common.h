@@ -292,8 +292,6 @@ int es_rows8_zmm_pairs_inputs(const Product *p);
 void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out);
 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);
-/* gguf_x86_file.c: the file layout's products with AVX2. */
-void es_file_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
 #endif
 #ifdef ES_ARM
 /* gguf_neon.c: the rows-of-8 products with the dot-product instructions (ARMv8.2 dotprod) and
