@@ -45,7 +45,8 @@
  *     t's bit pairs SC[t] >> 4, SC[t + 16] >> 4, SC[t + 32] >> 4, SC[t + 48] >> 4 (t < 16);
  *     then per sub-block the 128 bytes of nibble registers, as Q4_K's (indices into the
  *     table of 16 values).
- * The importer writes this layout (edgespec.graph.rows8); es_rows8_file_block and
+ * The exporter writes this layout (export/gguf/rows8.py, installed as
+ * edgespec.export.gguf.rows8); es_rows8_file_block and
  * es_rows8_unpack_k read one block back out of it. */
 #ifndef EDGESPEC_GGUF_ROWS8_H
 #define EDGESPEC_GGUF_ROWS8_H

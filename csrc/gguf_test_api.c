@@ -50,3 +50,16 @@ ES_EXPORT int edgespec_gguf_matmul(const float *x, const uint8_t *w, float *y, i
     return edgespec_gguf_matmul_on(edgespec_gguf_kernel_path(), x, w, y, rows, k, n, ggml_type,
                                    activation);
 }
+
+/* W [n, row bytes] of `ggml_type` (+ ES_ROWS8 in the rows-of-8 layout) dequantized into
+ * out [n, k], as GgufGather reads rows: 0, or -1 for an unsupported type or width. Tests read a
+ * weight back from both layouts this way (the rows-of-8 writer against this reader). */
+ES_EXPORT int edgespec_gguf_dequantize(const uint8_t *w, int ggml_type, int64_t k, int64_t n,
+                                       float *out) {
+    const int rows8 = ggml_type >= ES_ROWS8;
+    if (rows8) ggml_type -= ES_ROWS8;
+    if (!block_bytes(ggml_type) || k % block_inputs(ggml_type)) return -1;
+    if (rows8 && !es_rows8_supported(ggml_type, n)) return -1;
+    for (int64_t row = 0; row < n; row++) es_dequantize_row(w, ggml_type, rows8, k, row, out + row * k);
+    return 0;
+}

@@ -26,7 +26,7 @@ from edgespec.graph.kernels import (
     gguf_kernel_path,
     register_gguf_kernels,
 )
-from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
+from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
 
 from support.gguf_model import random_blocks
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
+from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
 
 from support.gguf_model import random_blocks
 
