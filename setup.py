@@ -46,23 +46,35 @@ ort_requirement = ORT_PACKAGES[ort_choice]
 posix = os.name != "nt"
 # On AArch64 every multiply and add stays two roundings, as x86-64's baseline code has them,
 # so the NEON path's outputs equal the AVX2 path's bit for bit (csrc/gguf_neon.c).
+# csrc/ by job: the portable reference, one form per instruction set, dispatch, the plain C
+# test API, the ONNX Runtime glue (tests/kernels/test_neon_kernels.py compiles the same list).
+KERNEL_SOURCES = [
+    "gguf_reference",
+    "gguf_rows8",
+    "gguf_x86",
+    "gguf_neon",
+    "gguf_dispatch",
+    "gguf_test_api",
+    "gguf_ops",
+    "cache_attention",
+    "ort_ops",
+]
+KERNEL_HEADERS = [
+    "ort_abi.h",
+    "ort_ops.h",
+    "gguf_common.h",
+    "gguf_rows8.h",
+    "gguf_neon_rows8.h",
+    "gguf_rows8_x86.h",
+    "gguf_rows8_zmm.h",
+    "cache_attention_x86.h",
+    "cache_attention_neon.h",
+]
 no_contraction = ["-ffp-contract=off"] if platform.machine().lower() in ("aarch64", "arm64") else []
 gguf_kernels = Extension(
     "edgespec.graph._gguf_kernels",
-    sources=[
-        "csrc/gguf_kernels.c",
-        "csrc/gguf_rows8.c",
-        "csrc/gguf_neon.c",
-        "csrc/gguf_activations.c",
-        "csrc/cache_attention.c",
-    ],
-    depends=[
-        "csrc/ort_abi.h",
-        "csrc/gguf_common.h",
-        "csrc/gguf_neon_rows8.h",
-        "csrc/gguf_rows8_x86.h",
-        "csrc/gguf_rows8_zmm.h",
-    ],
+    sources=[f"csrc/{name}.c" for name in KERNEL_SOURCES],
+    depends=[f"csrc/{name}" for name in KERNEL_HEADERS],
     include_dirs=["csrc"],
     extra_compile_args=["-O3", "-fvisibility=hidden", "-std=gnu11", *no_contraction]
     if posix

@@ -36,8 +36,8 @@ def product_session(library: str, kind: str, blocks: np.ndarray, inputs: int, th
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
+    from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
     from edgespec.graph.kernels import GGUF_DOMAIN
-    from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
 
     node = helper.make_node(
         "GgufMatMul",

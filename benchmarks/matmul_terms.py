@@ -62,8 +62,8 @@ def kernel_session(k: int, n: int, variant: str, threads: int, seed: int = 0) ->
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
+    from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
     from edgespec.graph.kernels import GGUF_DOMAIN, register_gguf_kernels
-    from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
 
     kind, rows8 = KERNEL_VARIANTS[variant]
     ggml_type, inputs, size, at, halves = KERNEL_TYPES[kind]

@@ -25,8 +25,8 @@
  * partial softmax (maximum, sum, weighted values) is computed in position order, and the
  * partials merge in block order: the same arithmetic whatever the pass's width, the thread
  * count or which other rows share the call. Paths: AVX2 + FMA where the GGUF kernels run
- * AVX2, NEON where they run NEON (the same bits as AVX2's), portable C otherwise; one path per
- * process.
+ * AVX2 (cache_attention_x86.h), NEON where they run NEON (cache_attention_neon.h: the same bits
+ * as AVX2's), portable C otherwise; one path per process. The operator's table: ort_ops.c.
  *
  * edgespec.gguf::CacheAttentionHalf: the same with float16 caches (past_key, past_value,
  * present_key, present_value), as llama.cpp keeps its cache: half the memory and half the
@@ -39,6 +39,7 @@
  * added in block order. A block's keys and values are widened to float exactly before the
  * float arithmetic, so a row's bits still depend on its query and the cache only. */
 #include "gguf_common.h"
+#include "ort_ops.h"
 
 #define ATTENTION_BLOCK 128 /* positions per task */
 #define MAX_GROUP 16        /* query heads per KV head */
@@ -66,12 +67,6 @@ typedef struct {
     volatile int out_of_memory; /* a task could not get its scratch */
     float softcap;              /* 0: none; else scores become softcap * tanh(score / softcap) */
 } Attention;
-
-static OrtStatus *attention_fail(const OrtApiTable *api, const char *message) {
-    return ES_ORT_CALL(api, ES_ORT_SLOT_CREATE_STATUS, es_create_status_fn)(
-        ES_ORT_INVALID_ARGUMENT, message);
-}
-
 /* ---- one block of positions for one row ------------------------------------------- */
 
 static void scores_portable(const float *q, int64_t group, const float *k, int64_t n,
@@ -97,242 +92,6 @@ static void weighted_values_portable(float *acc, int64_t stride, const float *p,
             for (int64_t i = 0; i < d; i++) acc[g * stride + i] += p[g * p_stride + j] * v[j * d + i];
 }
 
-#ifdef ES_X86
-/* Four 8-lane sums to four floats, each as ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)):
- * the same for every dot product, whichever others share the call. */
-ES_AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 e) {
-    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, e));
-    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-/* One tile of scores: `heads` query heads (q [heads, d]) by `positions` key rows from j
- * (rows past n read row j and are not stored), heads x positions a multiple of 4. Each score
- * is an 8-lane FMA chain over d in order, then reduce4, then times scale: the same arithmetic
- * in every tile shape, so a score's bits do not depend on which heads share its tile. */
-ES_AVX2 static inline __attribute__((always_inline)) void score_tile(
-    const float *q, const float *k, int64_t j, int64_t n, int64_t d, __m128 factor, float *out,
-    int64_t stride, const int heads, const int positions) {
-    const float *rows[4];
-    for (int p = 0; p < positions; p++) rows[p] = k + (j + p < n ? j + p : j) * d;
-    __m256 acc[8];
-    for (int t = 0; t < heads * positions; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < d; i += 8) {
-        __m256 c[4];
-        for (int p = 0; p < positions; p++) c[p] = _mm256_loadu_ps(rows[p] + i);
-        for (int h = 0; h < heads; h++) {
-            const __m256 x = _mm256_loadu_ps(q + h * d + i);
-            for (int p = 0; p < positions; p++)
-                acc[h * positions + p] = _mm256_fmadd_ps(x, c[p], acc[h * positions + p]);
-        }
-    }
-    float s[8]; /* [heads, positions] */
-    for (int t = 0; t < heads * positions; t += 4)
-        _mm_storeu_ps(s + t, _mm_mul_ps(reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]), factor));
-    for (int h = 0; h < heads; h++)
-        for (int p = 0; p < positions && j + p < n; p++) out[h * stride + j + p] = s[h * positions + p];
-}
-
-/* Scores of `group` query heads against n positions of k [n, d] (d a multiple of 8):
- * out[g * stride + j]. Four heads by two positions at a time (each key row read once per four
- * heads); the heads left over by two by four positions, a last one by four positions, so no
- * tile computes a head twice (groups of 6, 7 and 3 would otherwise pay 33%, 14% and 33%). */
-ES_AVX2 static void scores_avx2(const float *q, int64_t group, const float *k, int64_t n,
-                                int64_t d, float scale, float *out, int64_t stride) {
-    const __m128 factor = _mm_set1_ps(scale);
-    for (int64_t g = 0; g < group;) {
-        const float *qg = q + g * d;
-        float *og = out + g * stride;
-        if (group - g >= 4) {
-            for (int64_t j = 0; j < n; j += 2) score_tile(qg, k, j, n, d, factor, og, stride, 4, 2);
-            g += 4;
-        } else if (group - g >= 2) {
-            for (int64_t j = 0; j < n; j += 4) score_tile(qg, k, j, n, d, factor, og, stride, 2, 4);
-            g += 2;
-        } else {
-            for (int64_t j = 0; j < n; j += 4) score_tile(qg, k, j, n, d, factor, og, stride, 1, 4);
-            g += 1;
-        }
-    }
-}
-
-/* e^x for x <= 0, 8 at a time: x = m ln 2 + f (|f| <= ln 2 / 2), e^f by its Taylor polynomial
- * to degree 7 (error below float's rounding), scaled by 2^m; 0 below -87 (the scores past
- * the window's or block's end are padded with -inf). */
-ES_AVX2 static inline __m256 exp_avx2(__m256 x) {
-    const __m256 low = _mm256_set1_ps(-87.0f);
-    __m256 zero_mask = _mm256_cmp_ps(x, low, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, low);
-    __m256 m = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), x);
-    f = _mm256_fnmadd_ps(m, _mm256_set1_ps(-2.12194440e-4f), f);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m),
-                                                          _mm256_set1_epi32(127)), 23);
-    p = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
-    return _mm256_andnot_ps(zero_mask, p);
-}
-
-/* s[0 .. n) = e^(s - maximum), n rounded up to 8 (the pad holds -inf); returns their sum, in
- * 8 lanes over the positions in order, then reduced as reduce4's first lane. */
-ES_AVX2 static float exponentials_avx2(float *s, int64_t n, float maximum) {
-    __m256 sum = _mm256_setzero_ps(), shift = _mm256_set1_ps(maximum);
-    for (int64_t j = 0; j < n; j += 8) {
-        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), shift));
-        _mm256_storeu_ps(s + j, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    __m256 zero = _mm256_setzero_ps();
-    return _mm_cvtss_f32(reduce4(sum, zero, zero, zero));
-}
-
-/* acc[h * stride + i + o] += sum over j of p[h * p_stride + j] * v[j, i + o] for `heads`
- * heads and o < 8 * regs, j in order, one FMA per term, in registers: each value row is read
- * once per tile. The same arithmetic for an output in every tile shape. */
-ES_AVX2 static inline __attribute__((always_inline)) void value_tile(
-    float *acc, int64_t stride, const float *p, int64_t p_stride, const float *v, int64_t n,
-    int64_t d, int64_t i, const int heads, const int regs) {
-    __m256 a[8];
-    for (int h = 0; h < heads; h++)
-        for (int r = 0; r < regs; r++) a[h * regs + r] = _mm256_loadu_ps(acc + h * stride + i + 8 * r);
-    for (int64_t j = 0; j < n; j++) {
-        __m256 x[8];
-        for (int r = 0; r < regs; r++) x[r] = _mm256_loadu_ps(v + j * d + i + 8 * r);
-        for (int h = 0; h < heads; h++) {
-            const __m256 weight = _mm256_broadcast_ss(p + h * p_stride + j);
-            for (int r = 0; r < regs; r++) a[h * regs + r] = _mm256_fmadd_ps(weight, x[r], a[h * regs + r]);
-        }
-    }
-    for (int h = 0; h < heads; h++)
-        for (int r = 0; r < regs; r++) _mm256_storeu_ps(acc + h * stride + i + 8 * r, a[h * regs + r]);
-}
-
-/* acc[g * stride + i] += sum over j of p[g * p_stride + j] * v[j, i] (d a multiple of 8):
- * 16 outputs of four heads at a time, then 32 of two, then 64 of one (the rest of d 8 at a
- * time), so no tile weighs a head twice. */
-ES_AVX2 static void weighted_values_avx2(float *acc, int64_t stride, const float *p,
-                                         int64_t p_stride, int64_t group, const float *v,
-                                         int64_t n, int64_t d) {
-    for (int64_t g = 0; g < group;) {
-        float *ag = acc + g * stride;
-        const float *pg = p + g * p_stride;
-        if (group - g >= 4) {
-            int64_t i = 0;
-            for (; i + 16 <= d; i += 16) value_tile(ag, stride, pg, p_stride, v, n, d, i, 4, 2);
-            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 4, 1);
-            g += 4;
-        } else if (group - g >= 2) {
-            int64_t i = 0;
-            for (; i + 32 <= d; i += 32) value_tile(ag, stride, pg, p_stride, v, n, d, i, 2, 4);
-            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 2, 1);
-            g += 2;
-        } else {
-            int64_t i = 0;
-            for (; i + 64 <= d; i += 64) value_tile(ag, stride, pg, p_stride, v, n, d, i, 1, 8);
-            for (; i < d; i += 8) value_tile(ag, stride, pg, p_stride, v, n, d, i, 1, 1);
-            g += 1;
-        }
-    }
-}
-#endif
-
-#ifdef ES_ARM
-#include <arm_neon.h>
-
-/* The AVX2 functions' arithmetic on NEON, bit for bit: an 8-lane float vector is two 4-lane
- * halves, every lane runs the same FMA chain, and sums reduce in reduce4's order. */
-
-/* ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) of x = (low, high). */
-static inline float sum8_neon(float32x4_t low, float32x4_t high) {
-    const float32x4_t pairs = vpaddq_f32(low, high);
-    const float32x2_t quads = vpadd_f32(vget_low_f32(pairs), vget_high_f32(pairs));
-    return vget_lane_f32(quads, 0) + vget_lane_f32(quads, 1);
-}
-
-/* scores_avx2's scores: lanes l and l + 4 of 8 accumulate inputs i = l (mod 8) in order. */
-static void scores_neon(const float *q, int64_t group, const float *k, int64_t n, int64_t d,
-                        float scale, float *out, int64_t stride) {
-    for (int64_t j = 0; j < n; j++) {
-        const float *key = k + j * d;
-        for (int64_t g = 0; g < group; g++) {
-            const float *x = q + g * d;
-            float32x4_t low = vdupq_n_f32(0.0f), high = vdupq_n_f32(0.0f);
-            for (int64_t i = 0; i < d; i += 8) {
-                low = vfmaq_f32(low, vld1q_f32(x + i), vld1q_f32(key + i));
-                high = vfmaq_f32(high, vld1q_f32(x + i + 4), vld1q_f32(key + i + 4));
-            }
-            out[g * stride + j] = sum8_neon(low, high) * scale;
-        }
-    }
-}
-
-/* exp_avx2 on 4 lanes. */
-static inline float32x4_t exp_neon(float32x4_t x) {
-    const float32x4_t low = vdupq_n_f32(-87.0f);
-    const uint32x4_t zero_mask = vcltq_f32(x, low);
-    x = vmaxq_f32(x, low);
-    const float32x4_t m = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
-    float32x4_t f = vfmsq_f32(x, m, vdupq_n_f32(0.693359375f));
-    f = vfmsq_f32(f, m, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(0.5f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
-    const int32x4_t exponent = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(m), vdupq_n_s32(127)), 23);
-    p = vmulq_f32(p, vreinterpretq_f32_s32(exponent));
-    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(p), zero_mask));
-}
-
-/* exponentials_avx2: n a multiple of 8 (the pad holds -inf). */
-static float exponentials_neon(float *s, int64_t n, float maximum) {
-    float32x4_t low = vdupq_n_f32(0.0f), high = vdupq_n_f32(0.0f);
-    const float32x4_t shift = vdupq_n_f32(maximum);
-    for (int64_t j = 0; j < n; j += 8) {
-        const float32x4_t e0 = exp_neon(vsubq_f32(vld1q_f32(s + j), shift));
-        const float32x4_t e1 = exp_neon(vsubq_f32(vld1q_f32(s + j + 4), shift));
-        vst1q_f32(s + j, e0);
-        vst1q_f32(s + j + 4, e1);
-        low = vaddq_f32(low, e0);
-        high = vaddq_f32(high, e1);
-    }
-    return sum8_neon(low, high);
-}
-
-/* weighted_values_avx2: one FMA per term, positions in order, 16 outputs of a head at a time
- * in registers (d a multiple of 8). */
-static void weighted_values_neon(float *acc, int64_t stride, const float *p, int64_t p_stride,
-                                 int64_t group, const float *v, int64_t n, int64_t d) {
-    for (int64_t g = 0; g < group; g++) {
-        float *ag = acc + g * stride;
-        const float *pg = p + g * p_stride;
-        for (int64_t i = 0; i < d;) {
-            const int regs = i + 16 <= d ? 4 : 2;
-            float32x4_t a[4];
-            for (int r = 0; r < regs; r++) a[r] = vld1q_f32(ag + i + 4 * r);
-            for (int64_t j = 0; j < n; j++)
-                for (int r = 0; r < regs; r++) a[r] = vfmaq_n_f32(a[r], vld1q_f32(v + j * d + i + 4 * r), pg[j]);
-            for (int r = 0; r < regs; r++) vst1q_f32(ag + i + 4 * r, a[r]);
-            i += 4 * regs;
-        }
-    }
-}
-#define ES_ATTENTION_VECTOR(name) name##_neon
-#endif
-#ifdef ES_X86
-#define ES_ATTENTION_VECTOR(name) name##_avx2
-#endif
-
 /* ---- float16 caches ------------------------------------------------------------- */
 
 /* A calling thread's scratch of at least `floats` floats, grown as needed and kept between
@@ -353,21 +112,6 @@ static void widen_portable(const uint16_t *h, float *f, int64_t n) {
     for (int64_t i = 0; i < n; i++) f[i] = half_to_float(h[i]);
 }
 
-#ifdef ES_X86
-ES_AVX2 static void widen_avx2(const uint16_t *h, float *f, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    widen_portable(h + i, f + i, n - i);
-}
-#endif
-#ifdef ES_ARM
-static void widen_neon(const uint16_t *h, float *f, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(f + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
-    widen_portable(h + i, f + i, n - i);
-}
-#endif
-
 /* x rounded to float16 and back into y, n floats (the query, so that the key products multiply
  * float16 numbers, as llama.cpp's over its float16 cache do, its matrix product converting the
  * float operand to the cache's type; the probabilities). To nearest even on every path. */
@@ -375,23 +119,8 @@ static void round_to_half_portable(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = half_to_float(float_to_half(x[i]));
 }
 
-#ifdef ES_X86
-ES_AVX2 static void round_to_half_avx2(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
-    }
-    round_to_half_portable(x + i, y + i, n - i);
-}
-#endif
-#ifdef ES_ARM
-static void round_to_half_neon(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
-    round_to_half_portable(x + i, y + i, n - i);
-}
-#endif
+#include "cache_attention_x86.h"
+#include "cache_attention_neon.h"
 
 static void round_to_half(int vectorized, const float *x, float *y, int64_t n) {
 #if defined(ES_X86)
@@ -613,26 +342,6 @@ static void merge_task(void *data, size_t task) {
 
 /* ---- the operator ------------------------------------------------------------------- */
 
-static OrtStatus *shape_of(const OrtApiTable *api, const OrtValue *value, int64_t *dims,
-                           size_t *rank) {
-    OrtTensorTypeAndShapeInfo *info;
-    OrtStatus *status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_TENSOR_TYPE_AND_SHAPE,
-                                    es_get_tensor_type_and_shape_fn)(value, &info);
-    if (status) return status;
-    status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS_COUNT, es_get_dimensions_count_fn)(info,
-                                                                                         rank);
-    if (!status && *rank > 4) status = attention_fail(api, "CacheAttention: an input's rank is above 4");
-    if (!status && *rank)
-        status = ES_ORT_CALL(api, ES_ORT_SLOT_GET_DIMENSIONS, es_get_dimensions_fn)(info, dims,
-                                                                                  *rank);
-    ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
-                es_release_tensor_type_and_shape_info_fn)(info);
-    return status;
-}
-
-/* The calling thread's scratch for the partial sums (megabytes for a prefill pass), then,
- * with float16 caches, the rounded query. Per thread, so sessions run from several threads
- * never share one. */
 static __thread float *partial_state;
 static __thread size_t partial_capacity;
 
@@ -681,7 +390,7 @@ ES_EXPORT int edgespec_cache_attention(const float *query, const float *keys, co
     return 0;
 }
 
-static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
+OrtStatus *es_attention_compute(void *data, OrtKernelContext *context) {
     const AttentionKernel *kernel = (const AttentionKernel *)data;
     const OrtApiTable *api = kernel->api;
     es_kernel_context_get_input_fn input =
@@ -695,24 +404,24 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     OrtStatus *status;
     for (size_t i = 0; i < 7; i++) {
         if ((status = input(context, i, &in[i]))) return status;
-        if (!in[i]) return attention_fail(api, "CacheAttention: every input is required");
+        if (!in[i]) return es_ort_fail("CacheAttention: every input is required");
         if ((status = data_of((OrtValue *)in[i], &ptr[i]))) return status;
     }
     int64_t qdims[4], cdims[4];
     size_t qrank, crank;
-    if ((status = shape_of(api, in[0], qdims, &qrank)) ||
-        (status = shape_of(api, in[3], cdims, &crank)))
+    if ((status = es_ort_shape(api, in[0], 4, qdims, &qrank)) ||
+        (status = es_ort_shape(api, in[3], 4, cdims, &crank)))
         return status;
     const int64_t heads = kernel->heads, kv_heads = kernel->kv_heads;
     if (qrank != 3 || qdims[0] != 1 || crank != 4 || cdims[0] != 1 || cdims[1] != kv_heads ||
         qdims[2] != heads * cdims[3])
-        return attention_fail(api, "CacheAttention: query is not [1, S, heads × D] or the caches "
+        return es_ort_fail("CacheAttention: query is not [1, S, heads × D] or the caches "
                                    "not [1, kv_heads, C, D]");
     const int64_t s = qdims[1], capacity = cdims[2], d = cdims[3];
     const int64_t total = *(const int32_t *)ptr[6], last = *(const int32_t *)ptr[5];
     const int64_t past = total - s, rows = last + 1 - past;
     if (past < 0 || rows < 1 || rows > s || past + rows > capacity)
-        return attention_fail(api, "CacheAttention: seqlens_k and total_sequence_length do not fit "
+        return es_ort_fail("CacheAttention: seqlens_k and total_sequence_length do not fit "
                                    "the pass and the cache");
     OrtValue *out[3];
     int64_t odims[3] = {1, s, heads * d};
@@ -751,7 +460,7 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     if (rows < s) memset(y + rows * heads * d, 0, sizeof(float) * (size_t)((s - rows) * heads * d));
     Attention a = attention_of((const float *)ptr[0], caches[0], caches[1], y, rows, past, heads,
                                kv_heads, d, capacity, kernel->window, kernel->half);
-    if (!a.partial) return attention_fail(api, "CacheAttention: out of memory for the partial sums");
+    if (!a.partial) return es_ort_fail("CacheAttention: out of memory for the partial sums");
     a.softcap = (float)kernel->softcap;
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR, es_kernel_context_parallel_for_fn);
@@ -767,15 +476,15 @@ static OrtStatus *attention_compute(void *data, OrtKernelContext *context) {
     a.phase = 1;
     if (!status && !a.out_of_memory) status = parallel_for(context, half_block_task, tasks, ES_BATCHES, &a);
     if (!status && a.out_of_memory)
-        return attention_fail(api, "CacheAttention: out of memory for a block's widened cache");
+        return es_ort_fail("CacheAttention: out of memory for a block's widened cache");
     if (!status) status = parallel_for(context, half_merge_task, (size_t)rows, ES_BATCHES, &a);
     return status;
 }
 
-static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
+OrtStatus *es_attention_create(const void *op, const OrtApiTable *api,
                                    const OrtKernelInfo *info, void **out) {
     AttentionKernel *kernel = calloc(1, sizeof *kernel);
-    if (!kernel) return attention_fail(api, "CacheAttention: out of memory");
+    if (!kernel) return es_ort_fail("CacheAttention: out of memory");
     es_kernel_info_get_attribute_int64_fn attribute = ES_ORT_CALL(
         api, ES_ORT_SLOT_KERNEL_INFO_GET_ATTRIBUTE_INT64, es_kernel_info_get_attribute_int64_fn);
     OrtStatus *status;
@@ -791,50 +500,13 @@ static OrtStatus *attention_create(const void *op, const OrtApiTable *api,
     if (kernel->kv_heads < 1 || kernel->heads % kernel->kv_heads ||
         kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0 || kernel->softcap < 0) {
         free(kernel);
-        return attention_fail(api, "CacheAttention: num_heads must be a multiple of kv_num_heads "
+        return es_ort_fail("CacheAttention: num_heads must be a multiple of kv_num_heads "
                                    "(at most 16 query heads per KV head), window and softcap 0 "
                                    "or more");
     }
     kernel->api = api;
-    kernel->half = op == (const void *)&es_cache_attention_half_op;
+    kernel->half = es_op_variant(op);
     *out = kernel;
     return NULL;
 }
 
-static void attention_destroy(void *kernel) { free(kernel); }
-static const char *attention_name(const void *op) { (void)op; return "CacheAttention"; }
-static const char *attention_provider(const void *op) { (void)op; return "CPUExecutionProvider"; }
-static int attention_input_type(const void *op, size_t i) {
-    (void)op;
-    return i >= 5 ? ES_ORT_INT32 : ES_ORT_FLOAT;
-}
-static size_t attention_input_count(const void *op) { (void)op; return 7; }
-static int attention_output_type(const void *op, size_t i) { (void)op, (void)i; return ES_ORT_FLOAT; }
-static const char *attention_half_name(const void *op) { (void)op; return "CacheAttentionHalf"; }
-static int attention_half_input_type(const void *op, size_t i) {
-    (void)op;
-    return i >= 5 ? ES_ORT_INT32 : i >= 3 ? ES_ORT_FLOAT16 : ES_ORT_FLOAT;
-}
-static int attention_half_output_type(const void *op, size_t i) {
-    (void)op;
-    return i ? ES_ORT_FLOAT16 : ES_ORT_FLOAT;
-}
-static size_t attention_output_count(const void *op) { (void)op; return 3; }
-static int attention_required(const void *op, size_t i) { (void)op, (void)i; return 0; }
-static int attention_memory(const void *op, size_t i) { (void)op, (void)i; return 0; }
-static int attention_one(const void *op) { (void)op; return 1; }
-static int attention_zero(const void *op) { (void)op; return 0; }
-
-const OrtCustomOpV16 es_cache_attention_op = {
-    16, NULL, attention_name, attention_provider, attention_input_type, attention_input_count,
-    attention_output_type, attention_output_count, NULL, attention_destroy, attention_required,
-    attention_required, attention_memory, attention_one, attention_zero, attention_one,
-    attention_zero, attention_create, attention_compute,
-};
-
-const OrtCustomOpV16 es_cache_attention_half_op = {
-    16, NULL, attention_half_name, attention_provider, attention_half_input_type,
-    attention_input_count, attention_half_output_type, attention_output_count, NULL,
-    attention_destroy, attention_required, attention_required, attention_memory, attention_one,
-    attention_zero, attention_one, attention_zero, attention_create, attention_compute,
-};

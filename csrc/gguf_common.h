@@ -215,7 +215,7 @@ typedef struct {
      * [rows, N] (stride N). */
     const float *addend;
     int64_t addend_stride;
-    /* W in the rows-of-8 layout (gguf_rows8.c) rather than the file's row by row. */
+    /* W in the rows-of-8 layout (gguf_rows8.h) rather than the file's row by row. */
     int rows8;
     /* ES_SWIGLU: W's outputs are gate and up in alternate groups of 8 (stored outputs
      * 16j .. 16j + 7 gate 8j .. 8j + 7, the next 8 their ups) and Y [rows, N / 2] is
@@ -258,61 +258,27 @@ static inline void set_scale(Unpacked *u, int k, int scale, int offset) {
     u->offset[k] = (int16_t)offset;
 }
 
-/* The rows-of-8 layout (gguf_rows8.c): an operator's ggml_type attribute is the legacy type's
- * id plus ES_ROWS8 when W holds it. */
-#define ES_ROWS8 1024
-#define Q4_K_GROUP 1152 /* bytes of a group block: 8 super-blocks */
-#define Q2_K_GROUP 672
-#define Q3_K_GROUP 880
-#define Q2_K_SCALES 32 /* byte offsets within a group block */
-#define Q2_K_CODES 160
-#define Q2_K_CHUNK 64  /* bytes of codes per 32 inputs: 2-bit registers j, j + 2, j + 4, j + 6 */
-#define Q3_K_FACTORS 16
-#define Q3_K_CODES 112
-#define Q3_K_CHUNK 96 /* Q2_K's 64 bytes of low bits, then 32 of third bits */
-#define Q5_K_GROUP 1408
-#define Q6_K_GROUP 1680
-#define Q4_K_FACTORS 32 /* byte offsets within a group block */
-#define Q4_K_CODES 128 /* Q5_K's sub-blocks of 32 start here as well, Q5_K_CHUNK bytes each: */
-#define Q5_K_CHUNK 160 /* 128 bytes of nibbles, then 32 of fifth bits */
-#define Q6_K_SCALES 16
-#define Q6_K_CODES 144
-#define Q6_K_CHUNK 192 /* bytes of codes per 32 inputs */
-#define IQ4_XS_GROUP 1088
-#define IQ4_XS_SCALES 16 /* byte offsets within a group block */
-#define IQ4_XS_CODES 64  /* then 128 bytes of nibble indices per sub-block of 32 */
+/* ---- what the sources give each other ---------------------------------------------- */
 
-typedef struct {
-    int minimum; /* byte offset of m[8], or -1 */
-    int high;    /* byte offset of H[32], or -1 */
-    int codes;   /* byte offset of the code registers */
-    int size;    /* bytes of one group block: 8 file blocks */
-} Rows8Layout;
+/* Outputs n0 .. n1 - 1 of P for every row of X: one instruction set's form of the product. */
+typedef void (*es_outputs_fn)(const Product *p, int64_t n0, int64_t n1);
 
-static inline Rows8Layout rows8_layout(int ggml_type) {
-    Rows8Layout layout;
-    int at = 16;
-    layout.minimum = legacy_has_minimum(ggml_type) ? at : -1;
-    if (layout.minimum >= 0) at += 16;
-    layout.high = ggml_type == GGML_Q5_0 || ggml_type == GGML_Q5_1 ? at : -1;
-    if (layout.high >= 0) at += 32;
-    layout.codes = at;
-    layout.size = 8 * (int)block_bytes(ggml_type);
-    return layout;
-}
+/* The portable reference (gguf_reference.c): every type in either layout, in plain C. */
+void es_outputs_portable(const Product *p, int64_t n0, int64_t n1);
+void es_quantize_rows_portable(const float *x, int64_t rows, int64_t k, int64_t block,
+                               int64_t span, Quantized *out);
+void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_stride);
+/* Row n of W (k inputs of `ggml_type`, in the rows-of-8 layout where `rows8`) as floats. */
+void es_dequantize_row(const uint8_t *w, int ggml_type, int rows8, int64_t k, int64_t n,
+                       float *out);
 
-int es_rows8_supported(int ggml_type, int64_t n);
-void es_rows8_file_block(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
-                         uint8_t *out);
-void es_rows8_unpack_k(const uint8_t *w, int ggml_type, int64_t k, int64_t n, int64_t b,
-                       Unpacked *u);
-/* X's quantized inputs reordered in place within every 32: 4-byte groups 0, 4, 1, 5, 2, 6, 3, 7
- * (the sums of 16 are left as quantized: they describe the inputs' original order). */
-void es_rows8_pair_inputs(int8_t *q, int64_t rows, int64_t k);
 #ifdef ES_X86
+#define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
+/* gguf_x86.c: the rows-of-8 products with AVX2 (maddubs) and, where the compiler knows them,
+ * with dpbusd (AVX-VNNI; AVX512-VNNI on 256 and 512 bits); the activations and SwiGLU's
+ * epilogue with AVX2. */
 void es_rows8_outputs_avx2(const Product *p, int64_t n0, int64_t n1);
 #ifdef ES_VNNI
-/* The same products with dpbusd (gguf_rows8.c): AVX-VNNI, and AVX512-VNNI on 256 bits. */
 void es_rows8_outputs_avxvnni(const Product *p, int64_t n0, int64_t n1);
 void es_rows8_outputs_avx512vnni(const Product *p, int64_t n0, int64_t n1);
 /* The K-quants' several-row passes with 512-bit dpbusd (gguf_rows8_zmm.h), everything else on
@@ -327,7 +293,6 @@ void es_quantize_rows_avx2(const float *x, int64_t rows, int64_t k, int64_t bloc
                            Quantized *out);
 void es_swiglu_avx2(const float *both, int64_t rows, float *y, int64_t y_stride);
 #endif
-void es_swiglu_portable(const float *both, int64_t rows, float *y, int64_t y_stride);
 #ifdef ES_ARM
 /* gguf_neon.c: the rows-of-8 products with the dot-product instructions (ARMv8.2 dotprod) and
  * without (ARMv8.0 NEON), the activations quantized and SwiGLU's epilogue with NEON. */
@@ -338,15 +303,37 @@ void es_quantize_rows_neon(const float *x, int64_t rows, int64_t k, int64_t bloc
 void es_swiglu_neon(const float *both, int64_t rows, float *y, int64_t y_stride);
 #endif
 
-#ifdef ES_X86
-#define ES_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
+/* gguf_dispatch.c: one path of the product per process (or one named, for tests). */
+typedef struct {
+    const char *name; /* what edgespec_gguf_kernel_path reports */
+    es_outputs_fn outputs;
+    int simd;      /* the activations quantized and SwiGLU's epilogue with AVX2 or NEON */
+    int zmm_pairs; /* the activations paired where es_rows8_zmm_pairs_inputs says so */
+} EsKernelPath;
+/* The process's path, chosen once (EDGESPEC_GGUF_KERNEL_PATH, else the CPU). */
+const EsKernelPath *es_kernel_path(void);
+/* The path of that name where this CPU has it, else NULL. */
+const EsKernelPath *es_kernel_path_named(const char *name);
+/* One product on one path: es_product_start quantizes X (0, or -1 out of memory), then
+ * es_product_task runs each of es_product_tasks(&run->p) tasks (on any thread, in any order),
+ * and es_product_end frees the activations. */
+typedef struct {
+    Product p;
+    const EsKernelPath *path;
+} EsProductRun;
+int es_product_start(EsProductRun *run, const float *x);
+size_t es_product_tasks(const Product *p);
+void es_product_task(void *run, size_t task);
+void es_product_end(EsProductRun *run);
+/* The activations quantized for `ggml_type` (with AVX2 or NEON where `vectorized`), allocated
+ * into *out (0, or -1 out of memory); es_free_quantized frees them. */
+int es_quantized_rows(const float *x, int64_t rows, int64_t k, int ggml_type, int vectorized,
+                      Quantized *out);
+void es_free_quantized(Quantized *x);
 
 /* "avx-vnni", "avx512-vnni", "avx2", "neon-dotprod", "neon" or "portable": the one code path every operator of the library runs in this process. */
 ES_EXPORT const char *edgespec_gguf_kernel_path(void);
-/* cache_attention.c's operator, registered beside the products. */
-extern const OrtCustomOpV16 es_cache_attention_op;
-/* The same with float16 caches (past and present), query, key, value and output float. */
-extern const OrtCustomOpV16 es_cache_attention_half_op;
+
+#include "gguf_rows8.h"
 
 #endif

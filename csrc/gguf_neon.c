@@ -1,5 +1,5 @@
-/* GGUF's products on ARM NEON (AArch64): the rows-of-8 layout of gguf_rows8.c, and the
- * activations quantized as the scalar loop in gguf_kernels.c quantizes them.
+/* GGUF's products on ARM NEON (AArch64): the rows-of-8 layout of gguf_rows8.h, and the
+ * activations quantized as the portable loop in gguf_reference.c quantizes them.
  *
  * Why: on a Jetson, a phone or a Raspberry Pi the portable C loops unpack every block one
  * output at a time. The rows-of-8 layout suits NEON as it suits AVX2: a 128-bit register of
@@ -20,7 +20,7 @@
 #ifdef ES_ARM
 #include <arm_neon.h>
 
-/* gguf_rows8.c's kinds of legacy codes: 4-, 5-bit, Q8_0's bytes, IQ4_NL's table indices. */
+/* gguf_x86.c's kinds of legacy codes: 4-, 5-bit, Q8_0's bytes, IQ4_NL's table indices. */
 enum { ES_FOUR_BITS, ES_FIVE_BITS, ES_EIGHT_BITS, ES_TABLE_BITS };
 
 /* Four float16 factors as float32 (exact). */
@@ -66,7 +66,7 @@ static inline int32x4_t es_dot_lane_plain(int32x4_t acc, int8x16_t c, int8x16_t 
 
 /* ---- SwiGLU's epilogue ---------------------------------------------------------------- */
 
-/* exp8 (gguf_activations.c) on 4 lanes: the same clamp, polynomial and FMAs. */
+/* exp8 (gguf_x86.c) on 4 lanes: the same clamp, polynomial and FMAs. */
 static inline float32x4_t es_exp4(float32x4_t x) {
     x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.3f)), vdupq_n_f32(88.3f));
     const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
@@ -98,8 +98,8 @@ void es_swiglu_neon(const float *both, int64_t rows, float *y, int64_t y_stride)
 
 /* ---- the activations ---------------------------------------------------------------- */
 
-/* quantize_rows (gguf_kernels.c) with 4 lanes: the same float operations per element, and
- * vcvtnq rounds to nearest even as lrintf does under the default rounding mode, so the bytes,
+/* es_quantize_rows_portable (gguf_reference.c) with 4 lanes: the same float operations per
+ * element, and vcvtnq rounds to nearest even as lrintf does under the default rounding mode, so the bytes,
  * scales and sums are the scalar loop's. block: 32 or 256 inputs; span: 16 or 32. */
 void es_quantize_rows_neon(const float *x, int64_t rows, int64_t k, int64_t block, int64_t span,
                            Quantized *out) {

@@ -6,7 +6,7 @@
  *                        acc [4 int32] += for each 32-bit lane i: the dot product of c's bytes
  *                        4i .. 4i + 3 with y's bytes 4 lane .. 4 lane + 3 (int8; lane constant)
  *
- * The layout is gguf_rows8.c's: one 256-bit code register of 8 outputs is two 128-bit halves
+ * The layout is gguf_rows8.h's: one 256-bit code register of 8 outputs is two 128-bit halves
  * here, outputs 0-3 (half 0) and 4-7 (half 1), so each half's int32 lanes are 4 outputs and
  * the 32 activations of a block are two registers, inputs 0-15 (registers j = 0-3, lane j)
  * and 16-31 (j = 4-7, lane j - 4). Every integer sum is exact, and the float steps are the
@@ -56,7 +56,7 @@
         }                                                                                         \
     }
 
-/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL: one float step per block of 32 (gguf_rows8.c's
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL: one float step per block of 32 (gguf_rows8_x86.h's
  * rows8_outputs). */
 ES_NEON_TARGET static inline __attribute__((always_inline)) void ES_NEON_NAME(rows8_legacy)(
     const Product *p, int64_t n0, int64_t n1, const int codes) {

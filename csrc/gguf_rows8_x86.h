@@ -1,4 +1,4 @@
-/* The rows-of-8 products on x86-64, included by gguf_rows8.c once per instruction set: AVX2
+/* The rows-of-8 products on x86-64, included by gguf_x86.c once per instruction set: AVX2
  * (maddubs, 16-bit sums, madd) and the VNNI extensions (dpbusd: 4 byte products summed into
  * each 32-bit lane in one instruction, VEX-encoded as AVX-VNNI or EVEX-encoded as AVX512-VNNI
  * with VL). The includer defines

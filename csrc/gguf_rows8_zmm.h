@@ -1,5 +1,5 @@
 /* The rows-of-8 products of several rows with 512-bit dpbusd (AVX512-VNNI), included by
- * gguf_rows8.c: the K-quants' here, the legacy 4- and 5-bit types' through gguf_rows8_x86.h's
+ * gguf_x86.c: the K-quants' here, the legacy 4- and 5-bit types' through gguf_rows8_x86.h's
  * ES_LEGACY_SHARED and this file's pair helpers.
  *
  * Why: a pass over several rows shares each unpacked block of codes, so past a few rows the

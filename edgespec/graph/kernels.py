@@ -69,7 +69,7 @@ ENVIRONMENT = "EDGESPEC_GGUF_KERNELS"
 
 # What --kernels auto runs on the kernels: every type they read, measured faster than ONNX
 # Runtime's MatMulNBits on each (no minimum term, 5- and 6-bit codes read as stored, no padded
-# steps; the legacy types in the rows-of-8 layout of edgespec.graph.rows8; the figures:
+# steps; the legacy types in the rows-of-8 layout of csrc/gguf_rows8.h; the figures:
 # docs/architecture.md, the GGUF kernels). --kernels gguf is the same set today; --kernels
 # mlas runs none of them.
 AUTO_KERNEL_TYPES = frozenset(GGUF_KERNEL_TYPES)

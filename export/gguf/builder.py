@@ -22,6 +22,7 @@ from edgespec.export.gguf.raw_blocks import (
     stack_raw,
 )
 from edgespec.export.gguf.reader import float_tensor, tensor_rows
+from edgespec.export.gguf.rows8 import ROWS8_OFFSET
 from edgespec.export.gguf.weights import block_weights
 from edgespec.graph.kernels import (
     GGUF_DOMAIN,
@@ -29,7 +30,6 @@ from edgespec.graph.kernels import (
     GGUF_KERNEL_TYPES,
     GGUF_MATMUL,
 )
-from edgespec.graph.rows8 import ROWS8_OFFSET
 
 #: Initializers at least this large go to the data file (onnx.save's default threshold).
 EXTERNAL_THRESHOLD = 1024

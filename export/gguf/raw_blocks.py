@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgespec.export.gguf.matmul_nbits import BlockShape
+from edgespec.export.gguf.rows8 import rows8_fits, to_rows8
 from edgespec.graph.kernels import GGUF_KERNEL_TYPES
-from edgespec.graph.rows8 import rows8_fits, to_rows8
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,24 +1,20 @@
-"""edgespec's GGUF kernels (``csrc/gguf_kernels.c``, an ONNX Runtime custom-operator library):
+"""edgespec's GGUF kernels as ONNX Runtime operators (GgufMatMul, GgufGather: csrc/gguf_ops.c):
 products and lookups on llama.cpp's blocks (Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) against
-the ``gguf`` package's own
-dequantization, bit-identical rows whatever a pass's width or thread count, both code paths
-(AVX2 and portable C), and a missing library reported in one line."""
+the ``gguf`` package's own dequantization, bit-identical rows whatever a pass's width or thread
+count, on the path this process runs, and a missing library reported in one line. Every
+instruction-set path against the portable reference: test_kernel_paths.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 import sysconfig
-from pathlib import Path
 
 import numpy as np
 import onnxruntime
 import pytest
 
 from edgespec.errors import BundleError
+from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
 from edgespec.graph import kernels
 from edgespec.graph.kernels import (
     GGUF_DOMAIN,
@@ -26,9 +22,9 @@ from edgespec.graph.kernels import (
     gguf_kernel_path,
     register_gguf_kernels,
 )
-from edgespec.graph.rows8 import ROWS8_OFFSET, to_rows8
 
 from support.gguf_model import random_blocks
+from support.kernel_inputs import one_signed, saturated
 
 built = pytest.mark.skipif(
     gguf_kernel_library() is None, reason="the GGUF kernels did not build in this install"
@@ -152,11 +148,13 @@ def test_the_widest_integer_sums_do_not_overflow(kind: str) -> None:
     """Every code and scale at its largest against inputs of one sign (127 or -127 after
     quantization): the sums that a 16-bit partial sum would overflow first still follow the
     dequantized weights, on the path this CPU takes and in passes of one row and of several."""
-    blocks = saturated(_blocks(np.random.default_rng(5), kind), kind)
+    blocks = saturated(_blocks(np.random.default_rng(5), kind), _type(kind))
     session = _session("GgufMatMul", kind, blocks)
-    expected = one_signed(5).astype(np.float64) @ _dequantized(kind, blocks).T.astype(np.float64)
+    expected = one_signed(5, INPUTS).astype(np.float64) @ _dequantized(kind, blocks).T.astype(
+        np.float64
+    )
     for rows in (1, 5):
-        got = session.run(None, {"x": one_signed(rows)})[0]
+        got = session.run(None, {"x": one_signed(rows, INPUTS)})[0]
         assert np.abs(got - expected[:rows]).max() <= 1e-3 * np.abs(expected).max(), kind
 
 
@@ -213,149 +211,6 @@ def test_an_unread_block_type_is_refused_when_the_session_loads() -> None:
         _session("GgufMatMul", "IQ2_XXS", blocks)
 
 
-PORTABLE_CHECK = """
-import json, sys
-import numpy as np
-sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
-import test_gguf_kernels as t
-from edgespec.graph.kernels import gguf_kernel_path
-rng = np.random.default_rng(4)
-out = {{"path": gguf_kernel_path()}}
-for kind in t.KINDS:
-    blocks = t._blocks(rng, kind)
-    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
-    session = t._session("GgufMatMul", kind, blocks)
-    whole = session.run(None, {{"x": x}})[0]
-    expected = x.astype(np.float64) @ t._dequantized(kind, blocks).T
-    same = t._session("GgufMatMul", t._type(kind), blocks).run(None, {{"x": x}})[0]
-    out[kind] = {{
-        "same_as_file_layout": bool(np.array_equal(whole, same)),
-        "error": float(np.abs(whole - expected).max() / np.abs(expected).max()),
-        "invariant": all(
-            np.array_equal(session.run(None, {{"x": x[r : r + 1]}})[0], whole[r : r + 1])
-            for r in (0, 33)
-        ),
-    }}
-from edgespec.export.gguf.raw_blocks import RawBlocks, interleave_by_8
-for kind in ("Q4_K/rows8", "Q5_1"):
-    gate, up = t._blocks(rng, kind), t._blocks(rng, kind)
-    raws = [
-        RawBlocks(data=w, kind=t._type(kind), rows=t.OUTPUTS, columns=t.INPUTS) for w in (gate, up)
-    ]
-    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32) * 4
-    both = interleave_by_8(*raws).data
-    got = t._session("GgufMatMul", kind, both, activation=1).run(None, {{"x": x}})[0]
-    g, u = (x.astype(np.float64) @ t._dequantized(kind, w).T for w in (gate, up))
-    expected = g / (1 + np.exp(-g)) * u
-    out["swiglu " + kind] = float(np.abs(got - expected).max() / np.abs(expected).max())
-print(json.dumps(out))
-"""
-
-
-@built
-def test_the_portable_path_computes_the_same_products(tmp_path: Path) -> None:
-    """The C path every CPU runs (the AVX2 path's fallback, and ARM's today): forced in a fresh
-    process, since a process picks its path once. It runs outside the checkout, on the same
-    library as this process."""
-    tests = str(Path(__file__).parent)
-    env = {
-        **os.environ,
-        "EDGESPEC_GGUF_KERNEL_PATH": "portable",
-        kernels.ENVIRONMENT: str(gguf_kernel_library()),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", PORTABLE_CHECK.format(tests=tests)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["path"] == "portable"
-    for kind in KINDS:
-        assert report[kind]["error"] <= 0.02 and report[kind]["invariant"], report
-        # the portable path reads a rows-of-8 block back into the file's: the same bits
-        assert report[kind]["same_as_file_layout"], report
-    assert report["swiglu Q4_K/rows8"] <= 0.03 and report["swiglu Q5_1"] <= 0.03, report
-
-
-def saturated(blocks: np.ndarray, kind: str) -> np.ndarray:
-    """``blocks`` with every code byte (and the K-quants' sub-block scales) 0xFF, their
-    float16 factors kept: each product's integer terms at their largest (IQ4_NL's and
-    IQ4_XS's bytes 0: the table's -127 and IQ4_XS's scale -32)."""
-    import gguf
-
-    _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[_type(kind)]]
-    out = blocks.copy().reshape(-1, size)
-    if _type(kind).startswith("IQ4"):  # d, then IQ4_XS's scales and the indices
-        out[:, 2:] = 0
-    elif _type(kind) in ("Q6_K", "Q3_K"):  # codes, scales, then d
-        out[:, : size - 2] = 0xFF
-    elif _type(kind) == "Q2_K":  # scales, codes, then d and dmin
-        out[:, : size - 4] = 0xFF
-    else:  # d (and dmin or m) first
-        out[:, 2 * (2 if _type(kind) in ("Q4_K", "Q5_K", "Q4_1", "Q5_1") else 1) :] = 0xFF
-    return out.reshape(blocks.shape)
-
-
-def one_signed(rows: int) -> np.ndarray:
-    """Inputs [rows, INPUTS] that quantize to 127 (even rows) or -127 (odd rows) everywhere."""
-    signs = np.where(np.arange(rows) % 2 == 0, 1.0, -1.0).astype(np.float32)
-    return np.repeat(signs[:, None], INPUTS, axis=1)
-
-
-X86_PATH_CHECK = """
-import hashlib, json, sys
-sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
-import numpy as np
-import test_gguf_kernels as t
-from edgespec.graph.kernels import gguf_kernel_path
-out = {{"path": gguf_kernel_path()}}
-for kind in t.KINDS:
-    rng = np.random.default_rng(4)
-    blocks = t._blocks(rng, kind)
-    x = rng.standard_normal((t.ROWS, t.INPUTS)).astype(np.float32)
-    session = t._session("GgufMatMul", kind, blocks)
-    ys = [session.run(None, {{"x": x[:rows]}})[0] for rows in (1, 2, 3, 4, 5, 7, 8, 20, t.ROWS)]
-    # every code at its largest and inputs of one sign: the widest integer sums a lane holds
-    extreme = t._session("GgufMatMul", kind, t.saturated(blocks, kind))
-    ys += [extreme.run(None, {{"x": t.one_signed(rows)}})[0] for rows in (1, 5)]
-    out[kind] = hashlib.sha256(b"".join(y.tobytes() for y in ys)).hexdigest()
-print(json.dumps(out))
-"""
-
-
-@built
-def test_the_vnni_paths_give_the_avx2_paths_bits(tmp_path: Path) -> None:
-    """Where the CPU has AVX-VNNI or AVX512-VNNI the rows-of-8 products run on dpbusd (the
-    K-quants' several-row passes on 512 bits with AVX512-VNNI): each path forced in a fresh
-    process, every kind's outputs at 1, 2, 3, 4, 5, 7, 8, 20 and 37 rows (the 512-bit
-    tiles' sizes, several tiles, a second pass of 32 rows), and with every code at its largest
-    against inputs of one sign, are the AVX2 path's bits (the integer sums are exact whichever
-    instructions add them)."""
-    if gguf_kernel_path() not in X86_PATHS:
-        pytest.skip(f"this CPU runs the {gguf_kernel_path()} path: no x86-64 paths to compare")
-    reports = []
-    for forced in ("avx2", "avx-vnni", "avx512-vnni", ""):
-        env = {**os.environ, "EDGESPEC_GGUF_KERNEL_PATH": forced}
-        env[kernels.ENVIRONMENT] = str(gguf_kernel_library())
-        done = subprocess.run(
-            [sys.executable, "-c", X86_PATH_CHECK.format(tests=str(Path(__file__).parent))],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    paths = {report.pop("path") for report in reports}
-    assert "avx2" in paths
-    if paths == {"avx2"}:
-        pytest.skip("this CPU has neither AVX-VNNI nor AVX512-VNNI")
-    assert all(report == reports[0] for report in reports), paths
-
-
 def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -375,22 +230,6 @@ def test_a_graph_that_needs_missing_kernels_says_so_in_one_line(
         monkeypatch.delenv(kernels.ENVIRONMENT)
         kernels.gguf_kernel_library.cache_clear()
         kernels.gguf_kernel_path.cache_clear()
-
-
-def test_the_rows8_layout_moves_bytes_and_takes_whole_groups_of_8_outputs() -> None:
-    """The layout moves the file's bits (a bundle stays the file's size: Q8_0's whole bytes,
-    the other types' nibbles, fifth bits, bit pairs and 6-bit factors), and a weight whose
-    outputs do not form groups of 8 is refused (the importer keeps it as stored)."""
-    rng = np.random.default_rng(6)
-    for kind in TYPES:
-        blocks = _blocks(rng, kind)
-        moved = to_rows8(blocks, kind)
-        assert moved.shape == blocks.shape and not np.array_equal(moved, blocks)
-        assert np.unpackbits(moved).sum() == np.unpackbits(blocks).sum()
-        if kind == "Q8_0":
-            assert np.array_equal(np.sort(moved, axis=None), np.sort(blocks, axis=None))
-    with pytest.raises(ValueError, match="rows-of-8"):
-        to_rows8(_blocks(rng, "Q4_0")[:12], "Q4_0")
 
 
 @built

@@ -1,14 +1,10 @@
-"""The rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q2_K ... Q6_K, IQ4_NL, IQ4_XS) that
-the GGUF kernels read fastest: the file's blocks with their bits moved, none added or dropped, so a
-bundle stays the file's size. ``csrc/gguf_rows8.c`` describes the layout and reads it; this
-module writes it at import.
-
-Outputs 8g .. 8g + 7 form group g; each block index b of the group holds, in order, the 8
-outputs' float16 d, their float16 m (Q4_1, Q5_1), 32 bytes of fifth-bit planes (Q5_0, Q5_1)
-and the codes as registers of 32 bytes whose byte 4i + t is output i's input 4j + t of the
-block (register j; the 4- and 5-bit types keep registers j and j + 4 in one byte's nibbles).
-The K-quants hold 8 super-blocks per group block: their factors per sub-block as [sub-block,
-output] arrays, the codes of every 32 inputs as those registers.
+"""The writer of the rows-of-8 layout of GGUF's block types (Q4_0 ... Q8_0, Q2_K ... Q6_K,
+IQ4_NL, IQ4_XS) that the GGUF kernels read fastest: the file's blocks with their bits moved,
+none added or dropped, so a bundle stays the file's size. The layout is specified once, in
+``csrc/gguf_rows8.h`` (group blocks of 8 outputs, byte by byte); ``csrc/gguf_rows8.c`` reads it
+back and tests/kernels/test_kernel_paths.py checks that this writer and that reader round-trip
+every type. The exporter writes it at import (raw_blocks.py) for every weight whose outputs
+form groups of 8.
 """
 
 from __future__ import annotations
@@ -166,7 +162,7 @@ def _by_sub_block(values: np.ndarray) -> np.ndarray:
 
 def _k_factors(blocks: np.ndarray) -> list[np.ndarray]:
     """[G, B, lane, bytes] Q4_K or Q5_K blocks → their group blocks' first 128 bytes: d[8],
-    dmin[8] and the 6-bit scales and minimums in 96 bytes (see csrc/gguf_rows8.c)."""
+    dmin[8] and the 6-bit scales and minimums in 96 bytes (csrc/gguf_rows8.h)."""
     factors = blocks[..., 4:16].astype(np.uint16)  # [G, B, lane, 12]: scales[12]
     scale = np.empty((*blocks.shape[:3], 8), np.uint8)
     minimum = np.empty_like(scale)
@@ -208,7 +204,7 @@ def _two_bit_registers(registers: np.ndarray) -> np.ndarray:
 
 
 def _q2_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """[G, B, lane, 84] Q2_K blocks → group blocks of 672 bytes (see csrc/gguf_rows8.c)."""
+    """[G, B, lane, 84] Q2_K blocks → group blocks of 672 bytes (csrc/gguf_rows8.h)."""
     groups, count = blocks.shape[:2]
     registers = _chunk_registers(_two_bit_codes(blocks[..., 16:80]))
     pieces = [
@@ -221,7 +217,7 @@ def _q2_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
 
 
 def _q3_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """[G, B, lane, 110] Q3_K blocks → group blocks of 880 bytes (see csrc/gguf_rows8.c)."""
+    """[G, B, lane, 110] Q3_K blocks → group blocks of 880 bytes (csrc/gguf_rows8.h)."""
     groups, count, lanes = blocks.shape[:3]
     packed = blocks[..., 96:108]  # ggml's 12 bytes of 16 six-bit scales
     low = np.concatenate([packed[..., 0:8] & 0x0F, packed[..., 0:8] >> 4], axis=-1)
@@ -251,7 +247,7 @@ def _k_nibble_codes(packed: np.ndarray) -> np.ndarray:
 
 
 def _q4_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """[G, B, lane, 144] Q4_K blocks → group blocks of 1,152 bytes (see csrc/gguf_rows8.c)."""
+    """[G, B, lane, 144] Q4_K blocks → group blocks of 1,152 bytes (csrc/gguf_rows8.h)."""
     codes = _k_nibble_codes(blocks[..., 16:144])
     pieces = [*_k_factors(blocks), _nibble_registers(codes)]
     return np.concatenate(pieces, axis=-1).reshape(rows, width)
@@ -271,7 +267,7 @@ def _q5_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
 
 
 def _q6_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """[G, B, lane, 210] Q6_K blocks → group blocks of 1,680 bytes (see csrc/gguf_rows8.c)."""
+    """[G, B, lane, 210] Q6_K blocks → group blocks of 1,680 bytes (csrc/gguf_rows8.h)."""
     groups, count = blocks.shape[:2]
     codes = np.empty((*blocks.shape[:3], 256), np.uint8)
     for half in range(2):
@@ -297,7 +293,7 @@ def _q6_k(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
 
 def _iq4_xs(blocks: np.ndarray, rows: int, width: int) -> np.ndarray:
     """[G, B, lane, 136] IQ4_XS blocks → group blocks of 1,088 bytes: d[8], the 6-bit scales in
-    48 bytes, then per sub-block of 32 its nibble registers (see csrc/gguf_rows8.c)."""
+    48 bytes, then per sub-block of 32 its nibble registers (csrc/gguf_rows8.h)."""
     s = np.arange(8)
     low = (blocks[..., 4 + s // 2] >> (4 * (s % 2)).astype(np.uint8)) & 0x0F  # [G, B, lane, 8]
     scales_h = blocks[..., 2].astype(np.uint16) | (blocks[..., 3].astype(np.uint16) << 8)
