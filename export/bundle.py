@@ -170,7 +170,8 @@ def save_tokenizer(tokenizer: Any, generation_config: Any, root: Path) -> Tokeni
             fix="the runtime needs a fast tokenizer; save one with the model",
         )
     data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-    # transformers writes it indented (SmolLM2's: 3.5 MB); compact, it is 2.2 MB.
+    # transformers writes it indented; compact, it is far smaller (docs/benchmarks/export.md,
+    # "Export").
     tokenizer_json.write_text(
         json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8"
     )

@@ -45,8 +45,8 @@ class CostProfile:
 #: comes in runs (a copied line, then a divergent one), which a quick estimate follows.
 #: Sampled acceptance is a draw per token around a slowly moving rate, so a quick estimate
 #: chases noise: simulating i.i.d. acceptance at the 1.5B pair's costs
-#: (``benchmarks/k_policy_sim.py``), α's weight 0.2 lost 5% of the best fixed k's speed at
-#: α 0.65-0.72 and 3% at 0.8, 0.05 lost 0-2%.
+#: (``benchmarks/k_policy_sim.py``), α's weight 0.2 loses more of the best fixed k's speed
+#: than 0.05 does (docs/benchmarks/qwen-vs-llama-cpp.md, "On a 2-core AVX-512 Xeon").
 GREEDY_ALPHA_SMOOTHING = 0.2
 SAMPLED_ALPHA_SMOOTHING = 0.05
 

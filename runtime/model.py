@@ -6,8 +6,8 @@ advances the cache and returns logits [len(token_ids), vocab] (float32), through
 written straight into the cache's buffers and the logits into a preallocated buffer, a view
 valid until the next call) or the plain path (``session.run``), chosen once.
 
-Measured on the 2-core CPU this project is developed on (benchmarks/session_paths.py), the
-plain path was as fast or faster (IO binding 0.83-1.05x of it), so it is the default for
+Measured by benchmarks/session_paths.py (docs/benchmarks/export.md, "Quantization and verify
+cost: a 14M pair"), the plain path is as fast or faster, so it is the default for
 optimum's graphs, whose bound buffers live in host memory: on a GPU provider their
 KV cache crosses to the host every step. The in-place graphs (``kv_sharing`` "shared") are
 bound by default, and on CUDA their cache lives on the GPU (:attr:`OnnxModel.kv_device`): only

@@ -38,8 +38,9 @@ def probabilities(logits: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
         np.put_along_axis(one_hot, top, 1.0, axis=-1)
         return one_hot
     # float32 arithmetic up to the normalisation: the exponential of a large vocabulary's row
-    # costs a third of float64's and is paid for every drafted and verified row (measured:
-    # docs/benchmarks/qwen-vs-llama-cpp.md). A tiny temperature keeps float64, where
+    # costs less than float64's and is paid for every drafted and verified row (measured:
+    # docs/benchmarks/qwen-vs-llama-cpp.md, "Decode on a 2-core AMD EPYC (AVX2)"). A tiny
+    # temperature keeps float64, where
     # 1 / temperature cannot overflow.
     work_dtype = np.float32 if sampling.temperature >= 1e-3 else np.float64
     scores = np.asarray(logits, dtype=work_dtype)  # [..., vocab]
@@ -81,8 +82,9 @@ def sample_at(probs: np.ndarray, u: float) -> int:
 
     ``u`` is scaled by the row's total, so a row summing slightly off 1 is harmless, and a
     token of probability 0 is never returned. The cumulative sum runs over blocks of
-    ``CDF_BLOCK`` tokens first, then within the block the draw falls in: a full 151,936-token
-    cumulative sum cost 0.57 ms a draw, and is paid for every drafted and verified token.
+    ``CDF_BLOCK`` tokens first, then within the block the draw falls in: a cumulative sum over
+    a full 151,936-token row costs several times as much (docs/benchmarks/qwen-vs-llama-cpp.md,
+    "On a 2-core AVX-512 Xeon"), and is paid for every drafted and verified token.
     """
     if np.ndim(probs) != 1:
         raise ValueError(f"sample_at takes one row [vocab], got shape {np.shape(probs)}")

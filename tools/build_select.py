@@ -24,9 +24,9 @@ SIZE_LIMIT_BYTES = 40 * 1000 * 1000  # the issue's limit on the committed pair
 class SelectSettings:
     """What the selection measures; ``smoke()`` is a minutes-long check of the script itself."""
 
-    # int8 at accuracy level 1 is left out: exact, but 28 tokens/s target-only here (ONNX
-    # Runtime has no fp32-activation kernel for 8-bit weights), and it alone took most of the
-    # measuring time.
+    # int8 at accuracy level 1 is left out: exact, but slow target-only (ONNX Runtime has no
+    # fp32-activation kernel for 8-bit weights: docs/benchmarks/toy-pair.md, "The toy pair"),
+    # and it alone took most of the measuring time.
     candidates: tuple[str, ...] = ("fp32", "int8-acc4", "int4-acc4", "int4-acc1", "int8-dynamic")
     ks: tuple[int, ...] = (3, 4, 5, 6)
     new_tokens: int = 128

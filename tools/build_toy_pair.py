@@ -17,7 +17,8 @@ Stages (each skipped when its output exists in the work directory, so a rerun re
    configuration is installed into the package data with the build record in the manifests'
    ``extra`` field, and the table is written to ``WORK/table.md``.
 
-Not run by CI: about two hours on a 2-core CPU, minutes with ``--device cuda``.
+Not run by CI: hours on a 2-core CPU (docs/benchmarks/toy-pair.md, "The toy pair"), minutes
+with ``--device cuda``.
 """
 
 from __future__ import annotations

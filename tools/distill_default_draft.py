@@ -1,8 +1,9 @@
 """Distils the default model's draft (SmolLM2-135M-Instruct, Q4_1) with ``edgespec distill``.
 
 The preset is the last round the shipped draft was trained with (its record lists every
-round). On a CUDA GPU the target teaches from torch in batches (the data of 24,576 samples
-took 12 minutes on one H100); on a CPU the data stage alone takes hours.
+round). On a CUDA GPU the target teaches from torch in batches (its time on one H100:
+docs/benchmarks/default-model.md, "The shipped draft against prompt lookup"); on a CPU the
+data stage alone takes hours.
 
     python tools/distill_default_draft.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf \
         --out smollm2-draft --device cuda --total-minutes 20 [--init DRAFT.gguf --seed 2]
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 #: The shipped draft's shape and training (chosen by the measured draft step on a 2-core
-#: CPU: 256 wide x 6 layers steps in about a tenth of the target's time).
+#: CPU: docs/benchmarks/default-model.md, "The shipped draft against prompt lookup").
 PRESET = {
     "samples": 24576,
     "self_prompts": 2048,

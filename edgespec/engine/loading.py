@@ -213,8 +213,8 @@ def session_options(
     not spin. A small draft runs on the calling thread alone (intra-op 1: no worker threads),
     which measured faster than a 2-thread draft whether or not it spins: its kernels are too
     short to pay for waking a worker. A draft of more than :data:`THREADED_DRAFT_BYTES` of
-    weights gets the target's threads (Qwen2.5-Coder-0.5B drafting for the 1.5B on 2 cores:
-    a draft step of 38 against 47 ms, the pair 13% faster), and the target's threads then stop
+    weights gets the target's threads (faster for Qwen2.5-Coder-0.5B drafting for the 1.5B:
+    docs/runtime.md, "Execution providers and threads"), and the target's threads then stop
     spinning at the end of each of its passes.
     """
     target = ModelOptions(

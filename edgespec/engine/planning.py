@@ -287,8 +287,8 @@ def measure_profile(source: PlanSource) -> CostProfile:
         )
     verifying = source.verifying_model
     assert verifying is not None, "an engine without a remote target has a verifying model"
-    # Kept per pair, device, threads and providers: a measurement takes 45 target passes (1 s
-    # for SmolLM2-135M, several for a 1.5B), which each process's first generation paid.
+    # Kept per pair, device, threads and providers: a measurement takes 45 target passes (its
+    # time: docs/runtime.md, "Choosing k"), which each process's first generation paid.
     kept = costs_path(
         verifying.bundle,
         draft.bundle if draft else None,

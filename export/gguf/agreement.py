@@ -87,7 +87,8 @@ def llama_cpp_logits(path: str, prompts: list[list[int]], out_dir: str) -> None:
 def _without_weight_repacking() -> None:
     """Loads llama.cpp's model without its repacked copy of the weights (its CPU "extra
     buffer types": Q4_0, Q4_K and others interleaved for its batched kernels, held beside the
-    file's mapped pages: 0.6 GB for Qwen2.5-Coder-1.5B Q4_K_M, 3 GB for a 7B), so that this
+    file's mapped pages: docs/benchmarks/export.md, "Importing a GGUF: memory and bundle
+    size"), so that this
     check stays inside the import's memory bound. Its logits then come from its plain dot
     products, for the batched and the one-token path alike. Older llama-cpp-python has no
     such field (and repacks less)."""

@@ -18,15 +18,17 @@ from edgespec.graph.paths import GraphSizes
 from edgespec.manifest import GraphSpec
 
 #: The part of an import's peak that does not grow with the weights: the tokenizer's arrays
-#: while it is built (1 GB for Gemma 3's 262,144 tokens), the reference forward's float64
-#: logits, the llama.cpp check's own buffers.
+#: while it is built (the largest for Gemma 3's 262,144 tokens: docs/benchmarks/export.md,
+#: "Importing a GGUF: memory and bundle size"), the reference forward's float64 logits, the
+#: llama.cpp check's own buffers.
 IMPORT_BASE_BYTES = 1000 << 20
 #: Times the file, by what the graph's products run on. On edgespec's GGUF kernels the graph
 #: reads the file's blocks as stored, so the checks' session holds about the file once
 #: more while the file's own pages are released. On ONNX Runtime's MatMulNBits (``--kernels
 #: mlas``, or where the kernels did not build) the session packs a second copy of every
 #: 4-bit weight and stores 5- and 6-bit blocks as 8-bit. Dequantized (``--quant fp32``) the
-#: bundle is about 5.5-7x the file, and the session holds it again.
+#: bundle holds every weight in 32 bits, several times the file (same section), and the
+#: session holds it again.
 IMPORT_PEAK_PER_FILE_BYTE = {"kernels": 1.1, "matmul-nbits": 3.0, "float32": 12.0}
 SKIP_MEMORY_CHECK_ENV = "EDGESPEC_SKIP_MEMORY_CHECK"
 

@@ -51,8 +51,9 @@ GEMMA2_27B_LAYERS = 46
 #: edgespec's metadata key for a draft's reduced output vocabulary (int32 token ids).
 OUTPUT_VOCABULARY_KEY = "edgespec.output_vocabulary"
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
-#: The tokenizer's arrays: the gguf reader keeps a numpy view of each entry (about 400 MB for
-#: a 151,936-token vocabulary and its merges), read once to build the tokenizer.
+#: The tokenizer's arrays: the gguf reader keeps a numpy view of each entry, which grows with
+#: the vocabulary and its merges (docs/benchmarks/export.md, "Importing a GGUF: memory and
+#: bundle size"), read once to build the tokenizer.
 TOKENIZER_ARRAYS = (
     "tokenizer.ggml.tokens",
     "tokenizer.ggml.token_type",

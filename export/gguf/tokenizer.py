@@ -349,7 +349,8 @@ def _sentencepiece(fields: Any, tokens: list[str], types: list[int]) -> Any:
 def save_tokenizer_files(built: GGUFTokenizer, root: Path) -> list[str]:
     """tokenizer.json, tokenizer_config.json (chat template, special tokens) and, when the
     file has one, chat_template.jinja; returns the file names."""
-    built.tokenizer.save(str(root / "tokenizer.json"), pretty=False)  # 2.2 MB, not 3.5 MB
+    # Compact, as export.bundle writes it (docs/benchmarks/export.md, "Export").
+    built.tokenizer.save(str(root / "tokenizer.json"), pretty=False)
     config = {
         "add_bos_token": built.add_bos_token,
         "chat_template": built.chat_template,

@@ -10,8 +10,8 @@ per byte for 8 bits. llama.cpp's blocks map onto that with no requantization:
 * Q4_1 (``d``, ``m``, nibbles): ``w = q * d + m = (q - 8) * d + (m + 8 d)`` → scale d, default
   zero point, and a per-block offset ``m + 8 d`` that the graph adds as
   ``blocksum(x) @ offsets.T`` (x summed over each block of 32). MatMulNBits also takes float
-  zero points (``-m / d``), but they force a slow kernel: 0.57 ms against 0.047 ms for a
-  1536 x 576 weight and one row on this CPU;
+  zero points (``-m / d``), but they force a slow kernel (docs/benchmarks/smollm2-vs-llama-cpp.md,
+  "Where a 4-bit step goes");
 * Q8_0 (``d``, 32 signed bytes): ``w = q * d`` → q + 128 as unsigned, default zero point 128;
 * Q5_0 / Q5_1 (a fifth bit per weight in a 32-bit word): ``w = (q - 16) * d`` / ``q * d + m``,
   q in 0..31 → 8 bits (q + 112, zero point 128: exact, at 8 bits' size), Q5_1 with the

@@ -34,7 +34,7 @@ from edgespec.errors import ConfigError, RemoteError, RemoteUnavailableError
 #: Statuses worth retrying: the server is restarting, overloaded or behind a failing proxy.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: The default deadline of one request, retries included: long enough for a server to restart
-#: (a cold ``edgespec serve`` answers after 2 to 5 s on a 2-core machine).
+#: (a cold ``edgespec serve``'s restart: docs/serving.md, "Under abuse (measured)").
 DEFAULT_TIMEOUT_S = 30.0
 #: The longest excerpt of an answer's body an error message quotes.
 QUOTED_CHARS = 200
