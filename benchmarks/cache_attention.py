@@ -10,7 +10,7 @@ A shape is query heads x KV heads x head width (Gemma 3 270M, Qwen2.5-Coder-1.5B
 SmolLM2-135M). For each shape, context and pass width, prints one JSON line: the median time
 of a pass per layer in milliseconds for each operator, over ``--rounds`` alternating rounds
 of 15 passes (the fastest round's median), and GroupQueryAttention's time over each kernel's.
-GroupQueryAttention runs unfolded (one thread per query head); ``--window`` gives every
+GroupQueryAttention runs one thread per query head; ``--window`` gives every
 operator a sliding window.
 """
 

@@ -9,7 +9,7 @@ with each draft at k 3, greedy, the drafts in turn on each of the first ``--prom
 chat prompts; acceptance (accepted / tested) and decode tok/s over the set, every output
 checked equal across the drafts (each equals target-only decoding).
 
-Make the forms with ``edgespec export`` (``--attention plain|folded``) from the draft's GGUF,
+Make the forms with ``edgespec export`` (``--attention plain|kernel``) from the draft's GGUF,
 or from a reduced-head copy (``edgespec.export.draft_head.reduced_head_gguf``, whose
 ``requantize`` re-quantizes the layers' blocks).
 """

@@ -1,8 +1,7 @@
 /* GgufMatMul and GgufGather computed (their tables: ort_ops.c).
  *
  *   edgespec.gguf::GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or
- *       [..., N] (optional: a bias or a residual, added), input_order int64 [K] (optional))
- *       -> Y float [..., N]
+ *       [..., N] (optional: a bias or a residual, added)) -> Y float [..., N]
  *   attributes: ggml_type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K,
  *   11 = Q3_K, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K, 20 = IQ4_NL, 23 = IQ4_XS: ggml's type ids;
  *   the id + 1024 when W is in the rows-of-8 layout of gguf_rows8.h), in_features K,
@@ -151,28 +150,6 @@ static OrtStatus *addend(const Kernel *kernel, OrtKernelContext *context, int64_
     return NULL;
 }
 
-/* GgufMatMul's optional fourth input: int64 [K], X's columns in the order W's inputs are
- * stored (x'[.., j] = x[.., order[j]]: a graph that regroups attention heads, where the
- * blocks of W cannot move). *out is the reordered copy, or NULL without the input. */
-static OrtStatus *input_order(const Kernel *kernel, OrtKernelContext *context, int64_t rows,
-                              const float *x, float **out) {
-    void *data;
-    int64_t elements = 0;
-    OrtStatus *status = optional_input(kernel, context, 3, &data, &elements);
-    *out = NULL;
-    if (status || !data) return status;
-    if (elements != kernel->k) return es_ort_fail("GgufMatMul: input_order is not [in_features]");
-    const int64_t *order = (const int64_t *)data, k = kernel->k;
-    for (int64_t j = 0; j < k; j++)
-        if (order[j] < 0 || order[j] >= k) return es_ort_fail("GgufMatMul: input_order is outside X");
-    float *ordered = malloc(sizeof(float) * (size_t)(rows * k));
-    if (!ordered) return es_ort_fail("GgufMatMul: out of memory for the reordered activations");
-    for (int64_t m = 0; m < rows; m++)
-        for (int64_t j = 0; j < k; j++) ordered[m * k + j] = x[m * k + order[j]];
-    *out = ordered;
-    return NULL;
-}
-
 OrtStatus *es_gguf_matmul_compute(void *data, OrtKernelContext *context) {
     const Kernel *kernel = (const Kernel *)data;
     Operands io;
@@ -190,12 +167,7 @@ OrtStatus *es_gguf_matmul_compute(void *data, OrtKernelContext *context) {
     if ((status = addend(kernel, context, rows, p))) return status;
     if (p->addend && p->activation != ES_PLAIN)
         return es_ort_fail("GgufMatMul: an addend and an activation do not go together");
-    const float *x = (const float *)io.first;
-    float *ordered = NULL;
-    if ((status = input_order(kernel, context, rows, x, &ordered))) return status;
-    int failed = es_product_start(&run, ordered ? ordered : x);
-    free(ordered);
-    if (failed) return es_ort_fail("GgufMatMul: out of memory for the quantized activations");
+    if (es_product_start(&run, (const float *)io.first)) return es_ort_fail("GgufMatMul: out of memory for the quantized activations");
     status = ES_ORT_CALL(kernel->api, ES_ORT_SLOT_KERNEL_CONTEXT_PARALLEL_FOR,
                          es_kernel_context_parallel_for_fn)(context, es_product_task,
                                                             es_product_tasks(p), ES_BATCHES, &run);

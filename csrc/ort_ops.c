@@ -3,7 +3,7 @@
  * compute, destroy) and RegisterCustomOps, which adds them to the domain edgespec.gguf.
  *
  *   GgufMatMul(X float [..., K], W uint8 [N, row bytes], addend float [N] or [..., N]
- *       (optional: a bias or a residual), input_order int64 [K] (optional)) -> Y float [..., N]
+ *       (optional: a bias or a residual)) -> Y float [..., N]
  *   GgufGather(ids int64 [...], W) -> rows of W dequantized, float [..., K]
  *   CacheAttention(query, key, value, past_key, past_value float, seqlens_k,
  *       total_sequence_length int32) -> output, present_key, present_value float
@@ -70,8 +70,8 @@ static void op_destroy(void *kernel) { free(kernel); }
      op_memory, op_one, op_zero, op_one, op_zero, create, compute}
 
 static const EsOp ops[] = {
-    {ES_OP_TABLE(es_gguf_create, es_gguf_matmul_compute), "GgufMatMul", 4, 1,
-     {ES_ORT_FLOAT, ES_ORT_UINT8, ES_ORT_FLOAT, ES_ORT_INT64}, {ES_ORT_FLOAT}, 2, 0},
+    {ES_OP_TABLE(es_gguf_create, es_gguf_matmul_compute), "GgufMatMul", 3, 1,
+     {ES_ORT_FLOAT, ES_ORT_UINT8, ES_ORT_FLOAT}, {ES_ORT_FLOAT}, 2, 0},
     {ES_OP_TABLE(es_gguf_create, es_gguf_gather_compute), "GgufGather", 2, 1,
      {ES_ORT_INT64, ES_ORT_UINT8}, {ES_ORT_FLOAT}, 2, 0},
     {ES_OP_TABLE(es_attention_create, es_attention_compute), "CacheAttention", 7, 3,

@@ -51,12 +51,11 @@ def _session(
     threads: int = 2,
     addend: str = "",
     *,
-    order: np.ndarray | None = None,
     activation: int = 0,
 ) -> onnxruntime.InferenceSession:
     """One GgufMatMul (x [rows, INPUTS]) or GgufGather (ids [count]) over ``blocks``; with
     ``addend`` "bias" or "residual", GgufMatMul's third input ``a`` ([OUTPUTS] or Y's shape);
-    with ``order``, its fourth (X's columns in W's input order); ``activation`` its attribute
+    ``activation`` its attribute
     (1: SwiGLU over gates and ups in alternate groups of 8)."""
     import gguf
     from onnx import TensorProto, helper, numpy_helper
@@ -74,9 +73,6 @@ def _session(
         inputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, shape))
     names = [inputs[0].name, "w", *(["a"] if addend else [])]
     initializers = [numpy_helper.from_array(blocks, "w")]
-    if order is not None:
-        names = [*names[:2], names[2] if addend else "", "order"]
-        initializers.append(numpy_helper.from_array(order.astype(np.int64), "order"))
     node = helper.make_node(
         op,
         names,
@@ -310,24 +306,3 @@ def test_swiglu_is_silu_of_the_gates_times_the_ups_with_the_same_bits_in_any_pas
         _session("GgufMatMul", kind, both, activation=2)
     with pytest.raises(Exception, match="activation must be"):
         _session("GgufMatMul", kind, both[:40], activation=1)
-
-
-@built
-@pytest.mark.parametrize("kind", ["Q4_K/rows8", "Q8_0"])
-def test_an_input_order_reads_x_in_the_weights_order(kind: str) -> None:
-    """GgufMatMul's fourth input: W's inputs stored in another order than X's columns (a graph
-    that regroups attention heads), so the kernel reads x[:, order] — the same bits as a
-    Gather before it, with or without an addend; an order outside X is refused."""
-    rng = np.random.default_rng(12)
-    blocks = _blocks(rng, kind)
-    x = rng.standard_normal((ROWS, INPUTS)).astype(np.float32)
-    order = rng.permutation(INPUTS)
-    gathered = _session("GgufMatMul", kind, blocks).run(None, {"x": x[:, order]})[0]
-    got = _session("GgufMatMul", kind, blocks, order=order).run(None, {"x": x})[0]
-    assert np.array_equal(got, gathered)
-    bias = rng.standard_normal(OUTPUTS).astype(np.float32)
-    biased = _session("GgufMatMul", kind, blocks, addend="bias", order=order)
-    assert np.array_equal(biased.run(None, {"x": x, "a": bias})[0], gathered + bias)
-    wrong = _session("GgufMatMul", kind, blocks, order=np.full(INPUTS, INPUTS))
-    with pytest.raises(Exception, match="input_order is outside X"):
-        wrong.run(None, {"x": x})
