@@ -65,10 +65,9 @@ ES_ZMM static inline __m256i pair_sums(__m512i dots) {
  * arithmetic is rows8_q4_k's (rows8_q5_k's, rows8_iq4_xs's VNNI form): the same exact
  * integers per block, then the same float steps in block order, so the bits do not depend on
  * R or on which rows share a tile. Q6_K's tiles measured no faster (its scales multiply by
- * vpmulld, two uops, whichever loop order; on a 2-core Zen 4, 0.97x over 5 and 8 tokens of
- * the 1.5B and 1.14x over 128), so it keeps the 32-row passes. IQ4_XS's, also
- * by vpmulld, took 0.87x the time of 32-row passes on zmm over 5 tokens of the 1.5B and 0.91x
- * over 2 (2-core Zen 4), and one-row steps 0.96x the 256-bit form's. */
+ * vpmulld, two uops, whichever loop order), so it keeps the 32-row passes; IQ4_XS's, also by
+ * vpmulld, are faster than its 32-row passes on zmm (both: docs/benchmarks/kernels.md, "Q4_K's
+ * several-row passes in register tiles", and docs/benchmarks/gguf-types.md, IQ4_XS). */
 #define ZMM_TILE 8
 ES_ZMM static inline __attribute__((always_inline)) void q4_k_zmm_tile(const Product *p, int64_t g,
                                                                         int64_t m, const int R,

@@ -144,8 +144,7 @@ ES_AVX2 static inline __m256i signed_pairs(__m256i factors) {
 /* The 6-bit arrays SC[64] and MN[64] (index 8s + i: sub-block s, output i; Q4_K's scales and
  * minimums, Q3_K's scales of sub-blocks 0-7 and 8-15) from their 96 bytes at `factors`, as
  * bytes in registers: SC[0..31] in scales[0], SC[32..63] in scales[1], MN the same. Through a
- * stack array, each 8-byte read of a 32-byte store cost more (12% of a one-row product in
- * cache). */
+ * stack array, each 8-byte read of a 32-byte store costs more (a store-forwarding stall). */
 ES_AVX2 static inline __attribute__((always_inline)) void q4_k_group_factors(
     const uint8_t *factors, __m256i scales[2], __m256i minimums[2]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
