@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+from support.toy_pair import TOY_PAIR
+
 # Tests never touch a model hub: a hub id must fail fast instead of waiting on the network.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 # Commands and Engine.load() without a target use the toy pair (19M target, 2.6M draft: fast,
 # and its draft exercises the model drafter); the default model's own tests unset these.
-TOY_PAIR = Path(__file__).resolve().parent / "fixtures" / "toy_pair"
 os.environ["EDGESPEC_TARGET"] = str(TOY_PAIR / "target")
 os.environ["EDGESPEC_DRAFT"] = str(TOY_PAIR / "draft")
 

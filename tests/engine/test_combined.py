@@ -13,7 +13,7 @@ from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
 
-from conftest import TOY_PAIR
+from support.toy_pair import TOY_PAIR
 
 #: A draft step at 0.2 of a target step, a verify pass of 2 positions as one of 1.
 COSTS = CostProfile(

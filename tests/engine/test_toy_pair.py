@@ -17,7 +17,7 @@ from edgespec.manifest import load_bundle
 from edgespec.measure.bench import PROMPT_SETS_DIR, load_prompt_set, load_prompts
 from edgespec.runtime.model import OnnxModel
 
-from conftest import TOY_PAIR
+from support.toy_pair import TOY_PAIR
 
 
 def test_toy_pair_has_its_build_record() -> None:

@@ -23,7 +23,7 @@ from edgespec.graph.kernels import (
     register_gguf_kernels,
 )
 
-from support.gguf_model import random_blocks
+from support.gguf_blocks import random_blocks
 from support.kernel_inputs import one_signed, saturated
 
 built = pytest.mark.skipif(

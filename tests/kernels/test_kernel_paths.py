@@ -28,7 +28,7 @@ from edgespec.export.gguf.raw_blocks import RawBlocks
 from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
 from edgespec.graph.kernels import gguf_kernel_library
 
-from support.gguf_model import random_blocks
+from support.gguf_blocks import random_blocks
 from support.kernel_inputs import one_signed, saturated
 
 TYPES = [

@@ -18,7 +18,7 @@ import pytest
 
 from edgespec.export.gguf.rows8 import ROWS8_OFFSET, to_rows8
 
-from support.gguf_model import random_blocks
+from support.gguf_blocks import random_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every C file in csrc/ is a source of the library (setup.py's KERNEL_SOURCES).

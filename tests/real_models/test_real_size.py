@@ -249,7 +249,7 @@ def test_a_gguf_the_importer_does_not_run_is_one_line_and_writes_nothing(
 ) -> None:
     """Refused with one line naming what it is and what is supported; a new output folder is
     not created, and an existing bundle replaced with --force is left as it was."""
-    from support.gguf_model import write_tied_k_quant_gguf
+    from support.gguf_blocks import write_tied_k_quant_gguf
 
     path = write_tied_k_quant_gguf(tmp_path / "model.gguf", **written)
     out = tmp_path / "new" / "bundle"

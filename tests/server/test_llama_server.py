@@ -303,7 +303,7 @@ def test_a_server_that_clears_idle_slots_is_refused_in_one_line() -> None:
 def test_a_draft_of_another_vocabulary_is_refused(tmp_path: Path, shipped_draft: Path) -> None:
     from edgespec.api import Engine
 
-    from support.gguf_model import write_tied_k_quant_gguf
+    from support.gguf_blocks import write_tied_k_quant_gguf
 
     other = write_tied_k_quant_gguf(tmp_path / "other-vocabulary.gguf")
     with LlamaServer(model=other, port=free_port(), slots=3, context=256) as foreign:

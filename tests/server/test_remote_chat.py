@@ -14,8 +14,8 @@ from edgespec.api import Engine
 from edgespec.cli import main
 from edgespec.protocol.server_info import ChatFormat, ServerInfo
 
-from conftest import TOY_PAIR
 from support.servers import FAKE_PROFILE, ThreadServer
+from support.toy_pair import TOY_PAIR
 
 #: The target's own system message. The draft has none, as the default model's shipped draft
 #: once had none: formatting with the draft's settings gives another prompt.

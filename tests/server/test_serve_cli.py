@@ -16,8 +16,8 @@ import pytest
 from edgespec.errors import ConfigError
 from edgespec.server.run import check_port
 
-from conftest import TOY_PAIR
 from support.servers import free_port
+from support.toy_pair import TOY_PAIR
 
 
 def _serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
