@@ -13,7 +13,7 @@ then times passes of each width over that context (each cropped back after it: 2
 after 5 warm ones, 4 for widths above 16) and prints its medians. The parent prints, per
 path and width, the median over rounds of the children's medians in milliseconds and its
 ratio to the first path's. Every path's outputs are the same bits
-(tests/kernels/test_gguf_kernels.py checks it), so only time differs. ``--builds`` compares
+(tests/kernels/test_kernel_paths.py checks it), so only time differs. ``--builds`` compares
 builds of the library instead: the same source compiled with other settings
 (``CFLAGS=-DES_ROWS8_PREFETCH_BYTES=4096 python setup.py build_ext --inplace --force``, then
 copy the .so it writes). The builds run in one
