@@ -1,4 +1,11 @@
-"""PyTorch model → fp32 ONNX graph with explicit KV-cache inputs and outputs (optimum)."""
+"""PyTorch model → fp32 ONNX graph with explicit KV-cache inputs and outputs (optimum).
+
+The fallback form for Hugging Face architectures the in-place graph builder does not cover
+(``--graph optimum``, and ``auto`` for those): optimum's graphs concatenate past and new KV
+inside the graph, so every step copies the cache (the runtime's "concat" paths run them);
+Llama, Mistral, Phi-3, Qwen2, Qwen3 and Gemma 3 checkpoints go to :mod:`edgespec.export.hf_graph`
+instead, into the in-place graph the GGUF importer builds.
+"""
 
 from __future__ import annotations
 

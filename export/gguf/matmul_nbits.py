@@ -1,4 +1,6 @@
 """Weights in ONNX Runtime's ``MatMulNBits`` form, whatever GGUF type they came from: the
+products of a graph without edgespec's GGUF kernels (an install where they did not build,
+``--kernels mlas``, and CUDA, where ``auto`` picks them). The
 records the graph builder and the manifest read, and what is done to them once converted
 (dequantized for the parity check, stacked along the outputs, or requantized to
 8 bits when the file's grid cannot be kept). :mod:`edgespec.export.gguf.weights` says how each
