@@ -14,7 +14,7 @@ from edgespec.engine.pairing import check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.models import catalog
-from edgespec.models.bundles import default_pair, model_bundle
+from edgespec.models.bundles import configured_pair, model_bundle
 from edgespec.models.bundles import draft_bundle as draft_bundle_of
 from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
@@ -125,28 +125,34 @@ class LoadedPair:
 def resolve_bundles(
     request: LoadRequest, *, wants_target: bool
 ) -> tuple[Bundle | None, Bundle | None]:
-    """The target and draft bundles: those named, else the default pair's (see
-    :mod:`edgespec.models.bundles`). With a remote target (``wants_target`` False) and
-    no draft named, the default draft drafts, else the default model does."""
+    """The target and draft bundles: those named; else those $EDGESPEC_TARGET and
+    $EDGESPEC_DRAFT name; else a catalog model's, the named one or the default one
+    (:mod:`edgespec.models`). With a remote target (``wants_target`` False) and no draft
+    named, the model's draft drafts, else the model itself does."""
     checks = request.verify_checksums
     target_bundle = load_bundle(request.target, verify_checksums=checks) if request.target else None
     draft_bundle = load_bundle(request.draft, verify_checksums=checks) if request.draft else None
-    if request.model is not None:
-        named = catalog.find(request.model)
+    wanted = request.model is not None or (
+        target_bundle is None and (wants_target or draft_bundle is None)
+    )
+    configured = (
+        configured_pair(verify_checksums=checks) if wanted and request.model is None else None
+    )
+    if configured is not None:
+        if wants_target:
+            target_bundle = configured.target
+            if request.draft is None:
+                draft_bundle = configured.draft
+        elif draft_bundle is None:
+            draft_bundle = configured.draft or configured.target
+    elif wanted:
+        named = catalog.find(request.model) if request.model else catalog.default_model()
+        if wants_target:  # first: what a first use must fetch, before its draft is made
+            target_bundle = model_bundle(named, verify_checksums=checks)
         if draft_bundle is None:
             draft_bundle = draft_bundle_of(named, verify_checksums=checks)
-        if wants_target:
-            target_bundle = model_bundle(named, verify_checksums=checks)
-        elif draft_bundle is None:  # a remote target verifies; the model drafts for it
-            draft_bundle = model_bundle(named, verify_checksums=checks)
-    elif target_bundle is None and (wants_target or draft_bundle is None):
-        default = default_pair(verify_checksums=checks)
-        if wants_target:
-            target_bundle = target_bundle or default.target
-            if request.draft is None:
-                draft_bundle = default.draft
-        elif draft_bundle is None:
-            draft_bundle = default.draft or default.target
+        if draft_bundle is None and not wants_target:  # a remote target verifies
+            draft_bundle = model_bundle(named, verify_checksums=checks)  # the model drafts
     if draft_bundle is not None and target_bundle is not None:
         report = check_pair(draft_bundle, target_bundle)
         if not report.compatible:

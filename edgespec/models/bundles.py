@@ -119,16 +119,24 @@ class DefaultPair:
     draft: Bundle | None
 
 
+def configured_pair(*, verify_checksums: bool = True) -> DefaultPair | None:
+    """The bundles $EDGESPEC_TARGET (with $EDGESPEC_DRAFT) name, or None when it is not set."""
+    named = os.environ.get(TARGET_ENV)
+    if not named:
+        return None
+    draft = os.environ.get(DRAFT_ENV)
+    return DefaultPair(
+        target=_load_named(named, TARGET_ENV, verify_checksums),
+        draft=_load_named(draft, DRAFT_ENV, verify_checksums) if draft else None,
+    )
+
+
 def default_pair(*, verify_checksums: bool = True, notify: Notify = notify_stderr) -> DefaultPair:
     """$EDGESPEC_TARGET (with $EDGESPEC_DRAFT) when set, else the default model's bundle and
     its draft's, fetched and converted on first use."""
-    named = os.environ.get(TARGET_ENV)
-    if named:
-        draft = os.environ.get(DRAFT_ENV)
-        return DefaultPair(
-            target=_load_named(named, TARGET_ENV, verify_checksums),
-            draft=_load_named(draft, DRAFT_ENV, verify_checksums) if draft else None,
-        )
+    configured = configured_pair(verify_checksums=verify_checksums)
+    if configured is not None:
+        return configured
     model = default_model()
     return DefaultPair(
         target=model_bundle(model, verify_checksums=verify_checksums, notify=notify),
