@@ -22,9 +22,8 @@ static const EsKernelPath PORTABLE = {"portable", es_outputs_portable, 0, 0};
  * stores every weight whose outputs form groups of 8 in rows of 8 (export/gguf/raw_blocks.py,
  * RawBlocks.rows8), and every catalog model's matrices have output counts that are multiples
  * of 8: the file layout is left to odd shapes (a test model's, a vocabulary of an odd size),
- * where a product is rare enough that the portable loops cost nothing measurable. An AVX2 form
- * over the file's layout (Q4_K, Q6_K, the legacy types) ran there until it was dropped as
- * code no model used. */
+ * where a product is rare enough that a form of its own per instruction set would be code no
+ * model runs. */
 #ifdef ES_X86
 static void outputs_avx2(const Product *p, int64_t n0, int64_t n1) {
     if (p->rows8)
