@@ -104,6 +104,10 @@ class GraphSpec:
     #: graph's own data file), which CUDA sessions run: ONNX Runtime's CUDA attention takes
     #: no float32 (see :mod:`edgespec.export.half_attention`). None: no such copy.
     half_attention_file: str | None = None
+    #: An in-place graph's float32 output [1, S, hidden]: every position's hidden state after
+    #: the last layer, before the final norm (what a head on the target drafts from); None for
+    #: graphs that return none. It costs nothing to ask for: the LM head reads the same value.
+    features: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

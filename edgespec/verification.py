@@ -47,6 +47,9 @@ class BatchInvarianceResult:
     max_abs_logit_diff: float
     mismatch_fraction_by_width: dict[str, float]
     passed: bool
+    #: For a graph with a ``features`` output, the largest difference of a position's features
+    #: between a pass of any width and its single step (0.0: the same bits); None without one.
+    max_abs_feature_diff: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

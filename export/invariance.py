@@ -9,12 +9,13 @@ The graph is driven by :class:`~edgespec.graph.driver.GraphDriver`, as the runti
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from edgespec.events import ProgressEvent, ProgressObserver, ignore_progress
 from edgespec.graph.driver import GraphDriver
+from edgespec.graph.kv_cache import KVCache
 from edgespec.verification import BatchInvarianceResult
 
 #: Pass widths checked: k + 1 verify positions for k = 1..8.
@@ -42,20 +43,24 @@ def check_batch_invariance(
     logits are computed once one token at a time (the reference) and, for each width w, in
     consecutive passes of w tokens (as a verify pass of k = w - 1 drafted tokens would), as far
     as whole passes reach."""
-    references = [(list(tokens), _single_steps(driver, tokens, prefill)) for tokens in streams]
+    references = [(list(tokens), *_single_steps(driver, tokens, prefill)) for tokens in streams]
     tallies = []
     max_diff = 0.0
+    feature_diff = 0.0
     for step, width in enumerate(widths):
         mismatched = compared = 0
-        for tokens, single in references:
+        for tokens, single, single_features in references:
             cache = driver.new_cache()
             driver.forward(tokens[:prefill], cache)
             for offset in range(0, len(single) - width + 1, width):
                 start = prefill + offset
-                logits = driver.forward(tokens[start : start + width], cache)
+                logits, features = _pass(driver, tokens[start : start + width], cache)
                 reference = single[offset : offset + width]
                 mismatched += int(np.sum(logits.argmax(-1) != reference.argmax(-1)))
                 max_diff = max(max_diff, float(np.max(np.abs(logits - reference))))
+                if features is not None and single_features is not None:
+                    expected = single_features[offset : offset + width]
+                    feature_diff = max(feature_diff, float(np.max(np.abs(features - expected))))
                 compared += width
         tallies.append(WidthTally(width=width, mismatched=mismatched, compared=compared))
         observe(
@@ -66,7 +71,8 @@ def check_batch_invariance(
                 total=len(widths),
             )
         )
-    return invariance_result(tallies, max_abs_logit_diff=max_diff)
+    result = invariance_result(tallies, max_abs_logit_diff=max_diff)
+    return replace(result, max_abs_feature_diff=feature_diff) if driver.has_features else result
 
 
 def invariance_result(
@@ -88,8 +94,25 @@ def invariance_result(
     )
 
 
-def _single_steps(driver: GraphDriver, tokens: Sequence[int], prefill: int) -> np.ndarray:
-    """Logits [len(tokens) - prefill, vocab] computed one position at a time after a prefill."""
+def _pass(
+    driver: GraphDriver, tokens: Sequence[int], cache: KVCache
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """One pass's logits [n, vocab] (a copy), and its features [n, hidden] when the graph
+    returns them (else None)."""
+    if driver.has_features:
+        logits, features = driver.forward_features(tokens, cache)
+        return np.array(logits), features
+    return np.array(driver.forward(tokens, cache)), None
+
+
+def _single_steps(
+    driver: GraphDriver, tokens: Sequence[int], prefill: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Logits [len(tokens) - prefill, vocab] computed one position at a time after a prefill,
+    and the features [len(tokens) - prefill, hidden] of those steps (None without them)."""
     cache = driver.new_cache()
     driver.forward(tokens[:prefill], cache)
-    return np.stack([np.array(driver.forward([token], cache)[0]) for token in tokens[prefill:]])
+    steps = [_pass(driver, [token], cache) for token in tokens[prefill:]]
+    logits = np.concatenate([step[0] for step in steps])
+    features = [step[1] for step in steps]
+    return logits, None if features[0] is None else np.concatenate(features)  # type: ignore[arg-type]

@@ -198,6 +198,7 @@ class OnnxModel:
             kv_heads=manifest.model.num_kv_heads,
             head_dim=manifest.model.head_dim,
             vocab_size=self.vocab_size,
+            hidden_size=manifest.model.hidden_size,
             # The in-place graph's buffers have a fixed length (a shrunk context uses less of
             # them); optimum's graphs take what the context needs.
             capacity=(self.graph.kv_capacity or manifest.model.max_length)
@@ -257,18 +258,33 @@ class OnnxModel:
         for begin in range(0, len(fed), PREFILL_CHUNK):
             self.forward(fed[begin : begin + PREFILL_CHUNK], cache, last_only=True)
 
-    def forward(
+    @property
+    def has_features(self) -> bool:
+        """Whether the graph returns the features a head on this target drafts from."""
+        return self.driver.has_features
+
+    def start_features(self, prompt: Sequence[int], cache: KVCache) -> np.ndarray:
+        """:meth:`start`, and the features [len(prompt) - 1, hidden] of the tokens it fed."""
+        cache.reset()
+        fed = prompt[:-1]
+        parts = [np.zeros((0, self.model.hidden_size), dtype=np.float32)]
+        for begin in range(0, len(fed), PREFILL_CHUNK):
+            chunk = fed[begin : begin + PREFILL_CHUNK]
+            self._check_room(len(chunk), cache)
+            parts.append(self.driver.forward_features(chunk, cache, last_only=True)[1])
+        return np.concatenate(parts)
+
+    def forward_features(
         self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
-    ) -> np.ndarray:
-        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``, or with
-        ``last_only`` the last token's [1, vocab] (computed without the other rows' LM head
-        where the graph allows it). On a bound graph the rows are a view of the session's
-        output buffer, which its next pass overwrites: copy them to keep them."""
-        count, length = len(token_ids), cache.length
-        if count < 1:
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`forward`'s logits and the features [len(token_ids), hidden] of its tokens."""
+        if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
-        # The context limit counts real tokens; an in-place graph's padding must fit its
-        # buffers too (the driver checks it).
+        self._check_room(len(token_ids), cache)
+        return self.driver.forward_features(token_ids, cache, last_only=last_only)
+
+    def _check_room(self, count: int, cache: KVCache) -> None:
+        length = cache.length
         if length + count > self.max_length:
             raise ConfigError(
                 f"{length + count} tokens exceed the context limit of {self.max_length} "
@@ -276,4 +292,17 @@ class OnnxModel:
                 fix="use a shorter prompt or fewer new tokens, or re-export with a larger "
                 "--max-length",
             )
+
+    def forward(
+        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+    ) -> np.ndarray:
+        """Logits [len(token_ids), vocab] for the tokens after ``cache.length``, or with
+        ``last_only`` the last token's [1, vocab] (computed without the other rows' LM head
+        where the graph allows it). On a bound graph the rows are a view of the session's
+        output buffer, which its next pass overwrites: copy them to keep them."""
+        if len(token_ids) < 1:
+            raise ValueError("forward needs at least one token")
+        # The context limit counts real tokens; an in-place graph's padding must fit its
+        # buffers too (the driver checks it).
+        self._check_room(len(token_ids), cache)
         return self.driver.forward(token_ids, cache, last_only=last_only)

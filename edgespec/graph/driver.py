@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.errors import ConfigError
 from edgespec.graph.kernels import register_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import (
@@ -21,6 +22,7 @@ from edgespec.graph.paths import (
     GraphSizes,
     SharedBound,
     SharedReference,
+    SharedPath,
 )
 from edgespec.manifest import GraphSpec
 
@@ -46,6 +48,7 @@ class GraphDriver:
     ) -> None:
         self.session = session
         self.graph = graph
+        self._label = label
         self._path: ForwardPath[Any]
         if graph.kv_sharing == "shared":
             kind = SharedBound if bound else SharedReference
@@ -68,6 +71,26 @@ class GraphDriver:
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
         return self._path.forward(token_ids, cache, last_only=last_only)
+
+    def forward_features(
+        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`forward`'s logits and the graph's features [len(token_ids), hidden]: each
+        token's hidden state after the last layer (an in-place graph with a ``features``
+        output; others raise :class:`~edgespec.errors.ConfigError`)."""
+        if not isinstance(self._path, SharedPath):
+            raise ConfigError(
+                f"{self._label} has no in-place cache and returns no features",
+                fix="import the model as a GGUF file or with the in-place exporter",
+            )
+        if len(token_ids) < 1:
+            raise ValueError("forward needs at least one token")
+        return self._path.forward_features(token_ids, cache, last_only=last_only)
+
+    @property
+    def has_features(self) -> bool:
+        """Whether the graph returns features (:meth:`forward_features`)."""
+        return self.graph.features is not None and isinstance(self._path, SharedPath)
 
     def greedy(self, prompt: Sequence[int], count: int) -> list[int]:
         """``count`` tokens of greedy continuation of ``prompt`` (one pass over the prompt,

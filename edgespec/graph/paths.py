@@ -78,6 +78,8 @@ class GraphSizes:
     vocab_size: int
     #: A concat cache's positions; a shared graph's buffers have the graph's fixed length.
     capacity: int
+    #: The width of a ``features`` output row (0: the graph has none).
+    hidden_size: int = 0
 
 
 class _Path:
@@ -218,7 +220,7 @@ def head_rows(
     return {graph.logits_rows: np.arange(width - count, width, dtype=np.int64)}, count, returned
 
 
-class _SharedPath(_Path, ABC):
+class SharedPath(_Path, ABC):
     """Cuts a pass into pieces the graph runs as one pass each; subclasses run a piece."""
 
     def __init__(
@@ -237,6 +239,27 @@ class _SharedPath(_Path, ABC):
             dtype=self.kv_dtype,
             device=self.device,
         )
+
+    def forward_features(
+        self, token_ids: Sequence[int], cache: SharedKVCache, *, last_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`forward`'s logits, and the graph's features [len(token_ids), hidden] for every
+        token of the pass (a copy: the caller keeps them)."""
+        if self.graph.features is None:
+            raise ConfigError(
+                f"{self.label} returns no features (an older import, or a graph without an "
+                "in-place cache)",
+                fix="import the model again with this version (edgespec export), which adds them",
+            )
+        parts: list[np.ndarray] = []
+        self._collect = parts
+        try:
+            logits = self.forward(token_ids, cache, last_only=last_only)
+        finally:
+            self._collect = None
+        return logits, np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    _collect: list[np.ndarray] | None = None
 
     def forward(
         self, token_ids: Sequence[int], cache: SharedKVCache, *, last_only: bool = False
@@ -282,12 +305,13 @@ class _SharedPath(_Path, ABC):
         """One pass of ``tokens``, the first ``real`` of them real and the rest padding."""
 
 
-class SharedBound(_SharedPath):
+class SharedBound(SharedPath):
     def __init__(
         self, session: Any, graph: GraphSpec, sizes: GraphSizes, *, label: str, device: str | None
     ) -> None:
         super().__init__(session, graph, sizes, label=label, device=device)
         self._logits = np.zeros(0, dtype=np.float32)
+        self._features = np.zeros(0, dtype=np.float32)
 
     def run(
         self, tokens: list[int], cache: SharedKVCache, *, real: int, last_only: bool
@@ -303,9 +327,26 @@ class SharedBound(_SharedPath):
             binding.bind_cpu_input(name, value)
         view = self._logits[: count * vocab].reshape(1, count, vocab)
         binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
+        features = self._bind_features(binding, width)
         self.session.run_with_iobinding(binding)
         cache.advance(real)
+        if features is not None and self._collect is not None:
+            self._collect.append(features[0, :real].copy())
         return view[0, returned]
+
+    def _bind_features(self, binding: Any, width: int) -> np.ndarray | None:
+        """The features buffer [1, width, hidden], bound for every pass of a graph that has
+        the output: its value is the one the LM head reads, so binding it costs one copy of
+        width x hidden floats, read only by :meth:`forward_features`."""
+        name = self.graph.features
+        if name is None:
+            return None
+        hidden = self.sizes.hidden_size
+        if self._features.size < width * hidden:
+            self._features = np.zeros(width * hidden, dtype=np.float32)
+        view = self._features[: width * hidden].reshape(1, width, hidden)
+        binding.bind_output(name, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
+        return view
 
     def _binding(self, cache: SharedKVCache) -> Any:
         """The cache's IO binding for this session, with every layer's past and present bound
@@ -325,6 +366,7 @@ class SharedBound(_SharedPath):
         return cache.binding[1]
 
 
+
 def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
     if cache.ort_values is None:
         import onnxruntime
@@ -336,7 +378,7 @@ def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
     return cache.ort_values
 
 
-class SharedReference(_SharedPath):
+class SharedReference(SharedPath):
     def run(
         self, tokens: list[int], cache: SharedKVCache, *, real: int, last_only: bool
     ) -> np.ndarray:
@@ -351,10 +393,13 @@ class SharedReference(_SharedPath):
             for layer, name in enumerate(names):
                 feeds[name] = cache.buffers[kind][layer]
         outputs = [graph.logits, *graph.present_key, *graph.present_value]
-        results = self.session.run(outputs, feeds)
+        collect = self._collect is not None and graph.features is not None
+        results = self.session.run(outputs + ([graph.features] if collect else []), feeds)
         layers = cache.layers
         for kind in (0, 1):
             for layer in range(layers):
                 np.copyto(cache.buffers[kind][layer], results[1 + kind * layers + layer])
         cache.advance(real)
+        if collect and self._collect is not None:
+            self._collect.append(np.asarray(results[-1][0, :real], dtype=np.float32))
         return np.asarray(results[0][0, returned], dtype=np.float32)

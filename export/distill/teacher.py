@@ -133,6 +133,7 @@ class OnnxTeacher(Teacher):
             head_dim=model.head_dim,
             vocab_size=model.vocab_size,
             capacity=graph.kv_capacity or model.max_length,
+            hidden_size=model.hidden_size,
         )
         self.driver = GraphDriver(
             check_session(bundle.graph_path), graph, sizes, bound=False, label=str(bundle.root)

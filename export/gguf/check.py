@@ -67,6 +67,7 @@ def graph_sizes(source: WeightSource, graph: GraphSpec) -> GraphSizes:
         head_dim=arch.head_dim,
         vocab_size=arch.vocab_size,
         capacity=graph.kv_capacity,
+        hidden_size=arch.hidden_size,
     )
 
 

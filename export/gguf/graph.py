@@ -53,14 +53,16 @@ OPSET = 21
 #: 11: sliding-window layers folded too (Gemma 3), their window an attention bias; 12: a
 #: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``);
 #: 13: attention on edgespec's CacheAttention kernel wherever the GGUF kernels run; 14: its
-#: caches in float16 (CacheAttentionHalf).
-GRAPH_REVISION = 14
+#: caches in float16 (CacheAttentionHalf); 15: the ``features`` output (the last layer's
+#: hidden states, which a head on the target drafts from).
+GRAPH_REVISION = 15
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
     "total_sequence_length": "total_sequence_length",
     "logits_rows": "logits_rows",
     "logits": "logits",
+    "features": "features",
 }
 
 
@@ -266,6 +268,9 @@ def build_graph(
                 stage="graph", message="layers built", step=layer + 1, total=arch.num_layers
             )
         )
+    # Every position's hidden state [1, S, hidden] before the final norm: a head on the target
+    # drafts from it. The Gather below reads the same value, so asking for it computes nothing.
+    features = builder.node("Identity", [x], IO["features"])
     # Each row's norm and head are computed from that row alone, so a row's logits do not
     # depend on which other rows are asked for.
     x = builder.node("Gather", [x, IO["logits_rows"]], "head_rows", axis=1)  # [1, R, hidden]
@@ -280,7 +285,10 @@ def build_graph(
         helper.make_tensor_value_info(IO["logits_rows"], TensorProto.INT64, ["rows"]),
     ]
     outputs = [
-        helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "rows", arch.vocab_size])
+        helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, "rows", arch.vocab_size]),
+        helper.make_tensor_value_info(
+            features, TensorProto.FLOAT, [1, "sequence", arch.hidden_size]
+        ),
     ]
     for layer in range(arch.num_layers):
         inputs += [helper.make_tensor_value_info(n, kv_type, kv) for n in past_names(layer)]

@@ -193,7 +193,10 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
     ]
     kv_dtype = layout.kv_dtype
     inputs += [TensorSpec(name=n, dtype=kv_dtype, shape=kv) for i in layers for n in past_names(i)]
-    outputs = [TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "rows", arch.vocab_size))]
+    outputs = [
+        TensorSpec(name=IO["logits"], dtype="float32", shape=(1, "rows", arch.vocab_size)),
+        TensorSpec(name=IO["features"], dtype="float32", shape=(1, "sequence", arch.hidden_size)),
+    ]
     outputs += [
         TensorSpec(name=n, dtype=kv_dtype, shape=kv) for i in layers for n in present_names(i)
     ]
@@ -218,6 +221,7 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
         logits_rows=IO["logits_rows"],
+        features=IO["features"],
         min_pass_width=min_width,
     )
 
