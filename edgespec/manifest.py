@@ -108,6 +108,10 @@ class GraphSpec:
     #: the last layer, before the final norm (what a head on the target drafts from); None for
     #: graphs that return none. It costs nothing to ask for: the LM head reads the same value.
     features: str | None = None
+    #: A head's float32 input [1, S, hidden]: for each token of the pass, the target's feature
+    #: at the position before it (or the head's own prediction of it, while it drafts); None
+    #: for every graph but a head's.
+    feature_input: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -275,13 +275,21 @@ class OnnxModel:
         return np.concatenate(parts)
 
     def forward_features(
-        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+        self,
+        token_ids: Sequence[int],
+        cache: KVCache,
+        *,
+        last_only: bool = False,
+        feature_input: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`forward`'s logits and the features [len(token_ids), hidden] of its tokens."""
+        """:meth:`forward`'s logits and the features [len(token_ids), hidden] of its tokens (a
+        head's graph takes ``feature_input`` [len(token_ids), hidden] too)."""
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
         self._check_room(len(token_ids), cache)
-        return self.driver.forward_features(token_ids, cache, last_only=last_only)
+        return self.driver.forward_features(
+            token_ids, cache, last_only=last_only, feature_input=feature_input
+        )
 
     def _check_room(self, count: int, cache: KVCache) -> None:
         length = cache.length

@@ -41,7 +41,7 @@ def add_distill_command(commands: Any) -> None:
         ("--layers", int, 4, "the draft's layers"),
         ("--heads", int, 4, "the draft's attention heads"),
         ("--kv-heads", int, 2, "the draft's KV heads"),
-        ("--intermediate", int, 768, "the draft's MLP width"),
+        ("--intermediate", int, None, "the draft's MLP width (768; a head: the target's)"),
         ("--lr", float, 1e-3, "peak learning rate"),
         ("--seed", int, 0, "seed of the data order, the draft's initialisation and batches"),
     )
@@ -97,10 +97,28 @@ def add_distill_command(commands: Any) -> None:
         "in batches)",
     )
     distill.add_argument("--force", action="store_true", help="replace --out if it exists")
+    heads = distill.add_argument_group(
+        "heads on the target (--head)",
+        "Train a head instead of a draft model: one decoder layer that drafts from the "
+        "target's own features (TARGET: a catalog model's name, or a GGUF file). The target "
+        "answers the built-in mix and hands its features at every position; the head learns "
+        "its next token and feature at chain depths 1..--depth; acceptance by draft position "
+        "is measured on held-out requests. Every stage resumes from OUT's work directory.",
+    )
+    heads.add_argument("--head", action="store_true", help="train a head on the target")
+    for flag, kind, default, text in (
+        ("--data-minutes", float, 10.0, "minutes of the target's answers and features"),
+        ("--train-minutes", float, 10.0, "minutes of training"),
+        ("--vocabulary", int, 8192, "tokens the head scores (the target's most written)"),
+        ("--depth", int, 3, "chain depth trained as the head drafts"),
+    ):
+        heads.add_argument(flag, type=kind, default=default, help=f"{text} (default {default})")
     distill.set_defaults(handler=run_distill)
 
 
 def run_distill(args: argparse.Namespace) -> int:
+    if args.head:
+        return run_distill_head(args)
     from edgespec.export.distill import DistillConfig
 
     config = DistillConfig(
@@ -116,7 +134,7 @@ def run_distill(args: argparse.Namespace) -> int:
         layers=args.layers,
         heads=args.heads,
         kv_heads=args.kv_heads,
-        intermediate=args.intermediate,
+        intermediate=768 if args.intermediate is None else args.intermediate,
         lr=args.lr,
         seed=args.seed,
         device=args.device,
@@ -174,3 +192,71 @@ def _target_bundle(config: Any) -> Path | None:
         return target
     imported = config.work_dir / "target-bundle"
     return imported if (imported / "manifest.json").is_file() else None
+
+
+def run_distill_head(args: argparse.Namespace) -> int:
+    """``edgespec distill --head TARGET --out DIR``."""
+    check_extra("export", ("torch", "gguf"))
+    from edgespec.export.head import HeadConfig, train_head
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    bundle_root, gguf = _head_target(args.target, args.out, log)
+    config = HeadConfig(
+        target=bundle_root,
+        gguf=gguf,
+        out=args.out,
+        data_minutes=args.data_minutes,
+        train_minutes=args.train_minutes,
+        new_tokens=args.new_tokens,
+        prompt_tokens=args.prompt_tokens,
+        vocabulary=args.vocabulary,
+        intermediate=args.intermediate or 0,
+        depth=args.depth,
+        batch=args.batch,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        edit_prompts=args.edit_prompts,
+        force=args.force,
+    )
+    bundle = train_head(config, log=log)
+    record = bundle.manifest.extra["head"]
+    size = sum(f.size for f in bundle.manifest.files) / 1e6
+    accepted = ", ".join(f"{a:.2f}" for a in record["acceptance_by_position"])
+    print(
+        f"head        {bundle.root} ({size:.1f} MB, {record['training']['steps']} steps, "
+        f"{record['training']['train_minutes']:.1f} min)\n"
+        f"acceptance  by draft position on held-out requests: {accepted}"
+    )
+    return 0
+
+
+def _head_target(target: str, out: Path, log: Any) -> tuple[Path, Path]:
+    """The target's bundle and GGUF file: a catalog model's (fetched and imported when
+    absent), or a GGUF file's (imported once into OUT's work directory)."""
+    from edgespec.errors import ConfigError
+    from edgespec.models import catalog
+    from edgespec.models.bundles import model_bundle
+    from edgespec.models.store import source_path
+
+    path = Path(target)
+    if not path.is_file():
+        try:
+            model = catalog.find(target)
+        except ConfigError as error:
+            raise ConfigError(
+                f"{target} is neither a GGUF file nor a catalog model",
+                fix="pass a .gguf file or a name from 'edgespec models'",
+            ) from error
+        bundle = model_bundle(model)
+        return bundle.root, source_path(model)
+    from edgespec.config import ExportConfig
+    from edgespec.export.gguf.pipeline import export_gguf
+
+    imported = out.parent / f".{out.name}.work" / "target-bundle"
+    if not (imported / "manifest.json").is_file():
+        log(f"head: importing {path.name} (once) ...")
+        export_gguf(ExportConfig(model=str(path), out=imported, force=True))
+    return imported, path

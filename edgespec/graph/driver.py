@@ -73,11 +73,17 @@ class GraphDriver:
         return self._path.forward(token_ids, cache, last_only=last_only)
 
     def forward_features(
-        self, token_ids: Sequence[int], cache: KVCache, *, last_only: bool = False
+        self,
+        token_ids: Sequence[int],
+        cache: KVCache,
+        *,
+        last_only: bool = False,
+        feature_input: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`forward`'s logits and the graph's features [len(token_ids), hidden]: each
         token's hidden state after the last layer (an in-place graph with a ``features``
-        output; others raise :class:`~edgespec.errors.ConfigError`)."""
+        output; others raise :class:`~edgespec.errors.ConfigError`). A head's graph takes
+        ``feature_input`` [len(token_ids), hidden] too."""
         if not isinstance(self._path, SharedPath):
             raise ConfigError(
                 f"{self._label} has no in-place cache and returns no features",
@@ -85,7 +91,9 @@ class GraphDriver:
             )
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
-        return self._path.forward_features(token_ids, cache, last_only=last_only)
+        return self._path.forward_features(
+            token_ids, cache, last_only=last_only, feature_input=feature_input
+        )
 
     @property
     def has_features(self) -> bool:

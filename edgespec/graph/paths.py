@@ -241,25 +241,46 @@ class SharedPath(_Path, ABC):
         )
 
     def forward_features(
-        self, token_ids: Sequence[int], cache: SharedKVCache, *, last_only: bool = False
+        self,
+        token_ids: Sequence[int],
+        cache: SharedKVCache,
+        *,
+        last_only: bool = False,
+        feature_input: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`forward`'s logits, and the graph's features [len(token_ids), hidden] for every
-        token of the pass (a copy: the caller keeps them)."""
+        token of the pass (a copy: the caller keeps them). A head's graph also takes
+        ``feature_input`` [len(token_ids), hidden], its one pass unpadded and uncut."""
         if self.graph.features is None:
             raise ConfigError(
                 f"{self.label} returns no features (an older import, or a graph without an "
                 "in-place cache)",
                 fix="import the model again with this version (edgespec export), which adds them",
             )
+        if (self.graph.feature_input is None) != (feature_input is None):
+            raise ValueError("a head's graph takes feature_input, and no other graph does")
+        if feature_input is not None:
+            pieces = pass_pieces(
+                cache.length,
+                len(token_ids),
+                self.graph.min_pass_width,
+                self.graph.attention_boundaries,
+            )
+            if len(pieces) > 1 or pieces[0][2] != len(token_ids):
+                raise ValueError("a head's passes run unpadded and uncut (min_pass_width 1)")
+            self._feature_input = np.ascontiguousarray(feature_input[None], dtype=np.float32)
         parts: list[np.ndarray] = []
         self._collect = parts
         try:
             logits = self.forward(token_ids, cache, last_only=last_only)
         finally:
             self._collect = None
+            self._feature_input = None
         return logits, np.concatenate(parts) if len(parts) > 1 else parts[0]
 
+    #: Set for the length of one :meth:`forward_features` call.
     _collect: list[np.ndarray] | None = None
+    _feature_input: np.ndarray | None = None
 
     def forward(
         self, token_ids: Sequence[int], cache: SharedKVCache, *, last_only: bool = False
@@ -325,6 +346,8 @@ class SharedBound(SharedPath):
         binding.bind_cpu_input(graph.input_ids, np.asarray([tokens], dtype=np.int64))
         for name, value in (pass_lengths(graph, cache.length, width) | rows).items():
             binding.bind_cpu_input(name, value)
+        if graph.feature_input is not None and self._feature_input is not None:
+            binding.bind_cpu_input(graph.feature_input, self._feature_input)
         view = self._logits[: count * vocab].reshape(1, count, vocab)
         binding.bind_output(graph.logits, "cpu", 0, view.dtype, view.shape, view.ctypes.data)
         features = self._bind_features(binding, width)
@@ -389,6 +412,8 @@ class SharedReference(SharedPath):
         feeds.update(pass_lengths(graph, cache.length, len(tokens)))
         rows, _, returned = head_rows(graph, len(tokens), real, last_only=last_only)
         feeds.update(rows)
+        if graph.feature_input is not None and self._feature_input is not None:
+            feeds[graph.feature_input] = self._feature_input
         for kind, names in enumerate((graph.past_key, graph.past_value)):
             for layer, name in enumerate(names):
                 feeds[name] = cache.buffers[kind][layer]

@@ -131,6 +131,22 @@ def _attention(
     return builder.node("Add", [x, out], residual)
 
 
+def decoder_layer(
+    builder: GraphBuilder,
+    source: WeightSource,
+    x: str,
+    layer: int,
+    caches: dict[str, str],
+    position: str | None,
+    half_cache: bool,
+) -> str:
+    """One decoder layer over the residual stream ``x`` [1, S, hidden]: attention (the
+    CacheAttention kernel with ``position``, plain without) and the MLP, each with its
+    residual; ``blk.{layer}.*`` weights. A head on the target is one such layer."""
+    x = _attention(builder, source, x, layer, caches, position, half_cache)
+    return _mlp(builder, source, x, layer)
+
+
 def _split_qkv(builder: GraphBuilder, arch: Any, qkv: str, layer: int) -> list[str]:
     from onnx import helper
 
@@ -260,8 +276,7 @@ def build_graph(
         else None
     )
     for layer in range(arch.num_layers):
-        x = _attention(builder, source, x, layer, caches, position, layout.half_cache)
-        x = _mlp(builder, source, x, layer)
+        x = decoder_layer(builder, source, x, layer, caches, position, layout.half_cache)
         source.release_pages()  # the layer's weights are in the data file
         observe(
             ProgressEvent(

@@ -1,0 +1,257 @@
+"""A head's training data, from the target's own passes: the built-in mix of requests through
+the target's chat template, the target's greedy answers (sampled ones once the requests run
+out), and the target's features at every position of prompt and answer. The features are the
+graph's own ``features`` output, bit for bit what the runtime hands a head; saved in shards as
+they are made, resumed from the last one, bounded in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.export.distill.config import BUILTIN_CODE_TASKS, BUILTIN_SUBJECTS, BUILTIN_TEMPLATES
+from edgespec.export.distill.edit_prompts import edit_requests
+from edgespec.graph.driver import GraphDriver
+from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
+from edgespec.manifest import Bundle
+
+Log = Callable[[str], None]
+#: Samples per shard file (a shard is written when it fills, or when the time is up).
+SHARD_SAMPLES = 24
+#: Requests kept out of training: the head's acceptance by draft position is measured on them.
+HELD_OUT = 16
+SAMPLED_TEMPERATURE = 0.8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One sequence: ``tokens`` [L] (prompt then answer), the target's ``features`` [L, H]
+    (float16; row t is the hidden state after token t), and where the answer starts."""
+
+    tokens: np.ndarray
+    features: np.ndarray
+    prompt_length: int
+
+
+def requests(edit_prompts: int, seed: int) -> list[str]:
+    """The built-in mix: chat requests, code tasks, edits of standard-library functions;
+    shuffled by ``seed``. None of them is a benchmark prompt (benchmarks/prompts)."""
+    texts = [t.format(s) for t in BUILTIN_TEMPLATES for s in BUILTIN_SUBJECTS]
+    texts += [f"Write a Python function that {task}." for task in BUILTIN_CODE_TASKS]
+    texts += edit_requests(edit_prompts, seed)
+    order = np.random.default_rng(seed).permutation(len(texts))
+    return [texts[i] for i in order]
+
+
+def chat_prompt(template: str | None, request: str) -> str:
+    if not template:
+        return request
+    import jinja2
+
+    messages = [{"role": "user", "content": request}]
+    rendered = jinja2.Environment(autoescape=False).from_string(template)
+    return rendered.render(messages=messages, add_generation_prompt=True, bos_token="")
+
+
+class FeatureTeacher:
+    """The target bundle on ONNX Runtime (bound, in-place cache), as the runtime runs it."""
+
+    def __init__(self, bundle: Bundle, *, threads: int = 0) -> None:
+        import onnxruntime
+
+        from edgespec.graph.kernels import register_gguf_kernels
+
+        manifest = bundle.manifest
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        register_gguf_kernels(options, required=False)
+        session = onnxruntime.InferenceSession(
+            str(bundle.graph_path), options, providers=["CPUExecutionProvider"]
+        )
+        model, graph = manifest.model, manifest.graph
+        sizes = GraphSizes(
+            kv_heads=model.num_kv_heads,
+            head_dim=model.head_dim,
+            vocab_size=model.vocab_size,
+            capacity=graph.kv_capacity or model.max_length,
+            hidden_size=model.hidden_size,
+        )
+        self.driver = GraphDriver(session, graph, sizes, bound=True, label=str(bundle.root))
+        self.hidden = model.hidden_size
+        self.eos_ids = frozenset(manifest.tokenizer.eos_token_ids)
+        self.capacity = sizes.capacity
+
+    def answer(
+        self, prompt: list[int], count: int, *, temperature: float, rng: np.random.Generator
+    ) -> Sample:
+        """The target's answer to ``prompt`` (up to ``count`` tokens, to its end of turn) and
+        the features of every token of prompt and answer (the answer's last token has none:
+        it is dropped)."""
+        cache = self.driver.new_cache()
+        parts: list[np.ndarray] = []
+        logits = np.zeros(0, np.float32)
+        for begin in range(0, len(prompt), PREFILL_CHUNK):
+            chunk = prompt[begin : begin + PREFILL_CHUNK]
+            logits, features = self.driver.forward_features(chunk, cache, last_only=True)
+            parts.append(features)
+        tokens = list(prompt)
+        room = min(count, self.capacity - len(prompt) - 1)
+        for _ in range(max(room, 0)):
+            token = _pick(logits[-1], temperature, rng)
+            if token in self.eos_ids:
+                tokens.append(token)
+                break
+            tokens.append(token)
+            logits, features = self.driver.forward_features([token], cache)
+            parts.append(features)
+        feature_rows = np.concatenate(parts).astype(np.float16)
+        return Sample(
+            tokens=np.asarray(tokens[: len(feature_rows)], np.int32),
+            features=feature_rows,
+            prompt_length=len(prompt),
+        )
+
+
+def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    scaled = (logits - logits.max()) / temperature
+    weights = np.exp(scaled)
+    return int(rng.choice(len(weights), p=weights / weights.sum()))
+
+
+def collect(
+    teacher: FeatureTeacher,
+    encode: Callable[[str], list[int]],
+    texts: list[str],
+    directory: Path,
+    *,
+    new_tokens: int,
+    prompt_tokens: int,
+    deadline: float,
+    seed: int,
+    log: Log,
+) -> None:
+    """Answers to ``texts`` (greedy first, then sampled repeats) with their features, into
+    ``directory``'s shards, until ``deadline`` (time.monotonic()); resumes where the last
+    shard ended."""
+    directory.mkdir(parents=True, exist_ok=True)
+    done = sum(_shard_count(path) for path in sorted(directory.glob("shard-*.npz")))
+    shard = len(list(directory.glob("shard-*.npz")))
+    pending: list[Sample] = []
+    started, positions = time.monotonic(), 0
+    for index in range(done, 1 << 30):
+        if time.monotonic() >= deadline:
+            break
+        repeat, text = divmod(index, len(texts))
+        prompt = encode(texts[text])[-prompt_tokens:]
+        temperature = 0.0 if repeat == 0 else SAMPLED_TEMPERATURE
+        rng = np.random.default_rng(seed * 1_000_003 + index)
+        sample = teacher.answer(prompt, new_tokens, temperature=temperature, rng=rng)
+        pending.append(sample)
+        positions += len(sample.tokens)
+        if len(pending) == SHARD_SAMPLES:
+            write_shard(directory / f"shard-{shard:04d}.npz", pending)
+            shard, pending = shard + 1, []
+            elapsed = time.monotonic() - started
+            left = max(deadline - time.monotonic(), 0.0) / 60
+            log(
+                f"head: data {index + 1} samples, {positions:,} positions this run "
+                f"({positions / elapsed:,.0f} positions/s), {left:.1f} min left"
+            )
+    if pending:
+        write_shard(directory / f"shard-{shard:04d}.npz", pending)
+
+
+def held_out_samples(
+    teacher: FeatureTeacher,
+    encode: Callable[[str], list[int]],
+    texts: list[str],
+    path: Path,
+    *,
+    new_tokens: int,
+    prompt_tokens: int,
+) -> list[Sample]:
+    """Greedy answers to the held-out requests (made once, kept in ``path``)."""
+    if not path.is_file():
+        rng = np.random.default_rng(0)
+        samples = [
+            teacher.answer(encode(text)[-prompt_tokens:], new_tokens, temperature=0.0, rng=rng)
+            for text in texts
+        ]
+        write_shard(path, samples)
+    return list(read_shard(path))
+
+
+def write_shard(path: Path, samples: list[Sample]) -> None:
+    lengths = np.array([len(s.tokens) for s in samples], np.int64)
+    scratch = path.with_name(path.name + ".tmp.npz")
+    np.savez(
+        scratch,
+        tokens=np.concatenate([s.tokens for s in samples]),
+        features=np.concatenate([s.features for s in samples]),
+        lengths=lengths,
+        prompt_lengths=np.array([s.prompt_length for s in samples], np.int64),
+    )
+    os.replace(scratch, path)
+
+
+def read_shard(path: Path) -> Iterator[Sample]:
+    with np.load(path) as data:
+        tokens, features = data["tokens"], data["features"]
+        ends = np.cumsum(data["lengths"])
+        for end, length, prompt in zip(ends, data["lengths"], data["prompt_lengths"], strict=True):
+            begin = int(end - length)
+            yield Sample(
+                tokens=tokens[begin:end],
+                features=features[begin:end],
+                prompt_length=int(prompt),
+            )
+
+
+def read_samples(directory: Path) -> list[Sample]:
+    return [s for path in sorted(directory.glob("shard-*.npz")) for s in read_shard(path)]
+
+
+def _shard_count(path: Path) -> int:
+    with np.load(path) as data:
+        return int(len(data["lengths"]))
+
+
+def kept_vocabulary(samples: list[Sample], size: int, always: frozenset[int]) -> np.ndarray:
+    """The ``size`` token ids the target writes most in ``samples`` (answers counted, then
+    prompts to fill), and ``always`` (its end-of-turn ids); ascending."""
+    answers = np.concatenate([s.tokens[s.prompt_length :] for s in samples] or [np.zeros(0)])
+    prompts = np.concatenate([s.tokens[: s.prompt_length] for s in samples] or [np.zeros(0)])
+    counts: dict[int, float] = {}
+    for ids, weight in ((answers, 1.0), (prompts, 1e-6)):
+        unique, frequency = np.unique(ids.astype(np.int64), return_counts=True)
+        for token, count in zip(unique.tolist(), frequency.tolist(), strict=True):
+            counts[token] = counts.get(token, 0.0) + weight * count
+    ranked = sorted(counts, key=lambda token: -counts[token])
+    kept = set(always) | set(ranked[: max(size - len(always), 0)])
+    return np.array(sorted(kept), np.int64)
+
+
+def data_record(samples: list[Sample]) -> dict[str, Any]:
+    return {
+        "samples": len(samples),
+        "positions": int(sum(len(s.tokens) for s in samples)),
+        "answer_positions": int(sum(len(s.tokens) - s.prompt_length for s in samples)),
+    }
+
+
+def save_json(path: Path, value: Any) -> None:
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(scratch, path)
