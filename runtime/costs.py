@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from edgespec.graph.kv_cache import KVCache
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
@@ -18,7 +20,7 @@ def pass_times(
     found = []
     for _ in range(passes):
         started = time.perf_counter()
-        model.forward(tokens, cache)
+        _forward(model, tokens, cache)
         found.append(time.perf_counter() - started)
         cache.crop(length)
     return found
@@ -34,12 +36,23 @@ def width_times(
     every width alike rather than the few measured during it."""
     cache = model.new_cache()
     # The last row's logits only: every row's would hold context × vocab floats for nothing.
-    model.forward(context, cache, last_only=True)
+    _forward(model, context, cache, last_only=True)
     found: list[list[float]] = [[] for _ in widths]
     for _ in range(repeats):
         for times, width in zip(found, widths, strict=True):
             times += pass_times(model, cache, [context[-1]] * width, length=len(context), passes=1)
     return found
+
+
+def _forward(
+    model: OnnxModel, tokens: Sequence[int], cache: KVCache, *, last_only: bool = False
+) -> None:
+    """One pass; a head's graph is fed zero features (its cost does not depend on them)."""
+    if model.graph.feature_input is None:
+        model.forward(tokens, cache, last_only=last_only)
+        return
+    zeros = np.zeros((len(tokens), model.model.hidden_size), np.float32)
+    model.forward_features(tokens, cache, last_only=last_only, feature_input=zeros)
 
 
 def _best_times(

@@ -11,9 +11,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 
 from edgespec.config import SamplingConfig
-from edgespec.events import DecodeObserver, KPolicy, StepRecord
-from edgespec.runtime.drafters.base import Drafter
-from edgespec.runtime.verifiers.base import Verifier
+from edgespec.runtime.round import DecodeObserver, Drafter, KPolicy, StepRecord, Verifier
 
 
 def decode(
@@ -34,8 +32,8 @@ def decode(
     """
     for observer in observers:
         observer.on_start(len(prompt))
-    verifier.begin(prompt, sampling=sampling, rng=rng)
-    drafter.begin(prompt, sampling=sampling, rng=rng)
+    features = verifier.begin(prompt, sampling=sampling, rng=rng)
+    drafter.begin(prompt, sampling=sampling, rng=rng, features=features)
     for observer in observers:
         observer.on_prefilled()
     last, produced, round_index = prompt[-1], 0, 0
@@ -46,7 +44,7 @@ def decode(
         k = min(k_policy.next_k(), max_new_tokens - produced - 1)
         draft = drafter.propose(k)
         verdict = verifier.verify(last, draft)
-        drafter.commit(verdict.n_accepted, verdict.tokens[-1])
+        drafter.commit(verdict.n_accepted, verdict.tokens[-1], features=verdict.features)
         committed = verdict.tokens[: max_new_tokens - produced]
         eos_at = next((i for i, token in enumerate(committed) if token in eos_ids), None)
         if eos_at is not None:

@@ -239,7 +239,7 @@ def _head_target(target: str, out: Path, log: Any) -> tuple[Path, Path]:
     from edgespec.errors import ConfigError
     from edgespec.models import catalog
     from edgespec.models.bundles import model_bundle
-    from edgespec.models.store import source_path
+    from edgespec.models.fetch import gguf_file
 
     path = Path(target)
     if not path.is_file():
@@ -251,7 +251,7 @@ def _head_target(target: str, out: Path, log: Any) -> tuple[Path, Path]:
                 fix="pass a .gguf file or a name from 'edgespec models'",
             ) from error
         bundle = model_bundle(model)
-        return bundle.root, source_path(model)
+        return bundle.root, gguf_file(model)
     from edgespec.config import ExportConfig
     from edgespec.export.gguf.pipeline import export_gguf
 

@@ -32,6 +32,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="draft bundle directory (needed by --drafter model)",
     )
     parser.add_argument(
+        "--head",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a head on the target (a bundle made by 'edgespec distill --head'); a catalog "
+        "model's shipped head is used without it",
+    )
+    parser.add_argument(
         "--target-providers",
         default=None,
         metavar="LIST",
@@ -132,8 +140,9 @@ def add_decoding_arguments(
         "--drafter",
         default=None,
         choices=DRAFTER_NAMES,
-        help="model (default with --draft), ngram (prompt lookup, default "
-        "without), none (plain target decoding)",
+        help="combined (the default where there is a head or a draft: prompt lookup where "
+        "the text repeats, the head or draft model elsewhere), head (the target's head), "
+        "model (the draft model), ngram (prompt lookup alone), none (plain target decoding)",
     )
     parser.add_argument(
         "--k",
@@ -200,6 +209,8 @@ def load_engine(args: argparse.Namespace) -> Any:
     engine = Engine.load(
         target=args.target,
         draft=args.draft,
+        head=args.head,
+        drafter=getattr(args, "drafter", None),
         model=args.model,
         target_providers=_providers(args.target_providers),
         draft_providers=_providers(args.draft_providers),

@@ -14,6 +14,7 @@ from edgespec.errors import ConfigError
 from edgespec.events import KPolicy
 from edgespec.runtime.drafters.base import Drafter
 from edgespec.runtime.drafters.combined import CombinedDrafter
+from edgespec.runtime.drafters.head import HeadDrafter
 from edgespec.runtime.drafters.model import ModelDrafter
 from edgespec.runtime.drafters.ngram import PromptLookupDrafter
 from edgespec.runtime.drafters.none import NoDrafter
@@ -42,6 +43,8 @@ class DraftSource:
     """What a drafter may be built from: the draft model (if loaded) and the vocabulary."""
 
     draft: OnnxModel | None
+    #: A head on the target (its bundle's model), which the head and combined drafters use.
+    head: OnnxModel | None
     vocab_size: int
     stop_probability: float
     #: The pair's measured costs (measured on first use), which price the combined
@@ -60,10 +63,28 @@ def _model_drafter(source: DraftSource) -> Drafter:
     )
 
 
+def _head_drafter(source: DraftSource) -> HeadDrafter:
+    if source.head is None:
+        raise ConfigError(
+            "the head drafter needs a head on the target",
+            fix="pass a head bundle (--head DIR, made by 'edgespec distill --head'), use a "
+            "catalog model that ships one ('edgespec models'), or another drafter",
+        )
+    return HeadDrafter(
+        source.head, vocab_size=source.vocab_size, stop_probability=source.stop_probability
+    )
+
+
 def _combined_drafter(source: DraftSource) -> Drafter:
-    model = _model_drafter(source)
+    """Prompt lookup, and the head where the target has one loaded, else the draft model."""
+    model = _head_drafter(source) if source.head is not None else _model_drafter(source)
     assert isinstance(model, ModelDrafter)
     return CombinedDrafter(model, costs=source.costs)
+
+
+def reads_features(drafter_name: str, source: DraftSource) -> bool:
+    """Whether the drafter drafts from the target's features (the verifier must hand them)."""
+    return drafter_name == "head" or (drafter_name == "combined" and source.head is not None)
 
 
 #: The ngram drafter proposes at most this many tokens unless its last proposal was accepted
@@ -74,6 +95,7 @@ LOOKUP_COLD_K = 2
 DRAFTERS: dict[str, Callable[[DraftSource], Drafter]] = {
     "model": _model_drafter,
     "combined": _combined_drafter,
+    "head": _head_drafter,
     "ngram": lambda source: PromptLookupDrafter(cold_k=LOOKUP_COLD_K),
     "none": lambda source: NoDrafter(),
 }
@@ -161,10 +183,12 @@ def k_policy(
     return auto if cap is None else CappedK(auto, cap=cap)
 
 
-def local_verifier(target: OnnxModel | None) -> Verifier:
+def local_verifier(target: OnnxModel | None, *, features: bool = False) -> Verifier:
+    """The target on this device; with ``features`` its verdicts carry the target's
+    features (a head drafts from them)."""
     if target is None:
         raise ConfigError("local verification needs a target", fix="pass --target DIR")
-    return LocalVerifier(target)
+    return LocalVerifier(target, features=features)
 
 
 def remote_verifier(remote: RemoteTarget, pieces: Callable[[], TokenPieces]) -> MeteredVerifier:

@@ -23,6 +23,9 @@ class Drafting:
     """The pair's drafting when a generation's options name none, and where it comes from."""
 
     has_draft: bool
+    #: Whether a head on the target is loaded: then the combined drafter, over the head,
+    #: drafts by default.
+    has_head: bool = False
     #: The drafter recommended or measured (None: the model with a draft, else prompt lookup).
     drafter: str | None
     k: int | str
@@ -34,7 +37,11 @@ class Drafting:
     stored_costs: CostProfile | None = None
 
     def drafter_for(self, options: GenerationOptions) -> str:
-        return options.drafter or self.drafter or ("model" if self.has_draft else "ngram")
+        if options.drafter or self.drafter:
+            return options.drafter or self.drafter or ""
+        if self.has_head:
+            return "combined"
+        return "model" if self.has_draft else "ngram"
 
     def k_for(self, options: GenerationOptions) -> int | str:
         return self.k if options.k is None else options.k
@@ -43,6 +50,7 @@ class Drafting:
 def decide_drafting(
     *,
     has_draft: bool,
+    has_head: bool = False,
     draft_extra: dict[str, Any] | None,
     build_record: dict[str, Any],
     measured: DeviceChoice | None,
@@ -66,7 +74,7 @@ def decide_drafting(
         k = DEFAULT_K
         k_source = f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
     if measured is None:  # this pair was not profiled on this device
-        return Drafting(has_draft=has_draft, drafter=drafter, k=k, k_source=k_source)
+        return Drafting(has_draft=has_draft, has_head=has_head, drafter=drafter, k=k, k_source=k_source)
     k_source = (
         f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
         f"drafter, expected {measured.expected_speedup:.2f}x"
@@ -74,13 +82,16 @@ def decide_drafting(
     stored = measured.cost_profile()
     if measured.drafter == "none" or stored is None:
         return Drafting(
-            has_draft=has_draft, drafter=measured.drafter, k=measured.k, k_source=k_source
+            has_draft=has_draft,
+            has_head=has_head,
+            drafter=measured.drafter, k=measured.k, k_source=k_source
         )
     # k then adapts round by round from the stored costs and the running acceptance, down to
     # plain target steps where a prompt's drafts stop paying (a chat turn after code): a fixed
     # k measured on code prompts would keep drafting.
     return Drafting(
         has_draft=has_draft,
+        has_head=has_head,
         drafter=measured.drafter,
         k="auto",
         k_source=k_source

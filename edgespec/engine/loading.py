@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.engine.pairing import check_pair
+from edgespec.engine.pairing import check_head, check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.models import catalog
 from edgespec.models.bundles import configured_pair, model_bundle
 from edgespec.models.bundles import draft_bundle as draft_bundle_of
+from edgespec.models.bundles import head_bundle as head_bundle_of
 from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import Admission, admit, estimate_pair
@@ -29,6 +30,14 @@ class LoadRequest:
 
     target: str | Path | None = None
     draft: str | Path | None = None
+    #: A head bundle on the target (``edgespec distill --head``); a catalog model's shipped
+    #: head is loaded without naming it, unless ``heads`` is False.
+    head: str | Path | None = None
+    heads: bool = True
+    #: The drafter the caller will run, when it knows: "model" loads the draft and no head,
+    #: "head" the head and no draft; None or another loads the catalog model's head where it
+    #: ships one (and then no draft model) and its draft otherwise.
+    drafter: str | None = None
     #: A catalog model's name (``edgespec.models.catalog``): it and its draft, fetched on first use.
     model: str | None = None
     target_providers: Sequence[str] | None = None
@@ -120,6 +129,8 @@ class LoadedPair:
     chat_template: ChatTemplate | None
     admission: Admission
     tree: Tree
+    #: A head on the target, which drafts from its features (None: none loaded).
+    head: OnnxModel | None = None
 
 
 def resolve_bundles(
@@ -170,12 +181,17 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
     from tokenizers import Tokenizer
 
     target_bundle, draft_bundle = resolve_bundles(request, wants_target=wants_target)
+    head = resolve_head(request, target_bundle)
+    if head is not None and request.draft is None and request.drafter != "model":
+        draft_bundle = None  # the head drafts: no draft model beside it
     tree = Tree(request.telemetry_root)
     budget_mb = request.memory_budget_mb
     if budget_mb is None and request.budget is not None:
         budget_mb = request.budget.memory_mb
     admission = admit(
-        estimate_pair(target_bundle, draft_bundle, base_bytes=base_rss_bytes(MemoryProbe(tree))),
+        estimate_pair(
+            target_bundle, draft_bundle, head=head, base_bytes=base_rss_bytes(MemoryProbe(tree))
+        ),
         budget_mb=budget_mb,
         shrink_context=request.shrink_context,
     )
@@ -192,6 +208,7 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
     return LoadedPair(
         target=_model(target_bundle, request.target_providers, target_options),
         draft=_model(draft_bundle, request.draft_providers, draft_options),
+        head=_model(head, request.draft_providers, replace(draft_options, intra_op_threads=1)),
         tokenizer=Tokenizer.from_file(str(text_bundle.tokenizer_path)),
         eos_ids=frozenset(text_bundle.manifest.tokenizer.eos_token_ids),
         bos_token=special.get("bos_token"),
@@ -199,6 +216,34 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
         admission=admission,
         tree=tree,
     )
+
+
+def resolve_head(request: LoadRequest, target: Bundle | None) -> Bundle | None:
+    """The head on the target: the one named, else the catalog model's shipped head (when
+    the target is the catalog model's, verified here, and the drafter may use it); refused
+    when it was made for another target."""
+    if target is None or request.drafter == "model":
+        if request.head is not None and target is None:
+            raise ConfigError(
+                "a head drafts from the local target's features, and no target is loaded here",
+                fix="drop --head (hybrid verification keeps model drafts), or load a target",
+            )
+        return None
+    head = None
+    if request.head is not None:
+        head = load_bundle(request.head, verify_checksums=request.verify_checksums)
+    elif request.heads and request.target is None and configured_pair() is None:
+        named = catalog.find(request.model) if request.model else catalog.default_model()
+        head = head_bundle_of(named, verify_checksums=request.verify_checksums)
+    if head is None:
+        return None
+    report = check_head(head, target)
+    if report is not None:
+        raise IncompatiblePairError(
+            f"head {head.root} cannot serve target {target.root}: {report}",
+            fix="train a head for this target with 'edgespec distill --head TARGET'",
+        )
+    return head
 
 
 #: Weights above which a draft beside a local target gets the target's threads (see

@@ -20,7 +20,7 @@ MAX_K = 8
 #: The draft length when none is given and the pair recommends none.
 DEFAULT_K = 4
 #: The drafters a generation may ask for (their classes are picked in ``assembly``).
-DRAFTER_NAMES = ("model", "combined", "ngram", "none")
+DRAFTER_NAMES = ("model", "combined", "head", "ngram", "none")
 #: What a generation does when the verification server stays unreachable.
 FALLBACKS = ("fail", "local", "draft")
 #: When rounds go to the remote target: every round, or while the budget policy says so.

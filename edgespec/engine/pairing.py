@@ -146,3 +146,22 @@ def _token_strings_check(draft: Bundle, target: Bundle) -> PairCheck:
         passed=True,
         detail=f"all {shared} shared token ids map to the same strings",
     )
+
+
+def check_head(head: Bundle, target: Bundle) -> str | None:
+    """Why ``head`` cannot draft for ``target`` (None when it can): it must be a head, made
+    for the very file the target was imported from, and the target must return features."""
+    record = head.manifest.extra.get("head")
+    if not isinstance(record, dict) or head.manifest.graph.feature_input is None:
+        return "it is not a head (edgespec distill --head makes one)"
+    made_for = record.get("target", {})
+    if made_for.get("source_sha256") != target.manifest.source.config_sha256:
+        return (
+            f"it was made for {made_for.get('bundle', 'another model')}, not for the file "
+            f"{target.manifest.source.model}"
+        )
+    if made_for.get("hidden_size") != target.manifest.model.hidden_size:
+        return "its feature width differs from the target's hidden size"
+    if target.manifest.graph.features is None:
+        return "the target returns no features (imported by an older edgespec: import it again)"
+    return None

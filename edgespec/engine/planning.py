@@ -129,6 +129,7 @@ def describe(
     )
     drafting = decide_drafting(
         has_draft=draft is not None,
+        has_head=pair.head is not None,
         draft_extra=None if draft is None else draft.bundle.manifest.extra,
         build_record=build_record,
         measured=(
@@ -190,19 +191,26 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
         # Its rounds price drafts with the pair's costs: measured (or read) here, before the
         # first round, so that a first generation's decode time and rate are its own.
         source.cost_profile()
-    drafter = assembly.drafter(
-        drafter_name,
-        assembly.DraftSource(
-            draft=pair.draft,
-            vocab_size=source.vocab_size,
-            stop_probability=options.draft_min_probability,
-            costs=source.cost_profile,
-        ),
+    draft_source = assembly.DraftSource(
+        draft=pair.draft,
+        head=pair.head,
+        vocab_size=source.vocab_size,
+        stop_probability=options.draft_min_probability,
+        costs=source.cost_profile,
     )
+    features = assembly.reads_features(drafter_name, draft_source)
+    if features and source.remote is not None:
+        raise ConfigError(
+            f"the {drafter_name} drafter drafts from the target's features, which a remote "
+            "target does not return",
+            fix="draft with --drafter model (hybrid verification keeps model drafts) or ngram",
+        )
+    drafter = assembly.drafter(drafter_name, draft_source)
     metered = None if remote is None else assembly.remote_verifier(remote, source.token_pieces)
     local = (
         assembly.local_verifier(
-            _verifying_model(pair, source.remote_options, source.remote_down or down)
+            _verifying_model(pair, source.remote_options, source.remote_down or down),
+            features=features,
         )
         if metered is None
         else None
@@ -277,7 +285,9 @@ def _prompt_ids(
 def measure_profile(source: PlanSource) -> CostProfile:
     """T(w)/T(1) and the draft step cost on this device: of remote rounds (the server's curve
     plus the measured round trip) when verification is remote, else of the local models."""
-    draft = source.pair.draft
+    # The model that drafts beside the target: its head when it has one (the combined
+    # drafter prices its rounds with the head's step), else the draft model.
+    draft = source.pair.head or source.pair.draft
     if source.remote is not None and not source.verifies_locally:
         draft_step = measure_costs(draft, None, max_width=1) if draft else None
         return remote_profile(

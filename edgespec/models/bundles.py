@@ -28,7 +28,9 @@ from edgespec.models.store import (
     cache_dir,
     cached_or_built,
     draft_dir,
+    head_dir,
     shipped_draft_path,
+    shipped_head_path,
 )
 
 #: Environment variables naming the bundles used when no target (draft) is given.
@@ -76,6 +78,36 @@ def draft_bundle(
                 str(shipped), root, title, notify, system_prompt=model.system_prompt
             )
         return _import_with_head(model, root, cache or cache_dir(), notify)
+
+    return cached_or_built(root, build, verify_checksums=verify_checksums, notify=notify)
+
+
+def head_bundle(
+    model: CatalogModel,
+    *,
+    cache: Path | None = None,
+    verify_checksums: bool = True,
+    notify: Notify = notify_stderr,
+) -> Bundle | None:
+    """The bundle of the head edgespec ships for ``model`` (built on first use from the head
+    file and the model's GGUF, after :func:`model_bundle` has fetched it), or None."""
+    root, shipped = head_dir(model, cache), shipped_head_path(model)
+    if root is None or shipped is None:
+        return None
+    target = model_bundle(model, cache=cache, verify_checksums=verify_checksums, notify=notify)
+
+    def build() -> Bundle:
+        from edgespec.export.gguf.reader import open_gguf
+        from edgespec.export.head.bundle import head_bundle as build_head
+
+        notify(f"edgespec: building the head on {model.title} (once) ...")
+        return build_head(
+            shipped,
+            open_gguf(gguf_file(model, cache or cache_dir(), notify)),
+            target_sha256=target.manifest.source.config_sha256,
+            out=root,
+            capacity=target.manifest.model.max_length,
+        )
 
     return cached_or_built(root, build, verify_checksums=verify_checksums, notify=notify)
 

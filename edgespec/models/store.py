@@ -5,6 +5,8 @@
     CACHE/models/NAME-REVISION                 a catalog model's bundle
     CACHE/models/NAME-draft-FORM-REVISION      the draft made for it (shipped, or a catalog
                                                draft with a reduced head)
+    CACHE/models/NAME-head-HASH-REVISION       the head on it that edgespec ships, built from
+                                               the head file and the model's own GGUF
 
 REVISION is the importer's (:func:`importer_revision`), so a newer edgespec whose graphs or
 tokenizer differ imports again instead of loading a stale bundle. A bundle is built under a
@@ -25,8 +27,9 @@ from edgespec.models.catalog import DRAFT_FORM, CatalogModel
 
 #: Overrides the cache directory (default ``$XDG_CACHE_HOME/edgespec``, else ~/.cache/edgespec).
 CACHE_ENV = "EDGESPEC_CACHE"
-#: Where edgespec keeps the drafts it ships.
+#: Where edgespec keeps the drafts and the heads it ships.
 DRAFTS_DIR = Path(__file__).resolve().parent.parent / "data" / "drafts"
+HEADS_DIR = Path(__file__).resolve().parent.parent / "data" / "heads"
 
 Notify = Callable[[str], None]
 
@@ -63,6 +66,22 @@ def shipped_draft_path(model: CatalogModel) -> Path | None:
     """The draft GGUF edgespec ships for ``model``, if any."""
     path = DRAFTS_DIR / model.shipped_draft if model.shipped_draft else None
     return path if path is not None and path.is_file() else None
+
+
+def shipped_head_path(model: CatalogModel) -> Path | None:
+    """The head file edgespec ships for ``model`` (``edgespec distill --head``), if any."""
+    path = HEADS_DIR / f"{model.name}.head.gguf"
+    return path if path.is_file() else None
+
+
+def head_dir(model: CatalogModel, cache: Path | None = None) -> Path | None:
+    """Where ``model``'s shipped head is built (its file's hash in the name: a new head
+    builds again); None when edgespec ships none for it."""
+    shipped = shipped_head_path(model)
+    if shipped is None:
+        return None
+    form = sha256_of_file(shipped)[:12]
+    return (cache or cache_dir()) / "models" / f"{model.name}-head-{form}-{importer_revision()}"
 
 
 def draft_dir(model: CatalogModel, cache: Path | None = None) -> Path | None:

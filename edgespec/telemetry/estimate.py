@@ -170,12 +170,20 @@ class PairEstimate:
 
 
 def estimate_pair(
-    target: Bundle | None, draft: Bundle | None, *, base_bytes: int, context: int | None = None
+    target: Bundle | None,
+    draft: Bundle | None,
+    *,
+    base_bytes: int,
+    context: int | None = None,
+    head: Bundle | None = None,
 ) -> PairEstimate:
-    """The models held on this device: no target when a remote server verifies."""
+    """The models held on this device: no target when a remote server verifies; a head on
+    the target beside it when one drafts."""
     models = [ModelCost.of("target", target)] if target is not None else []
     if draft is not None:
         models.append(ModelCost.of("draft", draft))
+    if head is not None:
+        models.append(ModelCost.of("head", head))
     if not models:
         raise ValueError("estimate_pair needs a target or a draft")
     longest = min(m.max_length for m in models)

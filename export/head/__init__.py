@@ -77,6 +77,9 @@ class HeadConfig:
     edit_prompts: int = 600
     max_length: int = 2048
     force: bool = False
+    #: Bounds besides the minutes (tests and reproducible runs): samples made, steps trained.
+    max_samples: int | None = None
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("data_minutes", "train_minutes"):
@@ -149,6 +152,7 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
             new_tokens=config.new_tokens,
             prompt_tokens=config.prompt_tokens,
             deadline=time.monotonic() + config.data_minutes * 60,
+            max_samples=config.max_samples,
             seed=config.seed,
             log=log,
         )
@@ -183,6 +187,7 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
         seed=config.seed,
         device=config.device,
         minutes=config.train_minutes,
+        max_steps=config.max_steps or TrainSettings.max_steps,
     )
     net, record = train(
         samples,

@@ -141,6 +141,7 @@ def collect(
     deadline: float,
     seed: int,
     log: Log,
+    max_samples: int | None = None,
 ) -> None:
     """Answers to ``texts`` (greedy first, then sampled repeats) with their features, into
     ``directory``'s shards, until ``deadline`` (time.monotonic()); resumes where the last
@@ -150,7 +151,7 @@ def collect(
     shard = len(list(directory.glob("shard-*.npz")))
     pending: list[Sample] = []
     started, positions = time.monotonic(), 0
-    for index in range(done, 1 << 30):
+    for index in range(done, max_samples or 1 << 30):
         if time.monotonic() >= deadline:
             break
         repeat, text = divmod(index, len(texts))

@@ -178,8 +178,8 @@ def _loss(
         count = valid.sum().clamp(min=1.0)
         ce_mean, reg_mean = (ce * valid).sum() / count, (reg * valid).sum() / count
         total = total + (ce_mean + REGRESSION_WEIGHT * reg_mean) / len(predicted)
-        ce_sum += float(ce_mean) / len(predicted)
-        reg_sum += float(reg_mean) / len(predicted)
+        ce_sum += float(ce_mean.detach()) / len(predicted)
+        reg_sum += float(reg_mean.detach()) / len(predicted)
     return total, (ce_sum, reg_sum)
 
 

@@ -108,9 +108,14 @@ class CombinedDrafter:
         return self._lookup_acceptance.rate
 
     def begin(
-        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+        self,
+        prompt: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        features: np.ndarray | None = None,
     ) -> None:
-        self.model.begin(prompt, sampling=sampling, rng=rng)
+        self.model.begin(prompt, sampling=sampling, rng=rng, features=features)
         self.lookup.begin(prompt, sampling=sampling, rng=rng)
         self._from_lookup, self._match = False, ()
         self._point_masses = not sampling.greedy and sampling.mode == "rejection"
@@ -155,15 +160,17 @@ class CombinedDrafter:
         self.lookup.adopt(draft.tokens)
         return draft
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(
+        self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
         proposal = self.lookup.proposal
         if self._from_lookup:
             self._lookup_acceptance.update(len(proposal), n_accepted)
-            self.model.catch_up(proposal[:n_accepted], next_token)
+            self.model.catch_up(proposal[:n_accepted], next_token, features=features)
         else:
             self._model_acceptance.update(len(proposal), n_accepted)
             self._score_match([*proposal[:n_accepted], next_token])
-            self.model.commit(n_accepted, next_token)
+            self.model.commit(n_accepted, next_token, features=features)
         self.lookup.commit(n_accepted, next_token)
 
     def _score_match(self, committed: Sequence[int]) -> None:

@@ -39,7 +39,12 @@ class ModelDrafter:
         self._scored_ids: np.ndarray | None = None
 
     def begin(
-        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+        self,
+        prompt: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        features: np.ndarray | None = None,
     ) -> None:
         self._sampling, self._rng = sampling, rng
         self.model.start(prompt, self.cache)
@@ -173,14 +178,19 @@ class ModelDrafter:
         shifted = np.exp(logits - logits[token])
         return float(1.0 / shifted.sum())
 
-    def catch_up(self, accepted: Sequence[int], next_token: int) -> None:
-        """Committed tokens another drafter proposed: fed with the next proposal's first pass."""
+    def catch_up(
+        self, accepted: Sequence[int], next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
+        """Committed tokens another drafter proposed: fed with the next proposal's first pass
+        (``features``, the verdict's, are for drafters that read them)."""
         if self._proposed:
             raise ValueError("commit the draft model's own proposal first")
         self._pending.extend(int(t) for t in accepted)
         self._pending.append(next_token)
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(
+        self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
         proposed = self._proposed
         if not 0 <= n_accepted <= len(proposed):
             raise ValueError(f"{n_accepted} accepted of a {len(proposed)}-token draft")

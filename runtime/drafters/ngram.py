@@ -72,7 +72,12 @@ class PromptLookupDrafter:
         return tuple(self._context)
 
     def begin(
-        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+        self,
+        prompt: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        features: np.ndarray | None = None,
     ) -> None:
         """Starts a generation from ``prompt``; ``sampling`` and ``rng`` are unused (no model)."""
         self._context = [int(token) for token in prompt]
@@ -115,7 +120,9 @@ class PromptLookupDrafter:
         self._require_begun()
         self._proposal = tuple(int(t) for t in tokens)
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(
+        self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
         """Appends the first ``n_accepted`` proposed tokens and then ``next_token``."""
         self._require_begun()
         if not 0 <= n_accepted <= len(self._proposal):

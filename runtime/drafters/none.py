@@ -20,7 +20,12 @@ class NoDrafter:
     """
 
     def begin(
-        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+        self,
+        prompt: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        features: np.ndarray | None = None,
     ) -> None:
         """Nothing to prepare: there is no model and no history to keep."""
 
@@ -30,7 +35,9 @@ class NoDrafter:
             raise ValueError(f"k must be >= 0, got {k}")
         return _EMPTY
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(
+        self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
         """Accepts only ``n_accepted == 0``: nothing was proposed."""
         if n_accepted != 0:
             raise ValueError(f"n_accepted={n_accepted} but NoDrafter proposes no tokens")

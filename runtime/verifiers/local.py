@@ -22,36 +22,62 @@ from edgespec.runtime.verifiers.base import Verdict
 
 
 class LocalVerifier:
-    """Runs the target over ``[last] + draft`` in one pass and applies the acceptance rule."""
+    """Runs the target over ``[last] + draft`` in one pass and applies the acceptance rule.
 
-    def __init__(self, model: OnnxModel) -> None:
+    With ``features`` (a head drafts beside it), ``begin`` returns the target's features of
+    the prompt it prefilled and each verdict carries those of ``last`` and the accepted tokens;
+    without, the passes copy none out."""
+
+    def __init__(self, model: OnnxModel, *, features: bool = False) -> None:
+        if features and not model.has_features:
+            raise ConfigError(
+                f"{model.bundle.root} returns no features for a head to draft from (imported "
+                "by an older edgespec)",
+                fix="import the model again with this version ('edgespec cache prune --stale' "
+                "for a catalog model), or draft with --drafter model or ngram",
+            )
         self.model = model
         self.max_length = model.max_length
         self.cache = model.new_cache()
+        self.features = features
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
 
     def begin(
         self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
-    ) -> None:
+    ) -> np.ndarray | None:
         self._sampling, self._rng = sampling, rng
+        if self.features:
+            return self.model.start_features(prompt, self.cache)
         self.model.start(prompt, self.cache)
+        return None
 
     def verify(self, last_token: int, draft: Draft) -> Verdict:
         started = time.perf_counter()
-        acceptance = verify_round(
-            self.model,
-            self.cache,
-            position=self.cache.length,  # last_token follows what the cache holds
-            last_token=last_token,
-            draft=draft,
-            sampling=self._sampling,
-            rng=self._rng,
-        )
+        position = self.cache.length  # last_token follows what the cache holds
+        features = None
+        if self.features:
+            logits, rows = self.model.forward_features([last_token, *draft.tokens], self.cache)
+            acceptance = accept(
+                draft, logits, sampling=self._sampling, rng=self._rng, position=position + 1
+            )
+            self.cache.crop(position + 1 + acceptance.n_accepted)
+            features = rows[: acceptance.n_accepted + 1]  # [n_accepted + 1, hidden]
+        else:
+            acceptance = verify_round(
+                self.model,
+                self.cache,
+                position=position,
+                last_token=last_token,
+                draft=draft,
+                sampling=self._sampling,
+                rng=self._rng,
+            )
         return Verdict(
             tokens=acceptance.tokens,
             n_accepted=acceptance.n_accepted,
             elapsed_s=time.perf_counter() - started,
+            features=features,
         )
 
     def close(self) -> None:

@@ -142,7 +142,12 @@ class ScriptedDrafter:
         self.proposed: tuple[int, ...] = ()
 
     def begin(
-        self, prompt: Sequence[int], *, sampling: SamplingConfig, rng: np.random.Generator
+        self,
+        prompt: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        features: np.ndarray | None = None,
     ) -> None:
         self.position = 0
 
@@ -153,7 +158,9 @@ class ScriptedDrafter:
         self.proposed = tuple(truth[:right] + wrong)
         return Draft(tokens=self.proposed)
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(
+        self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
+    ) -> None:
         self.position += n_accepted + 1
 
 
