@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from edgespec.cli.budget import energy_line
@@ -28,7 +29,21 @@ def add_decode_commands(commands: Any) -> None:
         "greedy output; sampled output has the target's distribution (rejection) or equals "
         "target-only sampling with the same seed (match).",
     )
-    generate.add_argument("prompt", metavar="PROMPT", help="the prompt text")
+    generate.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="the prompt text ('-': read it from standard input)",
+    )
+    generate.add_argument(
+        "-f",
+        "--file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="read the prompt from FILE (any size; '-': standard input) instead of PROMPT",
+    )
     add_engine_arguments(generate)
     add_decoding_arguments(generate)
     generate.add_argument(

@@ -230,17 +230,49 @@ def load_engine(args: argparse.Namespace) -> Any:
     return engine
 
 
+def read_prompt(prompt: str | None, file: Path | None) -> str:
+    """The prompt of ``generate``: PROMPT, standard input ('-' as PROMPT or FILE) or FILE's
+    text; one of them, and a file that can be read as UTF-8 text."""
+    from edgespec.errors import ConfigError
+
+    if prompt is not None and file is not None:
+        raise ConfigError("pass PROMPT or --file, not both", fix="drop one of them")
+    if prompt is None and file is None:
+        raise ConfigError(
+            "no prompt: pass PROMPT, '-' to read standard input, or --file FILE",
+            fix="e.g. edgespec generate 'def fib(n):', or edgespec generate -f prompt.txt",
+        )
+    if prompt is not None and prompt != "-":
+        return prompt
+    if prompt == "-" or str(file) == "-":
+        return sys.stdin.read()
+    assert file is not None
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError as error:
+        raise ConfigError(f"prompt file {file} does not exist", fix="check the path") from error
+    except IsADirectoryError as error:
+        raise ConfigError(f"{file} is a directory, not a prompt file", fix="pass a file") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{file} is not UTF-8 text (byte {error.start})", fix="pass a text file"
+        ) from error
+
+
 def check_generation_options(args: argparse.Namespace) -> None:
     """The ``check`` hook of generate and chat: bad option values, and an empty or blank
     prompt, are usage errors, reported before any model is fetched or loaded."""
     from edgespec.engine.options import GenerationOptions
     from edgespec.errors import ConfigError
 
+    if hasattr(args, "file"):  # generate: PROMPT, '-' or --file
+        args.prompt = read_prompt(args.prompt, args.file)
     prompt = getattr(args, "prompt", None)
     if prompt is not None and not prompt.strip():
+        example = "--chat 'What is a closure?'" if getattr(args, "chat", False) else "'def fib(n):'"
         raise ConfigError(
             "the prompt is empty or only whitespace",
-            fix="pass the text to continue, e.g. edgespec generate 'def fib(n):'",
+            fix=f"pass the text to continue, e.g. edgespec generate {example}",
         )
     options = generation_options(args)
     if options["max_new_tokens"] is None:  # chat: to the end of the turn, checked per answer

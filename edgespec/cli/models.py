@@ -74,6 +74,7 @@ def run_models(args: argparse.Namespace) -> int:
                 "with_draft_download_mb": pair.download_mb,
                 "with_draft_disk_mb": pair.disk_mb,
                 "draft": model.draft_label,
+                "head": _head_label(store.shipped_head_path(model)),
                 "instruct": model.instruct,
                 "source": model.source,
                 "cached": size is not None,
@@ -89,6 +90,7 @@ def run_models(args: argparse.Namespace) -> int:
         "download",
         "bundle",
         "draft",
+        "head",
         "total: download, disk",
         "cached",
         "index",
@@ -100,6 +102,7 @@ def run_models(args: argparse.Namespace) -> int:
             f"{row['download_mb']:,} MB",
             "?" if row["bundle_mb"] is None else f"{row['bundle_mb']:,} MB",
             str(row["draft"]),
+            str(row["head"]),
             f"{row['with_draft_download_mb']:,} MB, {row['with_draft_disk_mb']:,} MB",
             "yes" if row["cached"] else "no",
             str(row["source"]),
@@ -111,8 +114,16 @@ def run_models(args: argparse.Namespace) -> int:
         "\nUse one with 'edgespec chat NAME' or --model NAME (generate, bench, pair, serve, "
         "doctor); a first use fetches and imports it. 'total' counts the model and its "
         "draft: what a first use downloads, and the disk its bundles and their kept sources "
-        "take. Bundles are cached under "
+        "take. A shipped head drafts from the model's own features (the combined drafter "
+        "uses it by default) and is built on first use. Bundles are cached under "
         f"{store.cache_dir() / 'models'} ('edgespec cache' "
         "lists them)."
     )
     return 0
+
+
+def _head_label(path: Any) -> str:
+    """The shipped head in a few words: its size ("-" when there is none)."""
+    if path is None:
+        return "-"
+    return f"shipped, {path.stat().st_size / 1e6:.1f} MB"

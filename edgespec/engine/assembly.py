@@ -75,9 +75,16 @@ def _head_drafter(source: DraftSource) -> HeadDrafter:
     )
 
 
+#: The most tokens a head's round drafts in the combined drafter: its step costs about a
+#: tenth of a draft model's, so longer rounds pay (each round's length is still priced).
+HEAD_MODEL_K = 6
+
+
 def _combined_drafter(source: DraftSource) -> Drafter:
     """Prompt lookup, and the head where the target has one loaded, else the draft model."""
-    model = _head_drafter(source) if source.head is not None else _model_drafter(source)
+    if source.head is not None:
+        return CombinedDrafter(_head_drafter(source), costs=source.costs, model_k=HEAD_MODEL_K)
+    model = _model_drafter(source)
     assert isinstance(model, ModelDrafter)
     return CombinedDrafter(model, costs=source.costs)
 

@@ -4,11 +4,19 @@ draft stopped at k, rather than an acceptance rate taken as the same at every po
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 
 from edgespec.measure.profile import alpha_by_position, draft_step_cost, replayed_speedup
 from edgespec.runtime.k_policy import CostProfile, expected_speedup
+
+@dataclass(frozen=True)
+class GraphSpecFields:
+    """The graph record's fields the cost measurement reads."""
+
+    feature_input: str | None
+
 
 VERIFY_COST = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8]
 
@@ -65,7 +73,10 @@ def test_c_is_what_generation_paid_per_draft_step() -> None:
 
 
 class ScriptedPasses:
-    """A model whose pass over w positions takes ``times[w][repeat]`` on a fake clock."""
+    """A model whose pass over w positions takes ``times[w][repeat]`` on a fake clock (a
+    target's graph: it takes no features)."""
+
+    graph = GraphSpecFields(feature_input=None)
 
     def __init__(self, times: dict[int, list[float]]) -> None:
         self.times = times
