@@ -16,7 +16,12 @@ from edgespec.engine.generation import Plan
 from edgespec.engine.loading import LoadedPair
 from edgespec.engine.options import GenerationOptions, RemoteOptions
 from edgespec.engine.remote import RemoteHealth, RemoteTarget, remote_profile
-from edgespec.errors import ConfigError, ContextLimitError, RemoteUnavailableError
+from edgespec.errors import (
+    ConfigError,
+    ContextLimitError,
+    IncompatiblePairError,
+    RemoteUnavailableError,
+)
 from edgespec.runtime.costs import measure_costs
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
@@ -115,6 +120,8 @@ def describe(
             # The problem alone: its fix ("use a fallback") is what is happening now.
             remote, remote_down = None, error.problem
         else:
+            if remote.api == "edgespec" and draft is not None:
+                check_remote_tokenizer(info, draft, remote)
             limits.append(info.max_length)
             # An engine reports no vocabulary: the draft's names the tokens it may be sent.
             vocab_size = info.vocab_size or (draft.vocab_size if draft else 0)
@@ -160,6 +167,39 @@ def describe(
             and (remote_options.fallback != "fail" or remote_options.remote_when == "budget")
             else None
         ),
+    )
+
+
+def check_remote_tokenizer(info: Any, draft: OnnxModel, remote: RemoteTarget) -> None:
+    """Refuses a draft whose tokenizer is not the server's target's: the target's tokens are
+    read back with the draft's tokenizer, so another vocabulary turns its output into other
+    text. The same tokenizer file passes; another one passes only with the same vocabulary
+    size and end-of-turn ids (a re-export of the same tokenizer)."""
+    import hashlib
+
+    from edgespec.engine.pairing import MAX_VOCAB_SIZE_DIFFERENCE
+
+    tokenizer = draft.bundle.manifest.tokenizer
+    same_file = (
+        hashlib.sha256(draft.bundle.tokenizer_path.read_bytes()).hexdigest()
+        == info.tokenizer_sha256
+    )
+    if same_file:
+        return
+    sizes = abs(info.vocab_size - draft.vocab_size) <= MAX_VOCAB_SIZE_DIFFERENCE
+    eos = set(info.eos_token_ids) == set(tokenizer.eos_token_ids)
+    if sizes and eos:
+        return
+    what = (
+        f"a vocabulary of {draft.vocab_size:,} tokens against the server's {info.vocab_size:,}"
+        if not sizes
+        else f"end-of-turn ids {sorted(tokenizer.eos_token_ids)} against the server's "
+        f"{sorted(info.eos_token_ids)}"
+    )
+    raise IncompatiblePairError(
+        f"the draft {draft.bundle.root.name} does not share the tokenizer of the target "
+        f"served at {remote.url}: {what}",
+        fix="draft with the model the server serves (or its catalog draft: --model NAME)",
     )
 
 

@@ -122,3 +122,24 @@ def test_evicted_sessions_are_reopened_from_the_client_history(
             assert generation.result.tokens == expected.tokens
             assert generation.result.stats.remote["reopens"] > 0
         assert app.state.store.counters["sessions_evicted"] > 0
+
+
+def test_a_draft_of_another_tokenizer_is_refused(
+    pair: tuple[Path, Path], server: ThreadServer
+) -> None:
+    """The server's target reads back as the draft's tokens: a draft of another vocabulary is
+    refused at load with one line, the same tokenizer passes."""
+    from dataclasses import replace
+
+    from edgespec.engine.planning import check_remote_tokenizer
+    from edgespec.errors import IncompatiblePairError
+    from edgespec.manifest import load_bundle
+    from edgespec.runtime.model import OnnxModel
+
+    target = ServerTarget(server.url)
+    draft = OnnxModel(load_bundle(pair[1]))
+    info = target.info()
+    check_remote_tokenizer(info, draft, target)  # the pair's own tokenizer
+    other = replace(info, tokenizer_sha256="0" * 64, vocab_size=info.vocab_size + 1000)
+    with pytest.raises(IncompatiblePairError, match="vocabulary of"):
+        check_remote_tokenizer(other, draft, target)
