@@ -88,7 +88,9 @@ def main() -> None:
         rates, accepted = harness.Rates(), harness.Rates()
         per_round = harness.Rates()  # committed tokens over rounds
         check = harness.OutputCheck(reference="target-only")
-        turns = harness.alternate(list(configurations), items, run, rounds=args.repeats, rotate=True)
+        turns = harness.alternate(
+            list(configurations), items, run, rounds=args.repeats, rotate=True
+        )
         for turn in turns:
             check.add({label: result.tokens for label, result in turn.results.items()})
             for label, result in turn.results.items():

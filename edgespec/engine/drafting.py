@@ -74,7 +74,9 @@ def decide_drafting(
         k = DEFAULT_K
         k_source = f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
     if measured is None:  # this pair was not profiled on this device
-        return Drafting(has_draft=has_draft, has_head=has_head, drafter=drafter, k=k, k_source=k_source)
+        return Drafting(
+            has_draft=has_draft, has_head=has_head, drafter=drafter, k=k, k_source=k_source
+        )
     k_source = (
         f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "
         f"drafter, expected {measured.expected_speedup:.2f}x"
@@ -84,7 +86,9 @@ def decide_drafting(
         return Drafting(
             has_draft=has_draft,
             has_head=has_head,
-            drafter=measured.drafter, k=measured.k, k_source=k_source
+            drafter=measured.drafter,
+            k=measured.k,
+            k_source=k_source,
         )
     # k then adapts round by round from the stored costs and the running acceptance, down to
     # plain target steps where a prompt's drafts stop paying (a chat turn after code): a fixed

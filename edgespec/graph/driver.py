@@ -21,8 +21,8 @@ from edgespec.graph.paths import (
     ForwardPath,
     GraphSizes,
     SharedBound,
-    SharedReference,
     SharedPath,
+    SharedReference,
 )
 from edgespec.manifest import GraphSpec
 

@@ -389,7 +389,6 @@ class SharedBound(SharedPath):
         return cache.binding[1]
 
 
-
 def _ort_values(cache: SharedKVCache) -> list[list[Any]]:
     if cache.ort_values is None:
         import onnxruntime

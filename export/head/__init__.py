@@ -22,6 +22,14 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ConfigError, ModelSourceError, VerificationError
+from edgespec.export.head.bundle import (
+    HEAD_FILE,
+    HEAD_KEY,
+    VOCABULARY_FILE,
+    head_bundle,
+    torch_parity,
+    write_head_gguf,
+)
 from edgespec.export.head.data import (
     HELD_OUT,
     FeatureTeacher,
@@ -33,14 +41,6 @@ from edgespec.export.head.data import (
     read_samples,
     requests,
     save_json,
-)
-from edgespec.export.head.bundle import (
-    HEAD_FILE,
-    HEAD_KEY,
-    VOCABULARY_FILE,
-    head_bundle,
-    torch_parity,
-    write_head_gguf,
 )
 from edgespec.export.head.net import HeadShape, gguf_tensors
 from edgespec.export.head.train import (

@@ -200,7 +200,7 @@ def head_bundle(
             ),
             files=file_records(staging, roles),
             packages=("edgespec", "onnx"),
-            extra={HEAD_KEY: record, "output_columns": int(len(kept))},
+            extra={HEAD_KEY: record, "output_columns": len(kept)},
         )
     return load_bundle(out)
 
@@ -211,7 +211,9 @@ def head_bundle(
 MIN_TOP1 = 0.75
 
 
-def torch_parity(bundle: Bundle, net: Any, tokens: np.ndarray, features: np.ndarray) -> ParityResult:
+def torch_parity(
+    bundle: Bundle, net: Any, tokens: np.ndarray, features: np.ndarray
+) -> ParityResult:
     """The ONNX head's depth-1 drafts against the torch head's over one sequence (tokens [L]
     as the head's table rows, the target's features [L, H])."""
     import torch

@@ -226,7 +226,7 @@ def read_samples(directory: Path) -> list[Sample]:
 
 def _shard_count(path: Path) -> int:
     with np.load(path) as data:
-        return int(len(data["lengths"]))
+        return len(data["lengths"])
 
 
 def kept_vocabulary(samples: list[Sample], size: int, always: frozenset[int]) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""A head's ONNX graph and bundle, built by the GGUF importer's own builder: the target's rows
-of the kept tokens (the file's blocks, byte for byte) embed and score tokens (zero rows after them), the trained
+"""A head's ONNX graph, built by the GGUF importer's own builder: the target's rows of the kept
+tokens (the file's blocks, byte for byte, then zero rows) embed and score tokens, the trained
 layer and the input projection run as Q8_0 blocks on edgespec's GGUF kernels, attention on the
 CacheAttention kernel over the head's own in-place KV cache (one layer).
 

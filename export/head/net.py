@@ -150,11 +150,7 @@ def _head_class() -> Any:
                 if n < 1:
                     break
                 previous = predicted[-1][:, :n]
-                ids = (
-                    self.logits(previous).argmax(-1)
-                    if drafted
-                    else tokens[:, j : j + n]
-                )
+                ids = self.logits(previous).argmax(-1) if drafted else tokens[:, j : j + n]
                 x = self.project(ids, previous)
                 q, k, v = self.qkv(x, positions[:n] + j - 1)
                 chain = [(ck[:, :, :n], cv[:, :, :n]) for ck, cv in chain] + [(k, v)]

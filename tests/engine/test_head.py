@@ -176,7 +176,11 @@ def test_a_head_with_a_remote_target_is_one_clear_line(target_and_head: dict[str
 
     _, head = _pair(target_and_head)
     source = DraftSource(
-        draft=None, head=head, vocab_size=384, stop_probability=0.0, costs=lambda: None  # type: ignore[arg-type, return-value]
+        draft=None,
+        head=head,
+        vocab_size=384,
+        stop_probability=0.0,
+        costs=lambda: None,  # type: ignore[arg-type, return-value]
     )
     assert reads_features("head", source) and reads_features("combined", source)
     with pytest.raises(ConfigError, match="features"):

@@ -11,6 +11,7 @@ import pytest
 from edgespec.measure.profile import alpha_by_position, draft_step_cost, replayed_speedup
 from edgespec.runtime.k_policy import CostProfile, expected_speedup
 
+
 @dataclass(frozen=True)
 class GraphSpecFields:
     """The graph record's fields the cost measurement reads."""
