@@ -108,6 +108,7 @@ def add_distill_command(commands: Any) -> None:
     heads.add_argument("--head", action="store_true", help="train a head on the target")
     for flag, kind, default, text in (
         ("--data-minutes", float, 10.0, "minutes of the target's answers and features"),
+        ("--text-minutes", float, 5.0, "minutes of its features over standard-library code"),
         ("--train-minutes", float, 10.0, "minutes of training"),
         ("--vocabulary", int, 8192, "tokens the head scores (the target's most written)"),
         ("--depth", int, 3, "chain depth trained as the head drafts"),
@@ -208,6 +209,7 @@ def run_distill_head(args: argparse.Namespace) -> int:
         gguf=gguf,
         out=args.out,
         data_minutes=args.data_minutes,
+        text_minutes=args.text_minutes,
         train_minutes=args.train_minutes,
         new_tokens=args.new_tokens,
         prompt_tokens=args.prompt_tokens,

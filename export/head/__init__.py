@@ -35,12 +35,14 @@ from edgespec.export.head.data import (
     FeatureTeacher,
     chat_prompt,
     collect,
+    collect_text,
     data_record,
     held_out_samples,
     kept_vocabulary,
     read_samples,
     requests,
     save_json,
+    stdlib_texts,
 )
 from edgespec.export.head.net import HeadShape, gguf_tensors
 from edgespec.export.head.train import (
@@ -64,6 +66,9 @@ class HeadConfig:
     out: Path
     work: Path | None = None
     data_minutes: float = 10.0
+    #: Minutes of prefill passes over the standard library's source (no answers: many more
+    #: positions a second), after the answers; 0: none.
+    text_minutes: float = 5.0
     train_minutes: float = 10.0
     new_tokens: int = 128
     prompt_tokens: int = 256
@@ -82,6 +87,8 @@ class HeadConfig:
     max_steps: int | None = None
 
     def __post_init__(self) -> None:
+        if self.text_minutes < 0:
+            raise ConfigError(f"--text-minutes is {self.text_minutes}", fix="use 0 or more")
         for name in ("data_minutes", "train_minutes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(
@@ -157,12 +164,29 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
             log=log,
         )
         data_done.write_text("done\n")
+    text_dir, text_done = work / "text", work / "text.done"
+    if config.text_minutes > 0 and not text_done.is_file():
+        log(
+            f"head: the target's features over standard-library source, {config.text_minutes:g} min"
+        )
+        collect_text(
+            teacher,
+            encode,
+            stdlib_texts(config.seed),
+            text_dir,
+            window=config.prompt_tokens,
+            deadline=time.monotonic() + config.text_minutes * 60,
+            log=log,
+            max_samples=config.max_samples,
+        )
+        text_done.write_text("done\n")
     del teacher
-    samples = read_samples(data_dir)
+    answers = read_samples(data_dir)
+    samples = answers + read_samples(text_dir)
     eos = frozenset(target.manifest.tokenizer.eos_token_ids)
     kept_path = work / "kept.npy"
     if not kept_path.is_file():
-        np.save(kept_path, kept_vocabulary(samples, config.vocabulary, eos))
+        np.save(kept_path, kept_vocabulary(answers, config.vocabulary, eos))
     kept = np.load(kept_path)
     arch = source.architecture
     shape = HeadShape(

@@ -174,6 +174,75 @@ def collect(
         write_shard(directory / f"shard-{shard:04d}.npz", pending)
 
 
+def stdlib_texts(seed: int) -> list[str]:
+    """The Python standard library's modules (its tests left out), shuffled by ``seed``: text
+    the target reads in prefill passes only, many positions a second. The benchmark sets quote
+    other packages, never the standard library."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        path
+        for path in root.glob("**/*.py")
+        if not any(part in ("test", "tests", "idlelib", "site-packages") for part in path.parts)
+    )
+    order = np.random.default_rng(seed).permutation(len(files))
+    return [files[i].read_text(encoding="utf-8", errors="replace") for i in order]
+
+
+def collect_text(
+    teacher: FeatureTeacher,
+    encode: Callable[[str], list[int]],
+    texts: list[str],
+    directory: Path,
+    *,
+    window: int,
+    deadline: float,
+    log: Log,
+    max_samples: int | None = None,
+) -> None:
+    """The target's features over windows of ``window`` tokens of ``texts`` (prefill passes
+    only, no answers), into ``directory``'s shards until ``deadline``; resumed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    done = sum(_shard_count(path) for path in sorted(directory.glob("shard-*.npz")))
+    shard = len(list(directory.glob("shard-*.npz")))
+    windows = (
+        ids[begin : begin + window]
+        for text in texts
+        for ids in (encode(text),)
+        for begin in range(0, len(ids) - 8, window)
+    )
+    pending: list[Sample] = []
+    started, positions, made = time.monotonic(), 0, 0
+    for index, tokens in enumerate(windows):
+        if time.monotonic() >= deadline or (max_samples is not None and made >= max_samples):
+            break
+        if index < done:
+            continue
+        cache = teacher.driver.new_cache()
+        parts = [
+            teacher.driver.forward_features(tokens[b : b + PREFILL_CHUNK], cache, last_only=True)[1]
+            for b in range(0, len(tokens), PREFILL_CHUNK)
+        ]
+        features = np.concatenate(parts).astype(np.float16)
+        pending.append(
+            Sample(tokens=np.asarray(tokens, np.int32), features=features, prompt_length=0)
+        )
+        positions += len(tokens)
+        made += 1
+        if len(pending) == SHARD_SAMPLES:
+            write_shard(directory / f"shard-{shard:04d}.npz", pending)
+            shard, pending = shard + 1, []
+            elapsed = time.monotonic() - started
+            left = max(deadline - time.monotonic(), 0.0) / 60
+            log(
+                f"head: text {index + 1} windows, {positions:,} positions this run "
+                f"({positions / elapsed:,.0f} positions/s), {left:.1f} min left"
+            )
+    if pending:
+        write_shard(directory / f"shard-{shard:04d}.npz", pending)
+
+
 def held_out_samples(
     teacher: FeatureTeacher,
     encode: Callable[[str], list[int]],

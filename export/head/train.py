@@ -164,14 +164,15 @@ def _loss(
     from torch.nn import functional
 
     predicted = net.unrolled(tokens, features, depth, drafted=False)
+    with torch.no_grad():  # the target's distribution at every position, once [B, L, N]
+        p_all = torch.softmax(net.logits(features), -1)
     total = torch.zeros((), device=features.device)
     ce_sum, reg_sum = 0.0, 0.0
     for j, guess in enumerate(predicted, start=1):
         n = guess.shape[1]
         target = features[:, j : j + n]  # f_{t+j}
         valid = mask[:, j : j + n].float()
-        with torch.no_grad():
-            p_target = torch.softmax(net.logits(target), -1)
+        p_target = p_all[:, j : j + n]
         log_q = torch.log_softmax(net.logits(guess), -1)
         ce = -(p_target * log_q).sum(-1)
         reg = functional.smooth_l1_loss(guess / rms, target / rms, reduction="none").mean(-1)

@@ -54,8 +54,12 @@ class HeadDrafter(ModelDrafter):
         self._guess: np.ndarray | None = None
         #: Positions of the head's cache that hold committed pairs (true features).
         self._committed = 0
-        #: Committed pairs not fed yet: (tokens, their features [len, hidden]).
-        self._waiting: tuple[list[int], np.ndarray] | None = None
+        #: Committed pairs not fed yet (tokens, and their features, [len, hidden] a round):
+        #: fed with the next proposal that drafts.
+        self._waiting_tokens: list[int] = []
+        self._waiting_features: list[np.ndarray] = []
+        #: Whether the head's cache ran out of positions (it drafts no more this generation).
+        self._full = False
 
     def begin(
         self,
@@ -76,12 +80,19 @@ class HeadDrafter(ModelDrafter):
         self._committed = 0
         self._scores = self._guess = None
         self._proposed = ()
-        self._waiting = None
+        self._waiting_tokens, self._waiting_features = [], []
+        self._full = False
         self._feed(list(prompt[1:]), features)
 
     def _feed(self, tokens: list[int], features: np.ndarray) -> None:
         """Pairs (tokens[i], features[i]) at the next committed positions; the last pass's
         last row becomes the next proposal's start."""
+        if self.cache.length + len(tokens) > self.model.max_length:
+            # The head's cache holds fewer positions than the target's context: past them it
+            # drafts nothing more (its rounds are plain target steps).
+            self._full = True
+            self._scores = self._guess = None
+            return
         rows = self.rows[np.asarray(tokens, np.int64)] if tokens else np.zeros(0, np.int64)
         for begin in range(0, len(tokens), PREFILL_PAIRS):
             end = min(begin + PREFILL_PAIRS, len(tokens))
@@ -98,12 +109,14 @@ class HeadDrafter(ModelDrafter):
     def propose(self, k: int) -> Draft:
         started = time.perf_counter()
         steps = 0
-        if self._waiting is not None:  # the last round's accepted pairs, with true features
-            self._feed(*self._waiting)
-            self._waiting = None
+        if k >= 1 and self._waiting_tokens and not self._full:
+            # The rounds' accepted pairs since the last proposal, with the target's features:
+            # one pass, whatever the number of rounds that drafted nothing in between.
+            self._feed(self._waiting_tokens, np.concatenate(self._waiting_features))
+            self._waiting_tokens, self._waiting_features = [], []
             steps += 1
         room = self.model.max_length - self.cache.length
-        if k < 1 or self._scores is None or self._guess is None or room < k:
+        if k < 1 or self._scores is None or self._guess is None or room < k + 1:
             self._proposed = ()
             return Draft(tokens=(), elapsed_s=time.perf_counter() - started)
         scores, guess = self._scores, self._guess
@@ -174,5 +187,6 @@ class HeadDrafter(ModelDrafter):
             raise ValueError("the head drafter commits with the verdict's features")
         self.cache.crop(self._committed)  # the guessed pairs go
         self._proposed = ()
-        # Fed with the next proposal's first pass, so the draft's time counts it.
-        self._waiting = ([*proposed[:n_accepted], int(next_token)], np.array(features))
+        # Fed with the next proposal that drafts, so the draft's time counts it.
+        self._waiting_tokens += [*proposed[:n_accepted], int(next_token)]
+        self._waiting_features.append(np.array(features))
