@@ -4,7 +4,8 @@
         [--contexts 256,1024,full] [--kernels gguf,mlas] [--tokens 32] [--bundles DIR,...]
 
 Each case runs in a fresh process (the peak is the process's): it loads the model, or the
-model and its catalog draft ("NAME+draft"), exactly as ``Engine.load(model=NAME)`` does, feeds
+model and its catalog draft ("NAME+draft"), or with its head and no draft ("NAME+head": the
+shipped head, or ``--head NAME=DIR``), exactly as ``Engine.load(model=NAME)`` does, feeds
 a prompt of ``context - tokens`` tokens (this repository's README, repeated) and decodes
 ``tokens`` more, so the session ends at ``context`` tokens; "full" is the bundle's context
 limit. It prints one JSON line per case: the estimate admission uses
@@ -46,6 +47,8 @@ def measure_one(case: dict[str, object]) -> dict[str, object]:
         load |= {"target": case["target"], "draft": case.get("draft")}
     else:
         load["model"] = case["model"]
+    if case.get("drafter") == "head":
+        load |= {"drafter": "head", "head": case.get("head")}
     engine = Engine.load(**load)  # type: ignore[arg-type]
     context = int(case["context"]) if case["context"] != "full" else engine.max_length
     tokens = int(case["tokens"])  # type: ignore[call-overload]
@@ -55,7 +58,9 @@ def measure_one(case: dict[str, object]) -> dict[str, object]:
     once = engine.encode((ROOT / "README.md").read_text(encoding="utf-8"))
     prompt = (once * (context // len(once) + 1))[: context - tokens]
     options = {"max_new_tokens": tokens}
-    if engine.draft is None:
+    if case.get("drafter") == "head":
+        options["drafter"] = "head"  # type: ignore[assignment]
+    elif engine.draft is None:
         options["drafter"] = "ngram"  # type: ignore[assignment]
     result = engine.generate(prompt, **options)
     peak = probe.snapshot().peak_rss_bytes or 0
@@ -107,7 +112,13 @@ def mlas_bundle(name: str) -> Path:
     return out
 
 
-def cases(models: list[str], contexts: list[str], kernels: list[str], tokens: int) -> list[dict]:
+def cases(
+    models: list[str],
+    contexts: list[str],
+    kernels: list[str],
+    tokens: int,
+    heads: dict[str, str] | None = None,
+) -> list[dict]:
     found = []
     for kind in kernels:
         for entry in models:
@@ -123,6 +134,8 @@ def cases(models: list[str], contexts: list[str], kernels: list[str], tokens: in
                     "tokens": tokens,
                     "target": None,
                 }
+                if with_draft == "head":
+                    case |= {"drafter": "head", "head": (heads or {}).get(name)}
                 if kind == "mlas":
                     case["target"] = str(mlas_bundle(name))
                 elif not with_draft:
@@ -149,6 +162,9 @@ def main() -> None:
     parser.add_argument("--contexts", default="256,1024,full")
     parser.add_argument("--kernels", default="gguf,mlas")
     parser.add_argument("--bundles", help="bundle directories to measure instead (comma list)")
+    parser.add_argument(
+        "--head", nargs="*", default=[], metavar="NAME=DIR", help="a head bundle for NAME+head"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -163,7 +179,10 @@ def main() -> None:
             for context in contexts
         ]  # fmt: skip
     else:
-        chosen = cases(args.models.split(","), contexts, args.kernels.split(","), args.tokens)
+        heads = dict(spec.split("=", 1) for spec in args.head)
+        chosen = cases(
+            args.models.split(","), contexts, args.kernels.split(","), args.tokens, heads
+        )
     for case in chosen:
         child = subprocess.run(
             [sys.executable, __file__, "--one", json.dumps(case)],
