@@ -14,7 +14,7 @@ import numpy as np
 
 from edgespec.errors import ConfigError
 from edgespec.graph.kernels import register_gguf_kernels
-from edgespec.graph.kv_cache import KVCache
+from edgespec.graph.kv_cache import KVCache, SharedKVCache
 from edgespec.graph.paths import (
     ConcatBound,
     ConcatReference,
@@ -91,6 +91,7 @@ class GraphDriver:
             )
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
+        assert isinstance(cache, SharedKVCache)  # the path's own kind (new_cache)
         return self._path.forward_features(
             token_ids, cache, last_only=last_only, feature_input=feature_input
         )

@@ -227,7 +227,7 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
     net = net.to("cpu").eval()
     acceptance = acceptance_by_depth(net, held, kept, depth=6)
     log(f"head: held-out acceptance by draft position {acceptance}")
-    head_record = {
+    head_record: dict[str, Any] = {
         "target": {
             "bundle": target.root.name,
             "source_sha256": target.manifest.source.config_sha256,
@@ -277,7 +277,7 @@ def _frozen_rows(source: Any, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray 
     from edgespec.export.head.graph import table_padding
 
     def rows(name: str) -> np.ndarray:
-        kept_rows = float_rows(source.tensors[name], kept)
+        kept_rows = float_rows(source.tensors[name], kept.tolist())
         padding = np.zeros((table_padding(len(kept)), kept_rows.shape[1]), np.float32)
         return np.concatenate([kept_rows, padding]).astype(np.float32)
 

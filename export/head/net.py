@@ -92,9 +92,16 @@ def _head_class() -> Any:
             inverse = 1.0 / shape.rope_theta ** (torch.arange(0, d, 2).float() / d)  # [D / 2]
             self.register_buffer("inverse_frequency", inverse, persistent=False)
 
+        def buffer(self, name: str) -> Any:
+            """One of the frozen tensors (the table, the scoring rows, the final norm)."""
+            return self.get_buffer(name)
+
+        def frequencies(self) -> Any:
+            return self.get_buffer("inverse_frequency")
+
         def rotary(self, x: Any, positions: Any) -> Any:
             """Rotate-half rotary embedding of x [B, heads, S, D] at ``positions`` [S]."""
-            angles = positions.float()[:, None] * self.inverse_frequency[None, :]  # [S, D / 2]
+            angles = positions.float()[:, None] * self.frequencies()[None, :]  # [S, D / 2]
             cos = torch.cat([angles.cos(), angles.cos()], -1)
             sin = torch.cat([angles.sin(), angles.sin()], -1)
             half = x.shape[-1] // 2
@@ -103,7 +110,7 @@ def _head_class() -> Any:
 
         def project(self, ids: Any, features: Any) -> Any:
             """The layer's input [B, S, H]: fc([table[ids] ; features])."""
-            return self.fc(torch.cat([self.table[ids], features], -1))
+            return self.fc(torch.cat([self.buffer('table')[ids], features], -1))
 
         def qkv(self, x: Any, positions: Any) -> tuple[Any, Any, Any]:
             """Q [B, heads, S, D] and K, V repeated to the query heads, rotated at
@@ -170,8 +177,8 @@ def _head_class() -> Any:
         def logits(self, features: Any) -> Any:
             """Scores [.., N] of the kept tokens from features [.., H], as the target scores
             them: its final norm, then its rows."""
-            normed = rms_norm(features, self.final_norm, self.shape.rms_norm_eps)
-            return normed @ self.scoring[: self.shape.vocabulary].T
+            normed = rms_norm(features, self.buffer("final_norm"), self.shape.rms_norm_eps)
+            return normed @ self.buffer("scoring")[: self.shape.vocabulary].T
 
     return HeadNet
 
