@@ -110,7 +110,7 @@ def _head_class() -> Any:
 
         def project(self, ids: Any, features: Any) -> Any:
             """The layer's input [B, S, H]: fc([table[ids] ; features])."""
-            return self.fc(torch.cat([self.buffer('table')[ids], features], -1))
+            return self.fc(torch.cat([self.buffer("table")[ids], features], -1))
 
         def qkv(self, x: Any, positions: Any) -> tuple[Any, Any, Any]:
             """Q [B, heads, S, D] and K, V repeated to the query heads, rotated at
