@@ -56,6 +56,14 @@ def add_bundle_commands(commands: Any) -> None:
         action="store_true",
         help="also measure alpha by draft position and c on this device, and recommend k",
     )
+    pair.add_argument(
+        "--head",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="check (and with --profile, measure) a head on TARGET instead of a draft: the "
+        "head, the combined drafter over it and prompt lookup race, and the winner is kept",
+    )
     pair.set_defaults(handler=run_pair)
 
     inspect = commands.add_parser(
@@ -80,6 +88,8 @@ def add_bundle_commands(commands: Any) -> None:
 
 
 def run_pair(args: argparse.Namespace) -> int:
+    if args.head is not None:
+        return _run_head_pair(args)
     resolve_model(args)
     if args.draft is None or args.target is None:
         if args.draft is not None:
@@ -106,6 +116,36 @@ def run_pair(args: argparse.Namespace) -> int:
         if profile is not None:
             print("\n".join(_profile_lines(profile)))
     return 0 if report.compatible else 1
+
+
+def _run_head_pair(args: argparse.Namespace) -> int:
+    """``pair --head HEAD [TARGET]``: whether the head was made for the target, and with
+    ``--profile`` the head's drafters measured and the fastest kept."""
+    from edgespec.engine.pairing import check_head
+    from edgespec.manifest import load_bundle
+    from edgespec.measure.profile import profile_pair
+
+    if args.draft is not None and args.target is None:  # one positional: the target
+        args.target, args.draft = args.draft, None
+    if args.draft is not None:
+        raise ConfigError("pair --head takes a TARGET, not a DRAFT", fix="drop the DRAFT")
+    resolve_model(args)
+    if args.target is None:
+        args.target = default_pair(verify_checksums=False).target.root
+    problem = check_head(load_bundle(args.head), load_bundle(args.target))
+    profile = (
+        profile_pair(None, args.target, head=args.head)
+        if args.profile and problem is None
+        else None
+    )
+    if args.json:
+        found = {"compatible": problem is None, "reason": problem or "made for this target"}
+        print(json.dumps({**found, "profile": profile}, indent=2))
+    else:
+        print("compatible: the head was made for this target" if problem is None else problem)
+        if profile is not None:
+            print("\n".join(_profile_lines(profile)))
+    return 0 if problem is None else 1
 
 
 def _report_draftless(args: argparse.Namespace) -> int:

@@ -140,7 +140,7 @@ def describe(
         draft_extra=None if draft is None else draft.bundle.manifest.extra,
         build_record=build_record,
         measured=(
-            load_choice(target.bundle, draft.bundle if draft else None)
+            load_choice(target.bundle, (pair.head or draft).bundle if pair.head or draft else None)
             if target is not None and remote is None
             else None
         ),

@@ -45,6 +45,7 @@ def profile_pair(
     *,
     save: bool = True,
     notify: Callable[[str], None] = _to_stderr,
+    head: Path | None = None,
 ) -> dict[str, Any]:
     """Greedy speculation at k = MAX_K over the bench prompts with each drafter the pair can
     use (model, combined and prompt lookup with a draft; prompt lookup without): alpha by
@@ -53,7 +54,10 @@ def profile_pair(
     device; ``save`` keeps it, so that generation uses it without flags. ``notify`` gets a
     line per step (minutes for a real-size pair)."""
     started = time.perf_counter()
-    engine = Engine.load(target=target, draft=draft, measure_energy=False)
+    loads = {"target": target, "draft": draft, "head": head, "measure_energy": False}
+    if head is not None:
+        loads["drafter"] = "head"
+    engine = Engine.load(**loads)  # type: ignore[arg-type]
     names: tuple[str, ...] = PROFILE_SETS if draft is not None else ("chat",)
     if engine.chat_template is None:  # a target that formats no chats: completions only
         names = ("code",)
@@ -70,7 +74,9 @@ def profile_pair(
     notify("profile: the verify curve T(k)/T(1) and the draft's step cost ...")
     profile = engine.cost_profile()
     verify_cost = list(profile.verify_cost)
-    drafters = ("model", "combined", "ngram") if draft is not None else ("ngram",)
+    drafters: tuple[str, ...] = ("model", "combined", "ngram") if draft is not None else ("ngram",)
+    if head is not None:  # a head races its own drafters (the combined one drafts with it)
+        drafters = ("head", "combined", "ngram")
     measured = {}
     for drafter in drafters:
         results = []
@@ -127,13 +133,20 @@ def profile_pair(
                 },
             ),
             engine.target.bundle,
-            engine.draft.bundle if engine.draft is not None else None,
+            _beside(engine),
         )
         found["saved_to"] = str(saved)
-    reloaded = Engine.load(target=target, draft=draft, measure_energy=False)
+    reloaded = Engine.load(**loads)  # type: ignore[arg-type]
     found["default_k"], found["default_k_source"] = reloaded.default_k, reloaded.default_k_source
     found["default_drafter"] = reloaded.default_drafter
     return found
+
+
+def _beside(engine: Engine) -> Any:
+    """The bundle that drafts beside the target, which keys the stored choice: its head when
+    one is loaded, else its draft (None: prompt lookup alone)."""
+    model = engine.pair.head or engine.draft
+    return model.bundle if model is not None else None
 
 
 def contenders(measured: dict[str, dict[str, Any]]) -> dict[str, int]:

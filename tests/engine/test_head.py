@@ -192,3 +192,11 @@ def test_a_head_with_a_remote_target_is_one_clear_line(target_and_head: dict[str
         HeadDrafter(head, vocab_size=384).begin(
             [1, 2, 3], sampling=SamplingConfig(), rng=np.random.default_rng(0), features=None
         )
+
+
+def test_pair_checks_a_head_against_its_target(target_and_head: dict[str, Path]) -> None:
+    from edgespec.cli import main
+
+    head = str(target_and_head["head"])
+    assert main(["pair", "--head", head, str(target_and_head["target"])]) == 0
+    assert main(["pair", "--head", head, str(target_and_head["other"])]) == 1
