@@ -12,9 +12,9 @@ from typing import Any
 from edgespec.config import BudgetConfig
 from edgespec.engine.pairing import check_head, check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
-from edgespec.manifest import Bundle, load_bundle
+from edgespec.manifest import Bundle, load_bundle, starts_with_gguf_magic
 from edgespec.models import catalog
-from edgespec.models.bundles import configured_pair, model_bundle
+from edgespec.models.bundles import configured_pair, gguf_file_bundle, model_bundle
 from edgespec.models.bundles import draft_bundle as draft_bundle_of
 from edgespec.models.bundles import head_bundle as head_bundle_of
 from edgespec.protocol.server_info import ChatFormat
@@ -141,8 +141,8 @@ def resolve_bundles(
     (:mod:`edgespec.models`). With a remote target (``wants_target`` False) and no draft
     named, the model's draft drafts, else the model itself does."""
     checks = request.verify_checksums
-    target_bundle = load_bundle(request.target, verify_checksums=checks) if request.target else None
-    draft_bundle = load_bundle(request.draft, verify_checksums=checks) if request.draft else None
+    target_bundle = bundle_at(request.target, checks) if request.target else None
+    draft_bundle = bundle_at(request.draft, checks) if request.draft else None
     wanted = request.model is not None or (
         target_bundle is None and (wants_target or draft_bundle is None)
     )
@@ -173,6 +173,14 @@ def resolve_bundles(
                 fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
             )
     return target_bundle, draft_bundle
+
+
+def bundle_at(path: str | Path, verify_checksums: bool) -> Bundle:
+    """The bundle at ``path``: a bundle directory, or a GGUF file, imported into the cache on
+    its first use (keyed by its sha256) and loaded from there afterwards."""
+    if Path(path).is_file() and starts_with_gguf_magic(Path(path)):
+        return gguf_file_bundle(Path(path), verify_checksums=verify_checksums)
+    return load_bundle(path, verify_checksums=verify_checksums)
 
 
 def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:

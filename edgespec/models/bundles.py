@@ -23,11 +23,14 @@ from edgespec.models.catalog import (
 )
 from edgespec.models.fetch import convert_once, gguf_file, notify_stderr
 from edgespec.models.store import (
+    SOURCE_RECORD,
     Notify,
     bundle_dir,
     cache_dir,
     cached_or_built,
     draft_dir,
+    file_bundle_dir,
+    file_digest,
     head_dir,
     shipped_draft_path,
     shipped_head_path,
@@ -108,6 +111,26 @@ def head_bundle(
             out=root,
             capacity=target.manifest.model.max_length,
         )
+
+    return cached_or_built(root, build, verify_checksums=verify_checksums, notify=notify)
+
+
+def gguf_file_bundle(
+    path: Path,
+    *,
+    cache: Path | None = None,
+    verify_checksums: bool = True,
+    notify: Notify = notify_stderr,
+) -> Bundle:
+    """The bundle of a GGUF file given by its path: imported once into the cache with the
+    importer's progress (keyed by the file's sha256 and the importer's revision), then
+    loaded from there."""
+    root = file_bundle_dir(path, file_digest(path, cache), cache)
+
+    def build() -> Bundle:
+        bundle = convert_once(str(path), root, path.name, notify)
+        (root / SOURCE_RECORD).write_text(f"{path.resolve()}\n", encoding="utf-8")
+        return bundle
 
     return cached_or_built(root, build, verify_checksums=verify_checksums, notify=notify)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgespec.export.bundle import PARTIAL_NAME, owner_alive
 from edgespec.models.catalog import CATALOG, CatalogModel
-from edgespec.models.store import bundle_dir, cache_dir, draft_dir, source_path
+from edgespec.models.store import bundle_dir, cache_dir, draft_dir, head_dir, source_path
 
 #: An unfinished download or draft reduction (a temporary folder without an owner's process
 #: id) older than this is taken as left behind by a process that was killed.
@@ -61,6 +61,9 @@ def model_paths(model: CatalogModel, cache: Path) -> dict[str, Path]:
     draft = draft_dir(model, cache)
     if draft is not None:
         paths["draft bundle"] = draft
+    head = head_dir(model, cache)
+    if head is not None:
+        paths["head bundle"] = head
     return paths
 
 
@@ -127,6 +130,8 @@ def _comes_back(model: CatalogModel, kind: str, cache: Path) -> tuple[str, bool]
         return "fetched again from the package index", False
     if kind == "draft bundle" and model.shipped_draft is not None:
         return "imported again from the draft edgespec ships, on next use", True
+    if kind == "head bundle":
+        return "built again from the head edgespec ships and the kept source, on next use", True
     # A reduced-head draft is imported from its catalog draft's source.
     origin = CATALOG[model.draft or model.name] if kind == "draft bundle" else model
     if source_path(origin, cache).exists():
@@ -168,6 +173,10 @@ def _others(cache: Path, known: set[Path]) -> Iterator[CacheEntry]:
                 comes_back="not needed: no catalog entry of this edgespec imports it",
                 offline=True,
             )
+    files = cache / "files"
+    for path in sorted(files.iterdir()) if files.is_dir() else []:
+        if path.is_dir():
+            yield _file_bundle(path)
     for name, kind, what in (
         ("profiles", "device profiles", "measured again by 'edgespec pair --profile'"),
         ("llama.cpp", "llama.cpp build", "built again by tools/build_llama_server.sh"),
@@ -184,6 +193,37 @@ def _others(cache: Path, known: set[Path]) -> Iterator[CacheEntry]:
                 comes_back=what,
                 offline=name != "tests",
             )
+
+
+def _file_bundle(path: Path) -> CacheEntry:
+    """A GGUF file's import (``--target FILE``): stale when its file is gone, or when another
+    importer revision made it."""
+    from edgespec.models.store import SOURCE_RECORD, importer_revision
+
+    named = PARTIAL_NAME.fullmatch(path.name)
+    if named is not None and not owner_alive(int(named.group("pid"))):
+        return _unfinished(path, "an import whose process is gone")
+    record = path / SOURCE_RECORD
+    source = Path(record.read_text(encoding="utf-8").strip()) if record.is_file() else None
+    current = path.name.endswith(f"-{importer_revision()}")
+    if source is None or not source.is_file() or not current:
+        reason = "its file is gone" if source is None or not source.is_file() else "an older import"
+        return CacheEntry(
+            path=path,
+            kind="stale bundle",
+            model=None,
+            size_bytes=size_of(path),
+            comes_back=f"not needed: {reason}",
+            offline=True,
+        )
+    return CacheEntry(
+        path=path,
+        kind=f"file bundle of {source}",
+        model=None,
+        size_bytes=size_of(path),
+        comes_back=f"imported again from {source}, on next use",
+        offline=True,
+    )
 
 
 def _unfinished(path: Path, what: str) -> CacheEntry:

@@ -7,6 +7,9 @@
                                                draft with a reduced head)
     CACHE/models/NAME-head-HASH-REVISION       the head on it that edgespec ships, built from
                                                the head file and the model's own GGUF
+    CACHE/files/STEM-HASH-REVISION             a GGUF file given by its path (--target FILE),
+                                               keyed by the file's sha256; SOURCE_RECORD in it
+                                               names the file
 
 REVISION is the importer's (:func:`importer_revision`), so a newer edgespec whose graphs or
 tokenizer differ imports again instead of loading a stale bundle. A bundle is built under a
@@ -82,6 +85,49 @@ def head_dir(model: CatalogModel, cache: Path | None = None) -> Path | None:
         return None
     form = sha256_of_file(shipped)[:12]
     return (cache or cache_dir()) / "models" / f"{model.name}-head-{form}-{importer_revision()}"
+
+
+#: The file in a path-given GGUF's bundle that names the file it was imported from.
+SOURCE_RECORD = "source-path.txt"
+#: Where the sha256 of path-given files are kept by (path, size, modification time), so a
+#: later start does not hash a large file again.
+DIGESTS = "digests.json"
+
+
+def file_digest(path: Path, cache: Path | None = None) -> str:
+    """The sha256 of ``path``, read from the cache's record when the file's size and
+    modification time are those recorded, else computed and recorded."""
+    import json
+
+    record_path = (cache or cache_dir()) / "files" / DIGESTS
+    stat = path.stat()
+    key = str(path.resolve())
+    try:
+        records = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        records = {}
+    known = records.get(key) if isinstance(records, dict) else None
+    if (
+        isinstance(known, dict)
+        and known.get("size") == stat.st_size
+        and known.get("mtime_ns") == stat.st_mtime_ns
+    ):
+        return str(known["sha256"])
+    digest = sha256_of_file(path)
+    records = records if isinstance(records, dict) else {}
+    records[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = record_path.with_name(record_path.name + f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(records, indent=1), encoding="utf-8")
+    os.replace(scratch, record_path)
+    return digest
+
+
+def file_bundle_dir(path: Path, digest: str, cache: Path | None = None) -> Path:
+    """Where a GGUF file given by its path is imported: its name, its hash, the importer's
+    revision (a changed file, or a newer importer, imports again)."""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.stem)[:60]
+    return (cache or cache_dir()) / "files" / f"{stem}-{digest[:12]}-{importer_revision()}"
 
 
 def draft_dir(model: CatalogModel, cache: Path | None = None) -> Path | None:
