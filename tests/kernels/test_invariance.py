@@ -22,6 +22,9 @@ class ScriptedGraph:
     """Position p's argmax is p % 3, except in passes of ``wrong_width`` tokens, whose last
     token's argmax is 3; every logit of a pass wider than one is off by ``drift``."""
 
+    #: A graph without a ``features`` output (the check then compares logits alone).
+    has_features = False
+
     def __init__(self, *, wrong_width: int, drift: float = 0.0) -> None:
         self.wrong_width = wrong_width
         self.drift = drift
