@@ -160,7 +160,8 @@ def resolve_bundles(
         named = catalog.find(request.model) if request.model else catalog.default_model()
         if wants_target:  # first: what a first use must fetch, before its draft is made
             target_bundle = model_bundle(named, verify_checksums=checks)
-        if draft_bundle is None:
+        # A head drafts: the draft model is neither loaded nor made.
+        if draft_bundle is None and request.drafter != "head":
             draft_bundle = draft_bundle_of(named, verify_checksums=checks)
         if draft_bundle is None and not wants_target:  # a remote target verifies
             draft_bundle = model_bundle(named, verify_checksums=checks)  # the model drafts
