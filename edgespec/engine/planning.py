@@ -140,7 +140,7 @@ def describe(
         draft_extra=None if draft is None else draft.bundle.manifest.extra,
         build_record=build_record,
         measured=(
-            load_choice(target.bundle, (pair.head or draft).bundle if pair.head or draft else None)
+            load_choice(target.bundle, _beside(pair))
             if target is not None and remote is None
             else None
         ),
@@ -168,6 +168,13 @@ def describe(
             else None
         ),
     )
+
+
+def _beside(pair: LoadedPair) -> Any:
+    """The bundle that drafts beside the target (its head, else its draft; None: neither),
+    which keys the device's stored choice."""
+    model = pair.head or pair.draft
+    return model.bundle if model is not None else None
 
 
 def check_remote_tokenizer(info: Any, draft: OnnxModel, remote: RemoteTarget) -> None:

@@ -54,10 +54,15 @@ def profile_pair(
     device; ``save`` keeps it, so that generation uses it without flags. ``notify`` gets a
     line per step (minutes for a real-size pair)."""
     started = time.perf_counter()
-    loads = {"target": target, "draft": draft, "head": head, "measure_energy": False}
+    loads: dict[str, Any] = {
+        "target": target,
+        "draft": draft,
+        "head": head,
+        "measure_energy": False,
+    }
     if head is not None:
         loads["drafter"] = "head"
-    engine = Engine.load(**loads)  # type: ignore[arg-type]
+    engine = Engine.load(**loads)
     names: tuple[str, ...] = PROFILE_SETS if draft is not None else ("chat",)
     if engine.chat_template is None:  # a target that formats no chats: completions only
         names = ("code",)
@@ -136,7 +141,7 @@ def profile_pair(
             _beside(engine),
         )
         found["saved_to"] = str(saved)
-    reloaded = Engine.load(**loads)  # type: ignore[arg-type]
+    reloaded = Engine.load(**loads)
     found["default_k"], found["default_k_source"] = reloaded.default_k, reloaded.default_k_source
     found["default_drafter"] = reloaded.default_drafter
     return found
