@@ -264,15 +264,19 @@ def test_a_file_given_as_a_bundle_is_called_a_file(capsys: pytest.CaptureFixture
     assert f"{readme} is a file, not a bundle directory" in line
 
 
-def test_a_gguf_file_given_as_a_bundle_points_to_export(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+def test_a_damaged_gguf_file_given_as_the_target_is_one_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A GGUF file is imported by its path; one that is not readable ends in one error line
+    that names it and the fix."""
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "model.Q4_1.gguf"
     gguf.write_bytes(b"GGUF")
-    line = _error_line(capsys, "generate", "x", "--target", str(gguf))
-    assert f"{gguf} is a GGUF file, not a bundle directory" in line
-    assert f"convert it once with 'edgespec export {gguf} --out DIR', then pass DIR" in line
-    assert "perhaps" not in line
+    assert main(["generate", "x", "--target", str(gguf)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert "model.Q4_1.gguf is not a readable GGUF file" in errors[0]
+    assert "download the file again" in errors[0]
 
 
 def test_a_graph_onnx_runtime_cannot_load_is_a_bundle_error(
