@@ -162,14 +162,8 @@ def collect(
         pending.append(sample)
         positions += len(sample.tokens)
         if len(pending) == SHARD_SAMPLES:
-            write_shard(directory / f"shard-{shard:04d}.npz", pending)
-            shard, pending = shard + 1, []
-            elapsed = time.monotonic() - started
-            left = max(deadline - time.monotonic(), 0.0) / 60
-            log(
-                f"head: data {index + 1} samples, {positions:,} positions this run "
-                f"({positions / elapsed:,.0f} positions/s), {left:.1f} min left"
-            )
+            shard, pending = _flush(directory, shard, pending), []
+            log(_progress("data", f"{index + 1} samples", positions, started, deadline))
     if pending:
         write_shard(directory / f"shard-{shard:04d}.npz", pending)
 
@@ -231,16 +225,25 @@ def collect_text(
         positions += len(tokens)
         made += 1
         if len(pending) == SHARD_SAMPLES:
-            write_shard(directory / f"shard-{shard:04d}.npz", pending)
-            shard, pending = shard + 1, []
-            elapsed = time.monotonic() - started
-            left = max(deadline - time.monotonic(), 0.0) / 60
-            log(
-                f"head: text {index + 1} windows, {positions:,} positions this run "
-                f"({positions / elapsed:,.0f} positions/s), {left:.1f} min left"
-            )
+            shard, pending = _flush(directory, shard, pending), []
+            log(_progress("text", f"{index + 1} windows", positions, started, deadline))
     if pending:
         write_shard(directory / f"shard-{shard:04d}.npz", pending)
+
+
+def _flush(directory: Path, shard: int, samples: list[Sample]) -> int:
+    """Writes ``samples`` as shard number ``shard``; the next shard's number."""
+    write_shard(directory / f"shard-{shard:04d}.npz", samples)
+    return shard + 1
+
+
+def _progress(stage: str, done: str, positions: int, started: float, deadline: float) -> str:
+    elapsed = max(time.monotonic() - started, 1e-9)
+    left = max(deadline - time.monotonic(), 0.0) / 60
+    return (
+        f"head: {stage} {done}, {positions:,} positions this run "
+        f"({positions / elapsed:,.0f} positions/s), {left:.1f} min left"
+    )
 
 
 def held_out_samples(
