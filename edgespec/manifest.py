@@ -79,7 +79,8 @@ class GraphSpec:
     kv_layout: str = "batch,kv_heads,sequence,head_dim"
     #: "concat": past [1, kv_heads, length, head_dim] in, present with the new positions
     #: appended out (optimum's graphs); "shared": past and present are one buffer of
-    #: ``kv_capacity`` positions that a pass writes in place (GroupQueryAttention), fed with
+    #: ``kv_capacity`` positions (None: as many as the session's context, which the runtime
+    #: allocates) that a pass writes in place (GroupQueryAttention), fed with
     #: ``seqlens_k`` = length + n - 1 and ``total_sequence_length`` = length + n.
     kv_sharing: str = "concat"
     kv_capacity: int | None = None
@@ -128,6 +129,8 @@ class ModelSpec:
     hidden_size: int
     vocab_size: int
     max_position_embeddings: int
+    #: The most positions a session may run at (an in-place graph's rotary tables' length,
+    #: the model's trained context unless the export asked for less).
     max_length: int
 
 
@@ -194,6 +197,11 @@ class MemoryEstimate:
         return self.kv_bytes_per_token * tokens
 
 
+#: The context a session runs at when none is asked for (a model's own if that is shorter),
+#: as llama.cpp's server defaults to 4,096: its KV cache is sized for it at load.
+DEFAULT_CONTEXT = 4096
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
     """The whole ``manifest.json``."""
@@ -218,6 +226,13 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
         return decode_record(cls, data, "manifest")
+
+    def context(self, requested: int | None = None) -> int:
+        """The context a session of this bundle runs at: ``requested`` (None:
+        :data:`DEFAULT_CONTEXT`) within the model's ``max_length`` and, for an in-place graph
+        of an older import, its buffers' fixed length (``graph.kv_capacity``)."""
+        limit = min(self.model.max_length, self.graph.kv_capacity or self.model.max_length)
+        return min(requested or DEFAULT_CONTEXT, limit)
 
     @property
     def system_prompt(self) -> str | None:

@@ -49,7 +49,8 @@ class ModelOptions:
     spinning: bool = False
     #: None: the measured default, the plain path (see the module docstring).
     io_binding: bool | None = None
-    #: A context shorter than the bundle's (a memory budget's admission); None: the bundle's.
+    #: The context to run at, within the bundle's (``Manifest.context``); None: the default
+    #: (4,096, or the model's own if shorter). The in-place cache is allocated for it.
     max_length: int | None = None
     #: ONNX Runtime's CPU memory arena keeps the largest pass's buffers for the session's
     #: life; off, they go back to the system after each pass (a server's choice).
@@ -154,7 +155,7 @@ class OnnxModel:
         self.graph = manifest.graph
         self.model = manifest.model
         self.vocab_size = manifest.model.vocab_size
-        self.max_length = min(manifest.model.max_length, options.max_length or 1 << 62)
+        self.max_length = manifest.context(options.max_length)
         self.kv_dtype = np.dtype(self.graph.kv_dtype)
         session_options = onnxruntime.SessionOptions()
         session_options.log_severity_level = 3
@@ -199,11 +200,9 @@ class OnnxModel:
             head_dim=manifest.model.head_dim,
             vocab_size=self.vocab_size,
             hidden_size=manifest.model.hidden_size,
-            # The in-place graph's buffers have a fixed length (a shrunk context uses less of
-            # them); optimum's graphs take what the context needs.
-            capacity=(self.graph.kv_capacity or manifest.model.max_length)
-            if self.shared_kv
-            else self.max_length,
+            # An older in-place graph's buffers have a fixed length (a shorter context uses
+            # less of them); the others are allocated for the context.
+            capacity=self.graph.kv_capacity or self.max_length,
         )
         self.driver = GraphDriver(
             self.session,
@@ -297,8 +296,8 @@ class OnnxModel:
             raise ConfigError(
                 f"{length + count} tokens exceed the context limit of {self.max_length} "
                 f"of {self.bundle.root}",
-                fix="use a shorter prompt or fewer new tokens, or re-export with a larger "
-                "--max-length",
+                fix="use a shorter prompt or fewer new tokens, or load with a longer --context "
+                f"(up to {self.bundle.manifest.context(self.model.max_length)})",
             )
 
     def forward(

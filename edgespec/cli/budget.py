@@ -123,6 +123,14 @@ def add_doctor_command(commands: Any) -> None:
         action="store_true",
         help="do not load the pair (its default k is then not shown)",
     )
+    doctor.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="price the KV cache at N tokens of context (default: 4096, or the model's own "
+        "if shorter)",
+    )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.set_defaults(handler=run_doctor)
 
@@ -135,6 +143,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         target=args.target,
         draft=args.draft,
         memory_budget_mb=args.memory_budget_mb,
+        context=args.context,
         measure=not args.no_measure,
     )
     print(json.dumps(report, indent=2) if args.json else format_report(report))

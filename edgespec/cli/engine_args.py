@@ -51,6 +51,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated providers for the draft",
     )
+    add_context_argument(parser)
     parser.add_argument(
         "--threads",
         type=int,
@@ -66,6 +67,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_budget_arguments(parser)
     add_remote_arguments(parser)
+
+
+def add_context_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens of context (prompt, history and answer) the KV caches are allocated for, "
+        "up to the model's trained length (default: 4096, or the model's own if shorter)",
+    )
 
 
 def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +228,7 @@ def load_engine(args: argparse.Namespace) -> Any:
         draft_providers=_providers(args.draft_providers),
         threads=args.threads,
         spinning=args.spinning,
+        context=args.context,
         **budget_options(args),
         remote=url,
         remote_api=args.remote_api,

@@ -120,9 +120,10 @@ def add_export_command(commands: Any) -> None:
         "--max-length",
         type=int,
         default=None,
-        help="context limit recorded for the runtime (default: the model's "
-        "max positions, at most 4096; for a GGUF 2048, because its in-place KV buffer is "
-        "allocated whole)",
+        help="the most tokens of context a session may run at (default: the model's "
+        "trained length for a GGUF on edgespec's kernels, else its max positions, at most "
+        "2048 with plain attention, 4096 otherwise); the runtime's --context picks the "
+        "context within it and allocates the KV cache for that",
     )
     export.add_argument("--revision", default="main", help="hub revision (default main)")
     export.add_argument(

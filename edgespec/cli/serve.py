@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgespec.cli.engine_args import add_context_argument
 from edgespec.cli.models import add_model_argument, resolve_model
 from edgespec.errors import MissingDependencyError, install_fix
 
@@ -108,6 +109,7 @@ def _add_session_limits(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="model time one request's 'logprobs' scoring may take (default: %(default)s)",
     )
+    add_context_argument(serve)
     serve.add_argument(
         "--shutdown-grace",
         type=float,
@@ -160,6 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
             shutdown_grace_s=args.shutdown_grace,
         ),
         threads=args.threads,
+        context=args.context,
         access_log=args.access_log,
     )
     print(f"edgespec: stopped serving on http://{host}:{args.port}", file=sys.stderr)

@@ -19,7 +19,7 @@ from edgespec.models.bundles import draft_bundle as draft_bundle_of
 from edgespec.models.bundles import head_bundle as head_bundle_of
 from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
-from edgespec.telemetry.estimate import Admission, admit, estimate_pair
+from edgespec.telemetry.estimate import MIN_CONTEXT, Admission, admit, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
 from edgespec.telemetry.sysfs import Tree
 
@@ -52,6 +52,9 @@ class LoadRequest:
     memory_arena: bool = True
     verify_checksums: bool = True
     memory_budget_mb: float | None = None
+    #: Tokens of context the sessions run at, up to the models' own (their KV caches are
+    #: allocated for it); None: 4,096, or the models' own if that is shorter.
+    context: int | None = None
     shrink_context: bool = False
     budget: BudgetConfig | None = None
     telemetry_root: str | Path = "/"
@@ -59,6 +62,11 @@ class LoadRequest:
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"threads is {self.threads}", fix="use 0 (automatic) or a count")
+        if self.context is not None and self.context < MIN_CONTEXT:
+            raise ConfigError(
+                f"a context of {self.context} tokens is too short",
+                fix=f"pass --context {MIN_CONTEXT} or more",
+            )
         if self.model is not None and self.target is not None:
             raise ConfigError(
                 "pass a model name or a target bundle, not both",
@@ -184,6 +192,21 @@ def bundle_at(path: str | Path, verify_checksums: bool) -> Bundle:
     return load_bundle(path, verify_checksums=verify_checksums)
 
 
+def check_context(context: int | None, *bundles: Bundle | None) -> None:
+    """Refuses a context longer than a model's own, naming the longest one allowed."""
+    held = [bundle for bundle in bundles if bundle is not None]
+    if context is None or not held:
+        return
+    longest = min(bundle.manifest.context(bundle.manifest.model.max_length) for bundle in held)
+    if context > longest:
+        short = min(held, key=lambda b: b.manifest.context(b.manifest.model.max_length))
+        raise ConfigError(
+            f"a context of {context} tokens is longer than {short.root.name} runs at "
+            f"({longest} tokens, the model's own or its import's)",
+            fix=f"pass --context {longest} or less",
+        )
+
+
 def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
     """Loads and validates the bundles, admits them against the memory budget (from the
     manifests, before any session exists) and creates the sessions."""
@@ -197,9 +220,14 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
     budget_mb = request.memory_budget_mb
     if budget_mb is None and request.budget is not None:
         budget_mb = request.budget.memory_mb
+    check_context(request.context, target_bundle, draft_bundle, head)
     admission = admit(
         estimate_pair(
-            target_bundle, draft_bundle, head=head, base_bytes=base_rss_bytes(MemoryProbe(tree))
+            target_bundle,
+            draft_bundle,
+            head=head,
+            base_bytes=base_rss_bytes(MemoryProbe(tree)),
+            context=request.context,
         ),
         budget_mb=budget_mb,
         shrink_context=request.shrink_context,

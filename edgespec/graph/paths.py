@@ -297,7 +297,7 @@ class SharedPath(_Path, ABC):
             raise ConfigError(
                 f"a pass of {width} tokens after {cache.length} writes {written} positions "
                 f"of a {cache.capacity}-position KV buffer in {self.label}",
-                fix="stop one token earlier, or re-export with a larger --max-length",
+                fix="stop one token earlier, or load with a longer --context",
             )
         return self.run(padded(token_ids, width), cache, real=len(token_ids), last_only=last_only)
 

@@ -14,6 +14,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from edgespec.engine.loading import check_context
 from edgespec.errors import EdgespecError
 from edgespec.graph.kernels import gguf_kernel_path, register_gguf_kernels
 from edgespec.manifest import load_bundle
@@ -74,6 +75,7 @@ def _pair(
     *,
     available: int | None,
     budget_mb: float | None,
+    context: int | None,
     measure: bool,
 ) -> dict[str, Any]:
     if target is None:
@@ -83,7 +85,8 @@ def _pair(
     target_bundle = load_bundle(target, verify_checksums=False)
     draft_bundle = load_bundle(draft, verify_checksums=False) if draft else None
     base = base_rss_bytes(MemoryProbe())
-    estimate = estimate_pair(target_bundle, draft_bundle, base_bytes=base)
+    check_context(context, target_bundle, draft_bundle)
+    estimate = estimate_pair(target_bundle, draft_bundle, base_bytes=base, context=context)
     limit = budget_mb * MIB if budget_mb is not None else available
     bits = target_bundle.manifest.quantization.bits
     tight = limit is not None and estimate.total_bytes > limit / 2
@@ -118,6 +121,7 @@ def diagnose(
     target: Path | None = None,
     draft: Path | None = None,
     memory_budget_mb: float | None = None,
+    context: int | None = None,
     measure: bool = True,
     tree: Tree | None = None,
 ) -> dict[str, Any]:
@@ -143,6 +147,7 @@ def diagnose(
             draft,
             available=memory.mem_available_bytes,
             budget_mb=memory_budget_mb,
+            context=context,
             measure=measure,
         )
         graph: Path | None = Path(pair.pop("_graph"))

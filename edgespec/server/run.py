@@ -154,15 +154,19 @@ def serve(
     port: int,
     options: ServerOptions,
     threads: int = 0,
+    context: int | None = None,
     access_log: bool = True,
 ) -> None:
     """Blocks serving until SIGINT or SIGTERM, then drains (``options.shutdown_grace_s``).
-    ``access_log``: one stderr line per request (see :mod:`edgespec.server.access_log`)."""
+    ``access_log``: one stderr line per request (see :mod:`edgespec.server.access_log`);
+    ``context``: each session's (None: the default, 4,096 or the model's own if shorter)."""
     check_binding(host, options.api_key)
     check_port(host, port)
     # Without ONNX Runtime's arena, a long request's buffers go back when it ends (with it,
     # the server kept the largest request's: docs/serving.md, the scoring pass's memory).
-    engine = Engine.load(target=target, draft=draft, threads=threads, memory_arena=False)
+    engine = Engine.load(
+        target=target, draft=draft, threads=threads, context=context, memory_arena=False
+    )
     assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)
     app = create_app(engine, options=options, profile=profile)

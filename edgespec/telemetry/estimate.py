@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from edgespec.errors import BudgetError
-from edgespec.manifest import Bundle
+from edgespec.manifest import DEFAULT_CONTEXT, Bundle
 
 MIB = 1024 * 1024
 #: Added to the models' terms for ONNX Runtime's arena slack and what the terms leave out.
@@ -91,7 +91,7 @@ class ModelCost:
             bytes_per_token=copies * manifest.memory.kv_bytes_per_token + scores,
             parameters=model.parameters,
             bits=manifest.quantization.bits,
-            max_length=model.max_length,
+            max_length=manifest.context(model.max_length),
         )
 
 
@@ -177,8 +177,9 @@ def estimate_pair(
     context: int | None = None,
     head: Bundle | None = None,
 ) -> PairEstimate:
-    """The models held on this device: no target when a remote server verifies; a head on
-    the target beside it when one drafts."""
+    """The models held on this device (no target when a remote server verifies; a head on
+    the target beside it when one drafts) at ``context`` (None: the default context, 4,096,
+    within the models' own)."""
     models = [ModelCost.of("target", target)] if target is not None else []
     if draft is not None:
         models.append(ModelCost.of("draft", draft))
@@ -191,7 +192,7 @@ def estimate_pair(
     assert text_bundle is not None
     return PairEstimate(
         models=tuple(models),
-        context=longest if context is None else min(context, longest),
+        context=min(context or DEFAULT_CONTEXT, longest),
         base_bytes=base_bytes,
         tokenizer_bytes=tokenizer_bytes(text_bundle),
     )

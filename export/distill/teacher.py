@@ -132,7 +132,7 @@ class OnnxTeacher(Teacher):
             kv_heads=model.num_kv_heads,
             head_dim=model.head_dim,
             vocab_size=model.vocab_size,
-            capacity=graph.kv_capacity or model.max_length,
+            capacity=bundle.manifest.context(),
             hidden_size=model.hidden_size,
         )
         self.driver = GraphDriver(
@@ -140,7 +140,7 @@ class OnnxTeacher(Teacher):
         )
         self.vocab_size = bundle.manifest.model.vocab_size
         self.tokenizer_dir = bundle.root
-        self.max_length = model.max_length
+        self.max_length = sizes.capacity
         config_path = bundle.root / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.chat_template = config.get("chat_template")

@@ -15,6 +15,8 @@ layout each needs.
   (:mod:`edgespec.export.gguf.regimes`).
 
 A pass of n tokens writes positions past .. past + n - 1 of each layer's buffer in both forms.
+The buffers' length is not in the graph (its KV inputs are [1, kv_heads, "capacity", D]): the
+runtime sizes them for the context it is asked for, up to the graph's rotary tables' length.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ ATTENTION_FORMS = ("auto", "kernel", "plain")
 
 @dataclass(frozen=True, kw_only=True)
 class KVLayout:
-    """How a graph keeps its KV: ``buffer_length`` positions per layer."""
+    """How a graph keeps its KV: at most ``positions`` per layer (its rotary tables' length;
+    the runtime allocates the buffers for the context it runs at)."""
 
-    buffer_length: int
+    positions: int
     #: The attention runs on edgespec's CacheAttention kernel (``cache_attention``), which
     #: gives a row the same bits at any pass width: no padding, no rounding boundaries.
     kernel: bool = False
@@ -47,12 +50,27 @@ class KVLayout:
         return "float16" if self.half_cache else "float32"
 
 
-def kv_layout(capacity: int, *, attention: str, kv_cache: str = "auto") -> KVLayout:
+#: Most positions of a plain-attention graph unless asked for more: its rounding boundaries
+#: are probed over every total up to its length (:mod:`edgespec.export.gguf.regimes`), a cost
+#: that grows with the square of the length.
+PLAIN_POSITIONS = 2048
+
+
+def kv_layout(
+    positions: int | None,
+    *,
+    attention: str,
+    trained_length: int,
+    kv_cache: str = "auto",
+) -> KVLayout:
     """The kernel's layout for ``attention`` "kernel" (its caches float16 unless ``kv_cache``
-    is "float32"); plain attention's otherwise (a float32 cache)."""
+    is "float32"), plain attention's otherwise (a float32 cache). ``positions`` None: the
+    model's ``trained_length`` where the kernel attends (it needs no probe), else
+    :data:`PLAIN_POSITIONS`; never more than the trained length."""
     if attention == "kernel":
-        return KVLayout(buffer_length=capacity, kernel=True, half_cache=kv_cache != "float32")
-    return KVLayout(buffer_length=capacity)
+        most = min(positions or trained_length, trained_length)
+        return KVLayout(positions=most, kernel=True, half_cache=kv_cache != "float32")
+    return KVLayout(positions=min(positions or PLAIN_POSITIONS, trained_length))
 
 
 def attention_boundaries(arch: Any, layout: KVLayout) -> tuple[int, ...]:
@@ -68,7 +86,7 @@ def attention_boundaries(arch: Any, layout: KVLayout) -> tuple[int, ...]:
         "heads": arch.num_heads,
         "kv_heads": arch.num_kv_heads,
         "head_dim": arch.head_dim,
-        "capacity": layout.buffer_length,
+        "capacity": layout.positions,
     }
     found = set(probe_boundaries(**shape))
     if arch.sliding_window:

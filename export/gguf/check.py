@@ -52,21 +52,27 @@ GREEDY_TOKENS = 12
 INVARIANCE_PREFILL, INVARIANCE_POSITIONS = 16, 9 * 8
 
 
+#: The KV buffers' length in the checks (their streams are far shorter): the graph's own
+#: length is the runtime's to choose.
+CHECK_CAPACITY = 1024
+
+
 def check_driver(session: Any, source: WeightSource, graph: GraphSpec) -> GraphDriver:
-    """The checks' driver of an in-place graph: the plain path over full-capacity buffers,
-    passes padded and cut as ``graph`` (``graph_spec``'s record) tells the runtime to."""
+    """The checks' driver of an in-place graph: the plain path over buffers of
+    :data:`CHECK_CAPACITY` positions, passes padded and cut as ``graph`` (``graph_spec``'s
+    record) tells the runtime to."""
     return GraphDriver(session, graph, graph_sizes(source, graph), bound=False)
 
 
 def graph_sizes(source: WeightSource, graph: GraphSpec) -> GraphSizes:
-    """The KV heads, head size, vocabulary and capacity of ``source``'s in-place graph."""
+    """The KV heads, head size, vocabulary and the checks' capacity of ``source``'s in-place
+    graph (an older graph's fixed one where it has one)."""
     arch = source.architecture
-    assert graph.kv_capacity is not None  # graph_spec records it for every in-place graph
     return GraphSizes(
         kv_heads=arch.num_kv_heads,
         head_dim=arch.head_dim,
         vocab_size=arch.vocab_size,
-        capacity=graph.kv_capacity,
+        capacity=graph.kv_capacity or min(CHECK_CAPACITY, arch.context_length),
         hidden_size=arch.hidden_size,
     )
 

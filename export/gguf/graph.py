@@ -10,8 +10,9 @@ GroupQueryAttention elsewhere.
 
 I/O (names in :data:`IO`): ``input_ids`` int64 [1, S]; ``seqlens_k`` int32 [1] = past + S - 1;
 ``total_sequence_length`` int32 scalar = past + S; per layer ``past_key_values.{i}.key`` /
-``.value`` float32 (float16 on the kernel's float16 cache) [1, kv_heads, capacity, head_dim],
-whose outputs ``present.{i}.key`` /
+``.value`` float32 (float16 on the kernel's float16 cache) [1, kv_heads, capacity, head_dim]
+(``capacity`` symbolic: the runtime allocates them for the context it runs at, up to the
+rotary tables' length, the manifest's ``max_length``), whose outputs ``present.{i}.key`` /
 ``.value`` are bound to the same buffers, so a step writes its S new positions in place and a
 rollback is a change of length; ``logits_rows`` int64 [R], the pass-local rows whose logits
 the graph computes (the hidden states are gathered to those rows before the final norm and
@@ -54,8 +55,9 @@ OPSET = 21
 #: float16-attention copy of the graph, which CUDA sessions run (``half_attention_file``);
 #: 13: attention on edgespec's CacheAttention kernel wherever the GGUF kernels run; 14: its
 #: caches in float16 (CacheAttentionHalf); 15: the ``features`` output (the last layer's
-#: hidden states, which a head on the target drafts from).
-GRAPH_REVISION = 15
+#: hidden states, which a head on the target drafts from); 16: the KV buffers' length symbolic
+#: and the rotary tables as long as the model's trained context (the runtime's ``--context``).
+GRAPH_REVISION = 16
 IO = {
     "input_ids": "input_ids",
     "seqlens_k": "seqlens_k",
@@ -222,7 +224,7 @@ def _layer_norm(builder: GraphBuilder, source: WeightSource, x: str, layer: int,
 def build_graph(
     source: WeightSource,
     *,
-    capacity: int,
+    capacity: int | None,
     accuracy_level: int,
     dequantize: bool = False,
     kernel_types: frozenset[str] = frozenset(),
@@ -234,7 +236,9 @@ def build_graph(
     """The ONNX ModelProto, the builder (which knows what was quantized how) and the graph's
     KV layout; ``observe`` hears of each layer built. With ``data``, the large initializers
     are written there as they are made and the ModelProto refers to them. ``kv_cache``:
-    "float16", "float32" or "auto" (float16 where the kernel attends, else float32)."""
+    "float16", "float32" or "auto" (float16 where the kernel attends, else float32).
+    ``capacity``: the most positions the graph may run at (None: :func:`kv_layout`'s choice);
+    the rotary tables hold that many rows, the KV buffers' length is the runtime's."""
     from onnx import TensorProto, helper
 
     arch = source.architecture
@@ -262,8 +266,12 @@ def build_graph(
             f"not use (attention {attention!r})",
             fix="leave --kv-cache at auto, or import a GGUF file with --kernels gguf",
         )
-    layout = kv_layout(capacity, attention=attention, kv_cache=kv_cache)
-    caches = rotary_constants(builder, arch, capacity)
+    layout = kv_layout(
+        capacity, attention=attention, trained_length=arch.context_length, kv_cache=kv_cache
+    )
+    # The tables sit in the data file, which ONNX Runtime maps: a row costs memory once a
+    # position that far is run, so a long table costs disk, not the short contexts' memory.
+    caches = rotary_constants(builder, arch, layout.positions)
     x, tied = embedding(builder, source, IO["input_ids"])
     if arch.embedding_scale != 1.0:  # Gemma: the embedding times sqrt(hidden), in float32
         scale = builder.constant("embed.scale", np.float32(arch.embedding_scale))
@@ -291,7 +299,7 @@ def build_graph(
     x = builder.node("Gather", [x, IO["logits_rows"]], "head_rows", axis=1)  # [1, R, hidden]
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = lm_head(builder, source, x, tied, logits=IO["logits"])
-    kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
+    kv = [1, arch.num_kv_heads, "capacity", arch.head_dim]
     kv_type = TensorProto.FLOAT16 if layout.half_cache else TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),

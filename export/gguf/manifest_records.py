@@ -183,7 +183,7 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
     """The in-place graph's I/O record (any source with an ``architecture``: a GGUF file, or a
     Hugging Face checkpoint through :mod:`edgespec.export.hf_graph`)."""
     arch = source.architecture
-    kv = (1, arch.num_kv_heads, layout.buffer_length, arch.head_dim)
+    kv = (1, arch.num_kv_heads, "capacity", arch.head_dim)
     layers = range(arch.num_layers)
     inputs = [
         TensorSpec(name=IO["input_ids"], dtype="int64", shape=(1, "sequence")),
@@ -217,7 +217,6 @@ def graph_spec(source: Any, layout: KVLayout, min_width: int) -> GraphSpec:
         kv_dtype=kv_dtype,
         logits_dtype="float32",
         kv_sharing="shared",
-        kv_capacity=layout.buffer_length,
         seqlens_k=IO["seqlens_k"],
         total_sequence_length=IO["total_sequence_length"],
         logits_rows=IO["logits_rows"],

@@ -35,9 +35,6 @@ from edgespec.export.gguf.tokenizer import build_tokenizer, save_tokenizer_files
 from edgespec.manifest import Bundle, load_bundle
 from edgespec.verification import VerificationRecord
 
-#: The KV buffer is allocated whole, so the default context is kept modest.
-DEFAULT_CAPACITY = 2048
-
 
 def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_progress) -> Bundle:
     """Reads the GGUF, builds and saves the graph, checks it, writes the bundle atomically."""
@@ -56,18 +53,15 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
         check_import_memory(path, graph_path=_graph_path(kernel_types, dequantize))
         observe(ProgressEvent(stage="gguf", message=f"reading {path.name}"))
         source = open_gguf(path)
-        arch = source.architecture
         # First, so that a tokenizer the importer cannot rebuild stops it before the graph.
         tokenizer = build_tokenizer(source)
         source.release_tokenizer_fields()
         release_freed_memory()
-        capacity = min(config.max_length or DEFAULT_CAPACITY, arch.context_length)
-        source = source.for_context(capacity)
         started = time.perf_counter()
         builder, layout = write_graph(
             source,
             staging,
-            capacity=capacity,
+            capacity=config.max_length,
             accuracy=config.accuracy_level,
             dequantize=dequantize,
             kernel_types=kernel_types,
@@ -80,6 +74,8 @@ def export_gguf(config: ExportConfig, *, observe: ProgressObserver = ignore_prog
                 stage="graph", message="built", done=True, elapsed_s=time.perf_counter() - started
             )
         )
+        capacity = layout.positions
+        source = source.for_context(capacity)  # the checks' reference rotates as the graph
         source.release_pages()
         release_freed_memory()
         tokenizer_files = save_tokenizer_files(tokenizer, staging)
@@ -149,7 +145,7 @@ def write_graph(
     source: WeightSource,
     staging: Path,
     *,
-    capacity: int,
+    capacity: int | None,
     accuracy: int,
     dequantize: bool = False,
     kernel_types: frozenset[str] = frozenset(),

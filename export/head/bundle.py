@@ -226,7 +226,7 @@ def torch_parity(
         kv_heads=model.num_kv_heads,
         head_dim=model.head_dim,
         vocab_size=model.vocab_size,
-        capacity=spec.kv_capacity or model.max_length,
+        capacity=bundle.manifest.context(len(tokens)),
         hidden_size=model.hidden_size,
     )
     driver = GraphDriver(check_session(bundle.graph_path), spec, sizes, bound=False)

@@ -83,7 +83,7 @@ class FeatureTeacher:
             kv_heads=model.num_kv_heads,
             head_dim=model.head_dim,
             vocab_size=model.vocab_size,
-            capacity=graph.kv_capacity or model.max_length,
+            capacity=bundle.manifest.context(),
             hidden_size=model.hidden_size,
         )
         self.driver = GraphDriver(session, graph, sizes, bound=True, label=str(bundle.root))

@@ -105,8 +105,12 @@ def build_head_graph(
     arch = source.architecture
     builder = GraphBuilder(accuracy_level=4, kernel_types=kernel_types, data=data)
     on_kernels = builder.raw_blocks(source.tensor("blk.0.attn_q.weight")) is not None
-    layout = kv_layout(capacity, attention="kernel" if on_kernels else "plain")
-    caches = rotary_constants(builder, arch, capacity)
+    layout = kv_layout(
+        capacity,
+        attention="kernel" if on_kernels else "plain",
+        trained_length=arch.context_length,
+    )
+    caches = rotary_constants(builder, arch, layout.positions)
     embedded, tied = embedding(builder, source, IO["input_ids"])  # [1, S, H]
     joined = builder.node("Concat", [embedded, FEATURE_INPUT], "head.joined", axis=-1)
     x = builder.linear(joined, source.tensor("head_fc.weight"), "head.fc")  # [1, S, H]
@@ -123,7 +127,7 @@ def build_head_graph(
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = lm_head(builder, source, x, tied, logits=IO["logits"])
     hidden = arch.hidden_size
-    kv = [1, arch.num_kv_heads, capacity, arch.head_dim]
+    kv = [1, arch.num_kv_heads, "capacity", arch.head_dim]
     kv_type = TensorProto.FLOAT16 if layout.half_cache else TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
