@@ -310,9 +310,11 @@ def load_bundle(root: str | Path, *, verify_checksums: bool = True) -> Bundle:
                 f"{root} is a GGUF file, not a bundle directory",
                 fix=f"convert it once with 'edgespec export {root} --out DIR', then pass DIR",
             )
+        holds = (root.parent / "manifest.json").is_file()
+        hint = f": {root.parent} holds one" if holds else ""
         raise BundleError(
-            f"{root} is a file, not a bundle directory",
-            fix=f"pass the directory that holds manifest.json (perhaps {root.parent})",
+            f"{root} is neither a bundle directory nor a GGUF file",
+            fix=f"pass a GGUF file or the directory that holds manifest.json{hint}",
         )
     if not root.is_dir():
         raise BundleError(

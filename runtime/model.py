@@ -30,6 +30,7 @@ from edgespec.graph.kernels import register_gguf_kernels, uses_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
 from edgespec.manifest import Bundle, GraphSpec
+from edgespec.runtime.prefix import HeldTokens
 
 #: Providers tried in order when the caller names none (TensorRT builds engines for minutes on
 #: first use, so it is used only when asked for).
@@ -156,6 +157,10 @@ class OnnxModel:
         self.model = manifest.model
         self.vocab_size = manifest.model.vocab_size
         self.max_length = manifest.context(options.max_length)
+        #: The tokens each cache holds, for :meth:`start`'s reuse of a shared prefix.
+        self.held = HeldTokens()
+        #: Prompt tokens the last :meth:`start` found in its cache and did not prefill again.
+        self.reused_tokens = 0
         self.kv_dtype = np.dtype(self.graph.kv_dtype)
         session_options = onnxruntime.SessionOptions()
         session_options.log_severity_level = 3
@@ -248,14 +253,35 @@ class OnnxModel:
         """A cache for :meth:`forward` (the kind the graph and the session's path need)."""
         return self.driver.new_cache()
 
-    def start(self, prompt: Sequence[int], cache: KVCache) -> None:
-        """Empties ``cache`` and feeds every prompt token but the last (which the first round
-        feeds together with its draft), ``PREFILL_CHUNK`` tokens per pass. Nothing reads these
-        passes' logits, so each asks for its last row only."""
-        cache.reset()
+    def take_cache(self) -> KVCache:
+        """The cache the last generation gave back (:meth:`keep_cache`), with what it holds,
+        else a new one: a generation's holder takes it and no other holder shares it."""
+        cache, self._kept = self._kept, None
+        return cache if cache is not None else self.new_cache()
+
+    def keep_cache(self, cache: KVCache) -> None:
+        """Keeps ``cache`` for the next :meth:`take_cache`: the next prompt that starts with
+        the same tokens is prefilled from where the two part."""
+        self._kept = cache
+
+    _kept: KVCache | None = None
+
+    def start(self, prompt: Sequence[int], cache: KVCache) -> int:
+        """Feeds every prompt token but the last (which the first round feeds together with
+        its draft), ``PREFILL_CHUNK`` tokens per pass, after the positions ``cache`` already
+        holds for the same tokens (:class:`~edgespec.runtime.prefix.HeldTokens`); returns how
+        many it reused. Nothing reads these passes' logits, so each asks for its last row
+        only."""
         fed = prompt[:-1]
-        for begin in range(0, len(fed), PREFILL_CHUNK):
+        reused = self.held.reusable(cache, fed)
+        if reused:
+            cache.crop(reused)
+        else:
+            cache.reset()
+        for begin in range(reused, len(fed), PREFILL_CHUNK):
             self.forward(fed[begin : begin + PREFILL_CHUNK], cache, last_only=True)
+        self.reused_tokens = reused
+        return reused
 
     @property
     def has_features(self) -> bool:
@@ -266,6 +292,7 @@ class OnnxModel:
         """:meth:`start`, and the features [len(prompt) - 1, hidden] of the tokens it fed."""
         cache.reset()
         fed = prompt[:-1]
+        self.held.forget(cache)  # every position's features are asked for: none reused
         parts = [np.zeros((0, self.model.hidden_size), dtype=np.float32)]
         for begin in range(0, len(fed), PREFILL_CHUNK):
             chunk = fed[begin : begin + PREFILL_CHUNK]
@@ -286,6 +313,10 @@ class OnnxModel:
         if len(token_ids) < 1:
             raise ValueError("forward needs at least one token")
         self._check_room(len(token_ids), cache)
+        if feature_input is None:
+            self.held.record(cache, cache.length, token_ids)
+        else:  # a head's positions depend on the features it was given too
+            self.held.forget(cache)
         return self.driver.forward_features(
             token_ids, cache, last_only=last_only, feature_input=feature_input
         )
@@ -312,4 +343,5 @@ class OnnxModel:
         # The context limit counts real tokens; an in-place graph's padding must fit its
         # buffers too (the driver checks it).
         self._check_room(len(token_ids), cache)
+        self.held.record(cache, cache.length, token_ids)
         return self.driver.forward(token_ids, cache, last_only=last_only)

@@ -59,7 +59,8 @@ class Verdict:
 
 
 class Drafter(Protocol):
-    """``begin`` once per generation, then ``propose``/``commit`` once per round.
+    """``begin`` once per generation, then ``propose``/``commit`` once per round, ``close``
+    at its end.
 
     ``begin`` gets the target's features of the prompt's tokens but the last ([len - 1,
     hidden]) when the verifier has them. ``commit(n_accepted, next_token, features=...)``
@@ -81,6 +82,10 @@ class Drafter(Protocol):
     def commit(
         self, n_accepted: int, next_token: int, *, features: np.ndarray | None = None
     ) -> None: ...
+
+    def close(self) -> None:
+        """The generation is over: a model drafter gives its cache back to its model."""
+        ...
 
 
 class Verifier(Protocol):

@@ -226,13 +226,17 @@ def bundle_summary(bundle: Bundle) -> str:
         f"{q.accuracy_level}",
         "gguf_blocks": f"{q.weight_dtype}, the file's blocks",
     }.get(q.scheme, q.weight_dtype)
+    # An output head of its own (its embedding then only looked up) is stored apart.
+    apart = ", the output head's apart from the embedding's" if m.memory.gathered_bytes else ""
     lines = [
         f"bundle      {bundle.root}",
+        f"files       {len(m.files)}, their sizes and sha256 checksums as the manifest records",
         f"model       {m.source.model} ({m.model.architecture}, {m.model.parameters:,} weights "
-        "stored: an output head kept apart from the embedding counts again)",
+        f"stored{apart})",
         f"graph       {m.graph.file}: {m.model.num_layers} layers, {m.model.num_kv_heads} KV "
         f"heads x {m.model.head_dim}, KV {m.graph.kv_dtype}, vocab {m.model.vocab_size}, "
-        f"max length {m.model.max_length}{_rotary_note(m.extra)}",
+        f"context up to {m.context(m.model.max_length):,} tokens (--context; default "
+        f"{m.context():,}){_rotary_note(m.extra)}",
         f"weights     {quant}: {m.memory.weight_bytes / 1e6:.2f} MB, KV "
         f"{m.memory.kv_bytes_per_token / 1024:.1f} KiB per token",
     ]

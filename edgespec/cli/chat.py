@@ -22,6 +22,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from edgespec.cli.engine_args import (
@@ -33,8 +34,8 @@ from edgespec.cli.engine_args import (
 )
 
 COMMANDS = (
-    "/reset forgets the conversation, /stats shows the last answer's figures, /help lists "
-    "the commands, /exit leaves"
+    "/reset forgets the conversation, /stats shows the last answer's figures, /read FILE puts "
+    "a file in your next message, /help lists the commands, /exit leaves"
 )
 #: A message whose first word looks like this is a command, never a prompt ("/usr/bin/env ..."
 #: has a second slash and is sent as a message).
@@ -79,14 +80,25 @@ class Conversation:
     system: str | None
     messages: list[dict[str, str]] = field(default_factory=list)
     last_stats: Any = None
+    #: The last answer was stopped with Ctrl-C (its figures were never taken).
+    stopped: bool = False
+    #: Files read with /read for the next message: (name, text).
+    attached: list[tuple[str, str]] = field(default_factory=list)
 
     def turns(self, user: str) -> list[dict[str, str]]:
         opening = [{"role": "system", "content": self.system}] if self.system else []
         return [*opening, *self.messages, {"role": "user", "content": user}]
 
+    def with_attached(self, message: str) -> str:
+        """``message`` after the files read for it, each in a fenced block under its name."""
+        parts = [f"{name}:\n```\n{text.rstrip()}\n```" for name, text in self.attached]
+        return "\n\n".join([*parts, message])
+
     def reset(self) -> None:
         self.messages.clear()
         self.last_stats = None
+        self.stopped = False
+        self.attached.clear()
 
 
 #: The least room an answer without --max-new-tokens keeps in the context: the oldest exchanges
@@ -162,6 +174,8 @@ def turn(
     from edgespec.errors import BudgetError, ContextLimitError, RemoteError
 
     bound = options["max_new_tokens"]
+    message = conversation.with_attached(message)
+    conversation.attached.clear()
     try:
         ids = prompt_ids(engine, conversation, message, answer_room(engine, bound))
         # Without a bound, the answer may use the rest of the context (at least one token,
@@ -172,6 +186,7 @@ def turn(
         sys.stdout.write("\n")
         sys.stdout.flush()
         print("[answer stopped; Ctrl-C again or Ctrl-D leaves]", file=sys.stderr, flush=True)
+        conversation.stopped = True
         return
     except (ContextLimitError, RemoteError, BudgetError) as error:
         note(f"[this message was not answered: {error}; the conversation goes on]")
@@ -189,6 +204,7 @@ def turn(
         {"role": "assistant", "content": result.text},
     ]
     conversation.last_stats = result.stats
+    conversation.stopped = False
 
 
 def note(line: str) -> None:
@@ -213,16 +229,35 @@ def stats_line(stats: Any) -> str:
     )
 
 
-def command_note(word: str, conversation: Conversation) -> str:
-    """Runs the command ``word`` (other than /exit) and returns the line that answers it."""
+def command_note(word: str, conversation: Conversation, argument: str = "") -> str:
+    """Runs the command ``word`` (other than /exit) with ``argument`` (the rest of the line)
+    and returns the line that answers it."""
     if word == "/reset":
         conversation.reset()
         return "[conversation reset]"
     if word == "/stats":
+        if conversation.stopped:
+            return "[the last answer was stopped with Ctrl-C before its figures were taken]"
         return stats_line(conversation.last_stats)
+    if word == "/read":
+        return read_file(conversation, argument)
     if word == "/help":
         return f"[{COMMANDS}]"
     return f"[unknown command {word}; {COMMANDS}]"
+
+
+def read_file(conversation: Conversation, argument: str) -> str:
+    """``/read FILE``: the file's text goes into the next message (nothing is sent yet)."""
+    if not argument:
+        return "[/read needs a file: /read PATH]"
+    path = Path(argument).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else error.strerror
+        return f"[{path} was not read: {reason}; the conversation goes on]"
+    conversation.attached.append((path.name, text))
+    return f"[{path.name} ({len(text):,} characters) goes into your next message]"
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -260,6 +295,7 @@ def run_chat(args: argparse.Namespace) -> int:
         if word == "/exit":
             return 0
         if COMMAND_WORD.fullmatch(word):
-            print(command_note(word, conversation), file=sys.stderr, flush=True)
+            argument = message[len(word) :].strip()
+            print(command_note(word, conversation, argument), file=sys.stderr, flush=True)
             continue
         turn(engine, conversation, message, options, color=color, as_json=args.json)

@@ -78,6 +78,13 @@ def add_decode_commands(commands: Any) -> None:
         "line (\\n for newlines), or a JSON list",
     )
     bench.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the set's first N prompts only (default: all of them)",
+    )
+    bench.add_argument(
         "--chat",
         action="store_true",
         help="send each prompt through the chat template as a user message (the chat sets "
@@ -89,7 +96,8 @@ def add_decode_commands(commands: Any) -> None:
     bench.add_argument(
         "--k",
         default=None,
-        help=f"draft length: 0 to {MAX_K}, or auto (default: the pair's recommended k, else 4)",
+        help=f"draft length: 0 to {MAX_K}, or auto (default: what 'pair --profile' measured "
+        "here, else the bundles' recommended k, else 4 with a draft model and auto without)",
     )
     bench.add_argument(
         "--drafter",
@@ -163,9 +171,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from edgespec.errors import ConfigError
     from edgespec.measure.bench import BenchSettings, load_prompt_set, run_bench
 
     prompt_set = load_prompt_set(args.prompts)
+    if args.count is not None and args.count < 1:
+        raise ConfigError(f"--count {args.count} runs no prompt", fix="pass --count 1 or more")
     engine = load_engine(args)
     settings = BenchSettings(
         chat=args.chat or prompt_set.chat,
@@ -177,7 +188,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     results = run_bench(
         engine,
-        prompt_set.prompts,
+        prompt_set.prompts[: args.count],
         settings,
         progress=lambda m: print(f"  bench: {m}", file=sys.stderr, flush=True),
     )
@@ -231,11 +242,15 @@ def bench_lines(results: dict[str, Any]) -> list[str]:
             )
         )
     curve = ", ".join(f"{v:.2f}" for v in results["verify_cost"])
-    lines.append(f"c {results['c']:.3f}; verify cost T(w)/T(1), w = 1..9: {curve}")
+    lines.append(
+        f"c {results['c']:.3f} (a draft step's cost over a target step's); verify cost "
+        f"T(w)/T(1), a pass of w tokens over one step, w = 1..9: {curve}"
+    )
     if results["theoretical_speedup"]:
         lines.append(
-            f"theoretical speedup {results['theoretical_speedup']:.2f}x, efficiency "
-            f"{results['efficiency']:.2f}; loop overhead {greedy['overhead_ms_per_round']:.3f} "
-            f"ms/round (loop efficiency {greedy['loop_efficiency']:.2f})"
+            f"theoretical speedup {results['theoretical_speedup']:.2f}x (from alpha, c and the "
+            f"curve), efficiency {results['efficiency']:.2f} (measured over theoretical); loop "
+            f"overhead {greedy['overhead_ms_per_round']:.3f} ms/round (loop efficiency "
+            f"{greedy['loop_efficiency']:.2f}: the models' share of the loop's time)"
         )
     return lines

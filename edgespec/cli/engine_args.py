@@ -160,7 +160,8 @@ def add_decoding_arguments(
         "--k",
         default=None,
         help=f"tokens drafted per round: 0 (no drafting) to {MAX_K}, or auto (adapts each "
-        "round; default: the pair's recommended k, else 4)",
+        "round; default: what 'pair --profile' measured here, else the bundles' "
+        "recommended k, else 4 with a draft model and auto without)",
     )
     parser.add_argument(
         "--max-new-tokens",

@@ -126,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgespec: error: {as_flags(str(error), args, typed)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("edgespec: interrupted; nothing was written", file=sys.stderr)
+        print(
+            "edgespec: interrupted; no half-made bundle is left behind (files already fetched "
+            "stay in the cache for the next run)",
+            file=sys.stderr,
+        )
         return 130
     except BrokenPipeError:
         return closed_stdout()

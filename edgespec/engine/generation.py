@@ -222,6 +222,7 @@ class Generation:
         if emitter.stopped:
             stats.on_finish("stop_string")
         plan.verifier.close()
+        plan.drafter.close()
         self.result = self._result(emitter, stats, error)
 
     def _result(self, emitter: TextEmitter, stats: StatsCollector, error: str | None) -> Result:

@@ -112,6 +112,7 @@ def _compare(
 ) -> dict[str, Any]:
     baseline: list[Result] = []
     speculative: list[Result] = []
+    mode = "greedy" if not sampling else f"sampling at T={sampling['temperature']:g}"
     for repeat in range(settings.repeats):
         for index, prompt in enumerate(prompts):
             common = dict(max_new_tokens=settings.max_new_tokens, chat=settings.chat, **sampling)
@@ -119,7 +120,8 @@ def _compare(
             speculative.append(
                 engine.generate(prompt, drafter=settings.drafter, k=settings.k, **common)
             )
-            progress(f"prompt {index + 1}/{len(prompts)}, repeat {repeat + 1}")
+            passes = f", pass {repeat + 1}/{settings.repeats}" if settings.repeats > 1 else ""
+            progress(f"{mode}: prompt {index + 1}/{len(prompts)}{passes}")
     base_tokens, base_s = _totals(baseline)
     spec_tokens, spec_s = _totals(speculative)
     tested = sum(r.stats.tested for r in speculative)

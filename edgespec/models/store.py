@@ -191,9 +191,21 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
     except ImportError:  # Windows: two first uses at once would both convert, then one wins
         yield
         return
-    with open(lock_path, "w") as handle:
+    while True:
+        handle = open(lock_path, "a")  # noqa: SIM115 (held past this loop, closed below)
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            current = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        handle.close()  # the holder removed that file as it let go: lock the new one
+    try:
+        yield
+    finally:
+        # Removed before it is unlocked, so a process waiting on this file sees it is gone
+        # and locks a new one: no empty lock files are left in the cache.
+        lock_path.unlink(missing_ok=True)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

@@ -173,6 +173,9 @@ class CombinedDrafter:
             self.model.commit(n_accepted, next_token, features=features)
         self.lookup.commit(n_accepted, next_token)
 
+    def close(self) -> None:
+        self.model.close()
+
     def _score_match(self, committed: Sequence[int]) -> None:
         """Scores the round's undrafted match as if it had been drafted: its tokens up to the
         first that differs from the committed ones were accepted, that one was tested. The

@@ -29,7 +29,7 @@ class ModelDrafter:
         #: up with p_target and no id the target lacks is ever proposed.
         self.vocab_size = vocab_size
         self.stop_probability = stop_probability
-        self.cache = model.new_cache()
+        self.cache = model.take_cache()  # given back by close() for the next generation
         self._pending: list[int] = []
         self._proposed: tuple[int, ...] = ()
         self._seen = 0
@@ -177,6 +177,9 @@ class ModelDrafter:
         """The draft's own probability of ``token`` under its raw distribution."""
         shifted = np.exp(logits - logits[token])
         return float(1.0 / shifted.sum())
+
+    def close(self) -> None:
+        self.model.keep_cache(self.cache)
 
     def catch_up(
         self, accepted: Sequence[int], next_token: int, *, features: np.ndarray | None = None

@@ -137,6 +137,9 @@ class PromptLookupDrafter:
         self._proposal = ()
         self._extend_index()
 
+    def close(self) -> None:
+        """Nothing to give back: the lookup keeps no model state."""
+
     def _extend_index(self) -> None:
         """Indexes every n-gram start that became eligible since the last call.
 

@@ -41,3 +41,6 @@ class NoDrafter:
         """Accepts only ``n_accepted == 0``: nothing was proposed."""
         if n_accepted != 0:
             raise ValueError(f"n_accepted={n_accepted} but NoDrafter proposes no tokens")
+
+    def close(self) -> None:
+        """Nothing to give back."""

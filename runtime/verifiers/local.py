@@ -38,7 +38,9 @@ class LocalVerifier:
             )
         self.model = model
         self.max_length = model.max_length
-        self.cache = model.new_cache()
+        # The last generation's cache, so that a prompt that starts as its text did (a
+        # chat's history) is prefilled from where they part.
+        self.cache = model.take_cache()
         self.features = features
         self._sampling = SamplingConfig()
         self._rng = np.random.default_rng(0)
@@ -81,7 +83,7 @@ class LocalVerifier:
         )
 
     def close(self) -> None:
-        self.cache.reset()
+        self.model.keep_cache(self.cache)
 
 
 def verify_round(

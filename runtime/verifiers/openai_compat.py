@@ -171,8 +171,8 @@ class OpenAITarget(Connection):
                 raise RemoteError(
                     f"llama-server at {self.url} has {props.total_slots} slot: a verification "
                     "round sends k + 1 prompts at once and needs at least 2",
-                    fix="restart it with -np 5 --kv-unified (k + 1 slots for each device that "
-                    "drafts k tokens; docs/serving.md)",
+                    fix="restart it with -np 5 -c 10240 --no-cache-idle-slots (k + 1 slots for "
+                    "each device that drafts k tokens, no --kv-unified; docs/serving.md)",
                 )
             max_k = min(max_k, props.total_slots - 1)
             if props.slot_context:

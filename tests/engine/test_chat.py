@@ -112,3 +112,31 @@ def test_ctrl_c_stops_an_answer_and_keeps_the_session(tmp_path: Path) -> None:
         os.write(terminal.fd, b"class Point:\n")
         terminal.until(b"class Point:\r\n")  # the terminal's echo of the message
         interrupt_the_answer_then_exit(pid, terminal)
+
+
+def test_read_puts_a_file_in_the_next_message(tmp_path: Path) -> None:
+    (tmp_path / "add.py").write_text("def add(a, b):\n    return a + b\n")
+    result = _chat(
+        "/read add.py\n/read missing.py\nWhat does it do?\n",
+        "--max-new-tokens",
+        "8",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stderr.strip().splitlines()
+    assert notes[0] == "[add.py (32 characters) goes into your next message]"
+    assert notes[1].startswith("[missing.py was not read: No such file or directory")
+    engine = Engine.load()
+    content = "add.py:\n```\ndef add(a, b):\n    return a + b\n```\n\nWhat does it do?"
+    text = engine.apply_chat_template([{"role": "user", "content": content}])
+    ids = list(engine.tokenizer.encode(text, add_special_tokens=False).ids)
+    assert result.stdout == engine.generate(ids, max_new_tokens=8).text + "\n"
+
+
+def test_stats_after_a_stopped_answer_say_it_was_stopped() -> None:
+    from edgespec.cli.chat import Conversation, command_note
+
+    conversation = Conversation(system=None, stopped=True)
+    assert command_note("/stats", conversation) == (
+        "[the last answer was stopped with Ctrl-C before its figures were taken]"
+    )

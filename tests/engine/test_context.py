@@ -101,3 +101,29 @@ def test_the_memory_estimate_prices_the_context(gguf_target: Path) -> None:
     assert (short.context, long.context) == (64, 256)
     per_token = bundle.manifest.memory.kv_bytes_per_token
     assert long.total_bytes - short.total_bytes >= per_token * (256 - 64)
+
+
+def test_a_prompt_that_starts_as_the_last_one_is_prefilled_from_where_they_part(
+    gguf_target: Path,
+) -> None:
+    """A chat's next turn: the cache keeps the history's positions, and the answer is the one
+    a fresh engine gives (for the target and for a draft model beside it)."""
+    from edgespec.api import Engine
+
+    engine = Engine.load(target=gguf_target, draft=gguf_target, context=256)
+    first = [(11 * i) % 60 + 3 for i in range(70)]
+    answer = engine.generate(first, max_new_tokens=20, drafter="model", k=3).tokens
+    follow_up = [*first, *answer, 8, 9, 10, 11]
+    again = engine.generate(follow_up, max_new_tokens=20, drafter="model", k=3)
+    assert engine.target is not None and engine.draft is not None
+    assert engine.target.reused_tokens >= len(first) + len(answer) - 1
+    assert engine.draft.reused_tokens >= len(first)
+    fresh = Engine.load(target=gguf_target, draft=gguf_target, context=256)
+    expected = fresh.generate(follow_up, max_new_tokens=20, drafter="none").tokens
+    assert again.tokens == expected
+    # Another prompt shares nothing: it is prefilled whole, and still right.
+    other = [(5 * i) % 40 + 7 for i in range(50)]
+    assert engine.generate(other, max_new_tokens=12, drafter="ngram").tokens == (
+        fresh.generate(other, max_new_tokens=12, drafter="none").tokens
+    )
+    assert engine.target.reused_tokens == 0

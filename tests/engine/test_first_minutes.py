@@ -261,7 +261,8 @@ def test_k_rule_is_stated_in_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_file_given_as_a_bundle_is_called_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     readme = CHECKOUT / "README.md"
     line = _error_line(capsys, "generate", "x", "--target", str(readme))
-    assert f"{readme} is a file, not a bundle directory" in line
+    assert f"{readme} is neither a bundle directory nor a GGUF file" in line
+    assert "perhaps" not in line and "holds one" not in line  # the checkout is no bundle
 
 
 def test_a_damaged_gguf_file_given_as_the_target_is_one_error(

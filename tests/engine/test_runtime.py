@@ -163,6 +163,9 @@ class ScriptedDrafter:
     ) -> None:
         self.position += n_accepted + 1
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.mark.parametrize("right", range(0, 5))
 def test_scripted_drafter_right_for_exactly_j_tokens(

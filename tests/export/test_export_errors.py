@@ -253,7 +253,7 @@ def test_interrupted_export_leaves_nothing(
         ]
     )
     assert code == 130
-    assert "interrupted; nothing was written" in capsys.readouterr().err
+    assert "interrupted; no half-made bundle is left behind" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -108,3 +108,22 @@ def test_prune_with_nothing_named_is_one_line(cache: Path) -> None:
     refused = cli("prune")
     assert refused.returncode != 0
     assert refused.stderr.count("\n") == 1 and "name a model" in refused.stderr
+
+
+def test_an_entry_s_lock_leaves_no_file_behind(tmp_path: Path) -> None:
+    """The lock that keeps two first uses from importing at once is removed as it is let go,
+    and a later use takes a lock of its own."""
+    from edgespec.models.store import cached_or_built
+
+    root = tmp_path / "models" / "entry"
+    built: list[Path] = []
+
+    def build() -> Path:
+        built.append(root)
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    for _ in range(2):  # the entry is no bundle (no manifest): each use builds it
+        assert cached_or_built(root, build, verify_checksums=False, notify=print) == root  # type: ignore[arg-type]
+        assert [p.name for p in (tmp_path / "models").iterdir()] == ["entry"]
+    assert len(built) == 2

@@ -87,6 +87,7 @@ def test_inspect_validates_and_summarises(
     assert main(["inspect", str(root)]) == 0
     out = capsys.readouterr().out
     assert "2 layers, 2 KV heads x 16" in out and "exported with --no-verify" in out
+    assert "sha256 checksums as the manifest records" in out and "counts again" not in out
     assert main(["inspect", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["schema_version"] == 1
     (root / "tokenizer.json").write_text("{}")

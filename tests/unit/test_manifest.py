@@ -117,7 +117,7 @@ def test_graph_not_listed_among_files(tmp_path: Path) -> None:
 def test_a_file_is_judged_a_gguf_by_its_magic_not_its_name(tmp_path: Path) -> None:
     named = tmp_path / "README.gguf"
     named.write_text("# not a model\n")
-    with pytest.raises(BundleError, match="is a file, not a bundle directory"):
+    with pytest.raises(BundleError, match="is neither a bundle directory nor a GGUF file"):
         load_bundle(named)
     real = tmp_path / "model.bin"
     real.write_bytes(b"GGUF\x03\x00\x00\x00")
