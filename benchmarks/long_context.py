@@ -3,7 +3,7 @@ same GGUF file, prompt and threads, each engine in a fresh process per context, 
 
     python benchmarks/long_context.py --llama-bin DIR [--model qwen2.5-coder-1.5b]
         [--contexts 4096,8192,16384] [--fill 0.75] [--tokens 64] [--threads 2]
-        [--pair-context 8192] [--jsonl FILE]
+        [--pair-contexts 8192] [--jsonl FILE]
 
 For each context N, the prompt is ``--fill`` x N tokens of the Python standard library's own
 source (real code that repeats little, so prompt lookup finds no copies of a README), then a
@@ -12,8 +12,8 @@ its defaults otherwise (flash attention where it uses it, a float16 cache); edge
 catalog model's bundle with ``--context N`` (its float16 cache allocated for N), target-only.
 Both decode ``--tokens`` greedy tokens from the same token ids. Peak memory is the process's
 high-water mark (``VmHWM``): llama-server's after its answer, edgespec's child's after its
-own. At ``--pair-context`` the default pair (the catalog's draft, the combined drafter) runs
-too, in a child of its own, and its output is checked against target-only.
+own. At each of ``--pair-contexts`` the default pair (the catalog's draft, the combined
+drafter) runs too, in a child of its own, and its output is checked against target-only.
 
 Prints one JSON line per run, then a table per context: decode tok/s, prefill s, peak MB
 of each engine and the ratios.
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--fill", type=float, default=0.75)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--pair-context", type=int, default=8192)
+    parser.add_argument("--pair-contexts", default="8192")
     parser.add_argument("--jsonl", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--context", type=int, default=0, help=argparse.SUPPRESS)
@@ -178,7 +178,7 @@ def main() -> None:
                 if engine == "llama.cpp"
                 else run_edgespec(args, ids_file, context, pair=False)
             )
-        if context == args.pair_context:
+        if context in harness.int_list(args.pair_contexts):
             found["edgespec pair"] = run_edgespec(args, ids_file, context, pair=True)
             same = found["edgespec pair"]["tokens"] == found["edgespec"]["tokens"]
             found["edgespec pair"]["equals_target_only"] = same

@@ -68,6 +68,28 @@ def _best_times(
     return best
 
 
+#: The history after which what a position adds to a pass is timed (the cache is not filled:
+#: attention costs the same over any values, so the positions are only counted as written).
+DEEP_POSITIONS = 2048
+
+
+def position_cost(
+    model: OnnxModel, context: Sequence[int], width: int, shallow_s: float, *, repeats: int
+) -> float:
+    """Seconds one row of a pass spends per position of history: a pass of ``width`` rows
+    timed after :data:`DEEP_POSITIONS` positions (or as many as the context allows) against
+    ``shallow_s``, its time after ``context``. 0 for a graph whose cache cannot be deepened
+    without computing it (a concat graph's), or where the context leaves no room."""
+    depth = min(DEEP_POSITIONS, model.max_length - width - 1)
+    if not model.shared_kv or depth <= 2 * len(context):
+        return 0.0
+    cache = model.new_cache()
+    _forward(model, context, cache, last_only=True)
+    cache.advance(depth - cache.length)  # type: ignore[attr-defined]  # a SharedKVCache
+    deep = min(pass_times(model, cache, [context[-1]] * width, length=depth, passes=repeats))
+    return max(deep - shallow_s, 0.0) / (width * (depth - len(context)))
+
+
 def measure_costs(
     target: OnnxModel,
     draft: OnnxModel | None,
@@ -76,7 +98,8 @@ def measure_costs(
     context_tokens: int = 64,
     repeats: int = 5,
 ) -> CostProfile:
-    """Times target passes of width 1..max_width and a draft step after a short context."""
+    """Times target passes of width 1..max_width and a draft step after a short context, and
+    what a position of history adds to a row of each (:func:`position_cost`)."""
     limit = min(target.max_length, draft.max_length if draft else target.max_length)
     context = list(range(1, 1 + min(context_tokens, limit - max_width - 1)))
     widths = _best_times(target, context, range(1, max_width + 1), repeats)
@@ -85,4 +108,8 @@ def measure_costs(
         target_step_s=widths[0],
         draft_step_s=draft_step,
         verify_cost=tuple(t / widths[0] for t in widths),
+        target_position_s=position_cost(target, context, max_width, widths[-1], repeats=repeats),
+        draft_position_s=position_cost(draft, context, 1, draft_step, repeats=repeats)
+        if draft is not None
+        else 0.0,
     )

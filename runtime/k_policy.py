@@ -29,16 +29,39 @@ def expected_speedup(alpha: float, c: float, verify_cost: Sequence[float], k: in
 
 @dataclass(frozen=True, kw_only=True)
 class CostProfile:
-    """Measured costs: ``target_step_s`` = T(1); ``verify_cost[w - 1]`` = T(w)/T(1) for
-    w = 1..len; ``draft_step_s`` = one draft model call."""
+    """Measured costs after a short history: ``target_step_s`` = T(1); ``verify_cost[w - 1]``
+    = T(w)/T(1) for w = 1..len; ``draft_step_s`` = one draft model call. ``target_position_s``
+    and ``draft_position_s``: what each position of history adds to one row of a pass (its
+    attention), which after thousands of positions is a large part of a verify pass's cost:
+    every row attends over the whole history (:meth:`at_depth`)."""
 
     target_step_s: float
     draft_step_s: float
     verify_cost: tuple[float, ...]
+    target_position_s: float = 0.0
+    draft_position_s: float = 0.0
 
     @property
     def c(self) -> float:
         return self.draft_step_s / self.target_step_s
+
+    def at_depth(self, length: int) -> CostProfile:
+        """The costs after ``length`` positions of history: a pass of w rows costs w rows'
+        attention over them more, a draft step one row's."""
+        if length <= 0 or not (self.target_position_s or self.draft_position_s):
+            return self
+        step = self.target_step_s + self.target_position_s * length
+        passes = [
+            cost * self.target_step_s + width * self.target_position_s * length
+            for width, cost in enumerate(self.verify_cost, start=1)
+        ]
+        return CostProfile(
+            target_step_s=step,
+            draft_step_s=self.draft_step_s + self.draft_position_s * length,
+            verify_cost=tuple(seconds / step for seconds in passes),
+            target_position_s=self.target_position_s,
+            draft_position_s=self.draft_position_s,
+        )
 
 
 #: How fast AutoK's α follows the rounds (the weight of the newest round). Greedy agreement

@@ -60,8 +60,10 @@ def sane_costs(costs: Any) -> CostProfile | None:
             target_step_s=float(costs["target_step_s"]),
             draft_step_s=float(costs["draft_step_s"]),
             verify_cost=tuple(float(cost) for cost in costs["verify_cost"]),
+            target_position_s=float(costs.get("target_position_s", 0.0)),
+            draft_position_s=float(costs.get("draft_position_s", 0.0)),
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
     sane = profile.target_step_s > 0 and profile.draft_step_s >= 0
     return profile if sane and len(profile.verify_cost) >= 2 else None
@@ -132,7 +134,9 @@ def costs_path(
 
     setting = f"{threads}|{'+'.join(providers)}|{gguf_kernel_build()}"
     setting = hashlib.sha256(setting.encode()).hexdigest()[:8]
-    return (cache or cache_dir()) / "profiles" / f"{device_key(target, draft)}-costs-{setting}.json"
+    # "costs2": the costs with what each position of history adds (older files lack it).
+    name = f"{device_key(target, draft)}-costs2-{setting}.json"
+    return (cache or cache_dir()) / "profiles" / name
 
 
 def save_costs(profile: CostProfile, path: Path) -> None:

@@ -3,9 +3,10 @@
 Strongest first: the generation's own options (``drafter``, ``k``); the pair's choice measured
 on this device (``edgespec pair --profile``, stored by :mod:`edgespec.engine.device_choice`);
 what the bundles recommend from measurement when they were made (a built pair's selection
-record, a distilled draft's record); edgespec's defaults (the model drafter with a draft, prompt
-lookup without; k ``DEFAULT_K``, and ``auto`` for prompt lookup, which costs nothing to draft,
-so the target's verify costs and the running acceptance decide).
+record, a distilled draft's record); edgespec's defaults (with a draft model the combined
+drafter, each round priced from the measured costs at the history's length; prompt lookup
+without, k ``auto``: it costs nothing to draft, so the target's verify costs and the running
+acceptance decide; k ``DEFAULT_K`` for a drafter recommended without a k).
 """
 
 from __future__ import annotations
@@ -70,6 +71,15 @@ def decide_drafting(
         k_source = "the draft's distillation record (measured when it was made)"
     elif not has_draft:
         k, k_source = "auto", "edgespec's default for prompt lookup: auto"
+    elif drafter in (None, "combined"):
+        # The combined drafter prices every round from the measured costs at the history's
+        # length: a fixed k keeps drafting where, thousands of tokens into a text, the
+        # draft's steps and the wider verify pass cost more than they save.
+        drafter, k = "combined", "auto"
+        k_source = (
+            "edgespec's default with a draft model: the combined drafter, each round priced "
+            "from the measured costs"
+        )
     else:
         k = DEFAULT_K
         k_source = f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"

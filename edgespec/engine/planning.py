@@ -266,7 +266,8 @@ def plan(source: PlanSource, prompt: str | Sequence[int], options: GenerationOpt
         options,
         drafter_name=drafter_name,
         k=source.drafting.k_for(options),
-        profile=source.cost_profile,
+        # Seeded at the prompt's length: AutoK then learns what rounds really cost.
+        profile=lambda: source.cost_profile().at_depth(len(prompt_ids)),
         alpha=source.drafting.seed_alpha,
         cap=None if metered is None else (lambda: metered.suggested_k),
     )

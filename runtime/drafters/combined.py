@@ -127,7 +127,9 @@ class CombinedDrafter:
         self._priced_out = 0
 
     def propose(self, k: int) -> Draft:
-        profile = self.costs()
+        # Priced at the history's length: after thousands of positions every verify row and
+        # draft step attends over them all, and drafting may no longer pay.
+        profile = self.costs().at_depth(self.model.cache.length)
         model_length, model_rate = self._model_round(k, profile)
         match = self.lookup.propose(k).tokens
         length = self._lookup_length(len(match), model_rate, profile)

@@ -46,7 +46,7 @@ def test_the_pair_costs_are_measured_once_per_device_and_setting_then_kept(
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
     engine = Engine.load()
     engine.generate("def add(a, b):", drafter="combined", max_new_tokens=4)
-    kept = sorted((tmp_path / "profiles").glob("*-costs-*.json"))
+    kept = sorted((tmp_path / "profiles").glob("*-costs2-*.json"))
     assert len(kept) == 1
     measured = engine.cost_profile()
     assert measured.target_step_s > 0 and measured.verify_cost[0] == 1.0
