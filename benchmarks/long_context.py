@@ -12,8 +12,8 @@ its defaults otherwise (flash attention where it uses it, a float16 cache); edge
 catalog model's bundle with ``--context N`` (its float16 cache allocated for N), target-only.
 Both decode ``--tokens`` greedy tokens from the same token ids. Peak memory is the process's
 high-water mark (``VmHWM``): llama-server's after its answer, edgespec's child's after its
-own. At each of ``--pair-contexts`` the default pair (the catalog's draft, the combined
-drafter) runs too, in a child of its own, and its output is checked against target-only.
+own. At each of ``--pair-contexts`` the pair (the catalog's draft, the combined drafter)
+runs too, in a child of its own, and its output is checked against target-only.
 
 Prints one JSON line per run, then a table per context: decode tok/s, prefill s, peak MB
 of each engine and the ratios.
@@ -80,7 +80,7 @@ def child(args: argparse.Namespace) -> None:
         engine = Engine.load(
             model=args.model, context=args.context, threads=args.threads, measure_energy=False
         )
-        drafter = None
+        drafter = "combined"
     else:
         target = model_bundle(catalog.find(args.model)).root
         engine = Engine.load(
@@ -88,10 +88,7 @@ def child(args: argparse.Namespace) -> None:
         )
         drafter = "none"
     engine.generate(ids[:32], max_new_tokens=4, drafter=drafter)  # warm-up
-    options: dict[str, Any] = {"max_new_tokens": args.tokens}
-    if drafter is not None:
-        options["drafter"] = drafter
-    result = engine.generate(ids, **options)
+    result = engine.generate(ids, max_new_tokens=args.tokens, drafter=drafter)
     stats = result.stats
     print(
         json.dumps(

@@ -3,10 +3,10 @@
 Strongest first: the generation's own options (``drafter``, ``k``); the pair's choice measured
 on this device (``edgespec pair --profile``, stored by :mod:`edgespec.engine.device_choice`);
 what the bundles recommend from measurement when they were made (a built pair's selection
-record, a distilled draft's record); edgespec's defaults (with a draft model the combined
-drafter, each round priced from the measured costs at the history's length; prompt lookup
-without, k ``auto``: it costs nothing to draft, so the target's verify costs and the running
-acceptance decide; k ``DEFAULT_K`` for a drafter recommended without a k).
+record, a distilled draft's record); edgespec's defaults (the model drafter with a draft,
+prompt lookup without, k ``auto`` for both: each round's k from the measured costs at the
+history's length and the running acceptance; k ``DEFAULT_K`` for a drafter recommended
+without a k).
 """
 
 from __future__ import annotations
@@ -44,8 +44,16 @@ class Drafting:
             return "combined"
         return "model" if self.has_draft else "ngram"
 
+    #: The k a default ``auto`` becomes under rejection sampling: its tokens depend on how
+    #: many were drafted each round, and a k chosen from measured times would make a seeded
+    #: generation's text vary from run to run (``match`` sampling's does not).
+    rejection_k: int | None = None
+
     def k_for(self, options: GenerationOptions) -> int | str:
-        return self.k if options.k is None else options.k
+        if options.k is not None:
+            return options.k
+        rejection = options.temperature > 0 and options.sampling_mode == "rejection"
+        return self.rejection_k if rejection and self.rejection_k is not None else self.k
 
 
 def decide_drafting(
@@ -71,21 +79,26 @@ def decide_drafting(
         k_source = "the draft's distillation record (measured when it was made)"
     elif not has_draft:
         k, k_source = "auto", "edgespec's default for prompt lookup: auto"
-    elif drafter in (None, "combined"):
-        # The combined drafter prices every round from the measured costs at the history's
-        # length: a fixed k keeps drafting where, thousands of tokens into a text, the
-        # draft's steps and the wider verify pass cost more than they save.
-        drafter, k = "combined", "auto"
+    elif drafter is None:
+        # k per round from the measured costs, seeded at the prompt's length and then learnt
+        # from the rounds: a fixed k keeps drafting where, thousands of tokens into a text,
+        # the draft's steps and the wider verify pass cost more than they save.
+        k = "auto"
         k_source = (
-            "edgespec's default with a draft model: the combined drafter, each round priced "
-            "from the measured costs"
+            "edgespec's default with a draft model: auto, k per round from the measured costs "
+            f"({DEFAULT_K} under rejection sampling, whose seeded text depends on k)"
         )
     else:
         k = DEFAULT_K
         k_source = f"edgespec's default (no recommended k in the bundle): {DEFAULT_K}"
     if measured is None:  # this pair was not profiled on this device
         return Drafting(
-            has_draft=has_draft, has_head=has_head, drafter=drafter, k=k, k_source=k_source
+            has_draft=has_draft,
+            has_head=has_head,
+            drafter=drafter,
+            k=k,
+            k_source=k_source,
+            rejection_k=DEFAULT_K if k == "auto" and has_draft else None,
         )
     k_source = (
         f"measured on this device by 'edgespec pair --profile': the {measured.drafter} "

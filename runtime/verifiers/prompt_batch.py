@@ -64,6 +64,10 @@ class PromptBatchVerifier:
     ) -> None:
         self.round_request = round_request
         self.max_length = max_length
+        #: The k the engine's slots allow a device alone; ``suggested_k`` is what this device
+        #: takes now: halved when a round finds its slots taken by other clients (it then
+        #: recomputes the history), grown back by one after each round that finds them kept.
+        self.max_k = suggested_k
         self.suggested_k = suggested_k
         self.sampled = sampled
         self.sampled_fix = sampled_fix
@@ -104,6 +108,8 @@ class PromptBatchVerifier:
         # history every slot of the last round shared.
         uncached = sum(len(prompt) - self._cached for prompt in prompts)
         answers = self.round_request(prompts, self._sampling, self.meter, uncached)
+        if self._cached:
+            self._share_slots(max(answer.computed for answer in answers) >= self._cached)
         self._cached = len(self._history)
         acceptance = self._accept(draft, answers)
         self._history.extend(acceptance.tokens)
@@ -117,6 +123,14 @@ class PromptBatchVerifier:
         return Verdict(
             tokens=acceptance.tokens, n_accepted=acceptance.n_accepted, elapsed_s=elapsed
         )
+
+    def _share_slots(self, taken: bool) -> None:
+        """Backs off when other devices' rounds took this one's slots (the engine serves
+        them all from one set of slots), and takes them back as they stay kept."""
+        if taken:
+            self.suggested_k = max(1, self.suggested_k // 2)
+        else:
+            self.suggested_k = min(self.max_k, self.suggested_k + 1)
 
     def _accept(self, draft: Draft, answers: list[NextToken]) -> Acceptance:
         drafted = draft.tokens

@@ -46,7 +46,7 @@ def test_self_draft_accepts_everything(exported: Callable[..., Path]) -> None:
     engine = Engine.load(target=bundle, draft=bundle)
     expected = engine.generate(PROMPTS[0], drafter="none", max_new_tokens=41)
     for k in (1, 4, 8):
-        result = engine.generate(PROMPTS[0], k=k, max_new_tokens=41)
+        result = engine.generate(PROMPTS[0], drafter="model", k=k, max_new_tokens=41)
         assert result.tokens == expected.tokens
         assert result.stats.accepted == result.stats.drafted > 0
         assert result.stats.acceptance_by_position == [1.0] * k

@@ -203,6 +203,55 @@ def test_four_devices_at_once_each_get_the_servers_own_output(hybrid: Any) -> No
         assert made and made == truth[: len(made)]
 
 
+@pytest.mark.parametrize("devices", [4, 8])
+def test_devices_that_load_and_generate_at_once_each_get_the_servers_own_output(
+    shipped_draft: Path, devices: int
+) -> None:
+    """Devices load (each probes the server's slots and costs) and generate at the same time
+    on one server set up as docs/serving.md deploys it (5 slots a device, idle slots kept): no
+    device takes another's traffic for a misconfigured server, and each output is the
+    server's own greedy output for its prompt."""
+    import threading
+
+    from edgespec.api import Engine
+
+    texts = [*CODE_PROMPTS, *CHAT_PROMPTS, "for i in range(10):\n", "class Stack:\n"]
+    with LlamaServer(
+        model=_smollm2_gguf(), port=free_port(), slots=5 * devices, context=1024
+    ) as shared:
+        results: list[Any] = [None] * devices
+        start = threading.Barrier(devices)
+
+        def device(index: int) -> None:
+            try:
+                start.wait()
+                engine = Engine.load(
+                    draft=shipped_draft,
+                    remote=shared.url,
+                    remote_api="openai",
+                    remote_timeout_s=300,
+                    measure_energy=False,
+                )
+                ids = engine.encode(texts[index % len(texts)])
+                results[index] = (ids, engine.generate(ids, max_new_tokens=32))
+            except Exception as error:  # reported below, with the device
+                results[index] = error
+
+        threads = [threading.Thread(target=device, args=(i,)) for i in range(devices)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        assert not failed, failed
+        for ids, result in results:
+            assert result.error is None and result.tokens
+            expected = server_greedy(shared.url, ids, len(result.tokens))
+            assert list(result.tokens) == expected, _divergence(
+                shared.url, ids, list(result.tokens), expected
+            )
+
+
 def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
     """The server's computed tokens per round after ~1,500 tokens of history are those after
     ~10: (k + 1)(k + 2) / 2 and what the slots missed, never the history."""
