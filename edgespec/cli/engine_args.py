@@ -283,10 +283,12 @@ def check_generation_options(args: argparse.Namespace) -> None:
         args.prompt = read_prompt(args.prompt, args.file)
     prompt = getattr(args, "prompt", None)
     if prompt is not None and not prompt.strip():
-        example = "--chat 'What is a closure?'" if getattr(args, "chat", False) else "'def fib(n):'"
+        chat = getattr(args, "chat", False)
+        example = "--chat 'What is a closure?'" if chat else "'def fib(n):'"
+        what = "the message to answer" if chat else "the text to continue"
         raise ConfigError(
             "the prompt is empty or only whitespace",
-            fix=f"pass the text to continue, e.g. edgespec generate {example}",
+            fix=f"pass {what}, e.g. edgespec generate {example}",
         )
     options = generation_options(args)
     if options["max_new_tokens"] is None:  # chat: to the end of the turn, checked per answer

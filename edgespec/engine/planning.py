@@ -318,16 +318,24 @@ def _prompt_ids(
             fix="encode the prompt with the bundle's tokenizer",
         )
     if len(ids) + options.max_new_tokens > source.max_length:
+        prompt_words = f"the prompt ({_tokens(len(ids))})"
+        longer = "load with a longer --context (Engine.load(context=N)), up to the models' own"
+        if len(ids) >= source.max_length:  # no max_new_tokens makes room
+            raise ContextLimitError(
+                f"{prompt_words} fills the context of {source.max_length} tokens by itself",
+                fix=f"shorten the prompt, or {longer}",
+            )
         raise ContextLimitError(
-            f"the prompt ({len(ids)} tokens) plus max_new_tokens ({options.max_new_tokens}) "
-            f"exceeds the context limit of {source.max_length} tokens",
-            fix=(
-                f"shorten the prompt or lower max_new_tokens: {source.max_length} tokens is "
-                "what these bundles hold (one you export yourself holds more with a larger "
-                "--max-length)"
-            ),
+            f"{prompt_words} plus max_new_tokens ({options.max_new_tokens}) exceeds the "
+            f"context of {source.max_length} tokens",
+            fix=f"lower max_new_tokens to {source.max_length - len(ids)} or less, shorten the "
+            f"prompt, or {longer}",
         )
     return ids
+
+
+def _tokens(count: int) -> str:
+    return f"{count:,} token{'s' * (count != 1)}"
 
 
 def measure_profile(source: PlanSource) -> CostProfile:

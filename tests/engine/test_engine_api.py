@@ -122,13 +122,18 @@ def test_bad_generation_options(
 
 def test_prompt_longer_than_the_context(engines: Callable[[str, str], Engine]) -> None:
     engine = engines("llama", "fp32")
-    with pytest.raises(
-        ContextLimitError, match="exceeds the context limit of 256 tokens"
-    ) as raised:
-        engine.generate("x = 1\n" * 200, max_new_tokens=10)
-    # The fix is what the user can do now; re-exporting is an aside for bundles of their own.
-    assert raised.value.fix is not None
-    assert raised.value.fix.startswith("shorten the prompt or lower max_new_tokens: 256 tokens")
+    ids = engine.encode("x = 1\n" * 200)
+    assert len(ids) > 256
+    with pytest.raises(ContextLimitError, match="fills the context of 256 tokens by itself") as r:
+        engine.generate(ids, max_new_tokens=10)
+    # A prompt alone too long is not told to lower max_new_tokens.
+    assert r.value.fix is not None and "max_new_tokens" not in r.value.fix
+    assert "--context" in r.value.fix
+    with pytest.raises(ContextLimitError, match=r"plus max_new_tokens \(60\) exceeds") as r:
+        engine.generate(ids[:200], max_new_tokens=60)
+    assert r.value.fix is not None and r.value.fix.startswith("lower max_new_tokens to 56 or less")
+    with pytest.raises(ContextLimitError, match=r"the prompt \(1 token\) plus"):
+        engine.generate(ids[:1], max_new_tokens=300)
 
 
 def test_tokenizer_mismatch_names_the_difference(
