@@ -14,6 +14,7 @@ import numpy as np
 
 from edgespec.errors import ModelSourceError, UnsupportedModelError
 from edgespec.export.gguf.fused import split_phi3
+from edgespec.export.gguf.header import needed_bytes
 from edgespec.export.gguf.rope import NO_SCALING, RopeScaling, read_rope_scaling
 
 #: Architectures whose GGUF tensors this importer maps (the Llama block: RMSNorm, rotary
@@ -196,6 +197,13 @@ def open_gguf(path: Path) -> GGUFFile:
 
     if not path.is_file():
         raise ModelSourceError(f"GGUF file {path} does not exist", fix="check the path")
+    needed, held = needed_bytes(path), path.stat().st_size
+    if needed is not None and held < needed:
+        raise ModelSourceError(
+            f"{path.name} is truncated: its header's tensors need {needed:,} bytes and the "
+            f"file holds {held:,} ({held / needed:.0%})",
+            fix="download the file again (a download that stopped leaves a short file)",
+        )
     try:
         reader = GGUFReader(str(path))
     except Exception as error:  # gguf raises ValueError, struct.error, IndexError...

@@ -93,6 +93,12 @@ def test_bad_gguf_files_are_one_line_and_write_nothing(
     assert "is not a readable GGUF file" in _one_error_line(
         capsys, "export", str(truncated), "--out", str(out)
     )
+    # Cut after its header: the tensor table already says how short it is.
+    whole = gguf_files["Q4_0"].read_bytes()
+    truncated.write_bytes(whole[: len(whole) * 9 // 10])
+    line = _one_error_line(capsys, "export", str(truncated), "--out", str(out))
+    assert f"truncated.gguf is truncated: its header's tensors need {len(whole):,} bytes" in line
+    assert "download the file again" in line
     other = write_llama_gguf(tiny_model("llama"), tmp_path / "gpt.gguf", architecture="gpt2")
     assert "is a 'gpt2' model" in _one_error_line(capsys, "export", str(other), "--out", str(out))
     bare = write_llama_gguf(tiny_model("llama"), tmp_path / "bare.gguf", with_tokenizer=False)
