@@ -85,7 +85,9 @@ def position_cost(
         return 0.0
     cache = model.new_cache()
     _forward(model, context, cache, last_only=True)
-    cache.advance(depth - cache.length)  # type: ignore[attr-defined]  # a SharedKVCache
+    # An in-place cache (SharedKVCache) counts positions as written without computing them.
+    advance = getattr(cache, "advance")  # noqa: B009 (not on the KVCache protocol)
+    advance(depth - cache.length)
     deep = min(pass_times(model, cache, [context[-1]] * width, length=depth, passes=repeats))
     return max(deep - shallow_s, 0.0) / (width * (depth - len(context)))
 

@@ -299,7 +299,7 @@ def build_graph(
     x = builder.node("Gather", [x, IO["logits_rows"]], "head_rows", axis=1)  # [1, R, hidden]
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = lm_head(builder, source, x, tied, logits=IO["logits"])
-    kv = [1, arch.num_kv_heads, "capacity", arch.head_dim]
+    kv: list[str | int] = [1, arch.num_kv_heads, "capacity", arch.head_dim]
     kv_type = TensorProto.FLOAT16 if layout.half_cache else TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),

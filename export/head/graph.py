@@ -127,7 +127,7 @@ def build_head_graph(
     x = builder.rms_norm(x, source.tensor("output_norm.weight"), "final_norm", arch.rms_norm_eps)
     logits = lm_head(builder, source, x, tied, logits=IO["logits"])
     hidden = arch.hidden_size
-    kv = [1, arch.num_kv_heads, "capacity", arch.head_dim]
+    kv: list[str | int] = [1, arch.num_kv_heads, "capacity", arch.head_dim]
     kv_type = TensorProto.FLOAT16 if layout.half_cache else TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info(IO["input_ids"], TensorProto.INT64, [1, "sequence"]),
