@@ -85,6 +85,7 @@ def test_a_context_past_the_trained_length_is_one_line(gguf_target: Path) -> Non
         capture_output=True,
         text=True,
         check=False,
+        cwd=gguf_target.parent,  # outside the checkout, as a user runs it
     )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
