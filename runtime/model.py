@@ -17,6 +17,7 @@ speculation logic lives here.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,6 +160,7 @@ class OnnxModel:
         self.max_length = manifest.context(options.max_length)
         #: The tokens each cache holds, for :meth:`start`'s reuse of a shared prefix.
         self.held = HeldTokens()
+        self._kept_lock = threading.Lock()
         #: Prompt tokens the last :meth:`start` found in its cache and did not prefill again.
         self.reused_tokens = 0
         self.kv_dtype = np.dtype(self.graph.kv_dtype)
@@ -256,13 +258,15 @@ class OnnxModel:
     def take_cache(self) -> KVCache:
         """The cache the last generation gave back (:meth:`keep_cache`), with what it holds,
         else a new one: a generation's holder takes it and no other holder shares it."""
-        cache, self._kept = self._kept, None
+        with self._kept_lock:  # two generations set up at once (a server's) never share it
+            cache, self._kept = self._kept, None
         return cache if cache is not None else self.new_cache()
 
     def keep_cache(self, cache: KVCache) -> None:
         """Keeps ``cache`` for the next :meth:`take_cache`: the next prompt that starts with
         the same tokens is prefilled from where the two part."""
-        self._kept = cache
+        with self._kept_lock:
+            self._kept = cache
 
     _kept: KVCache | None = None
 
