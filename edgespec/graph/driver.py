@@ -13,11 +13,10 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ConfigError
+from edgespec.graph.concat_paths import ConcatBound, ConcatReference
 from edgespec.graph.kernels import register_gguf_kernels
 from edgespec.graph.kv_cache import KVCache, SharedKVCache
 from edgespec.graph.paths import (
-    ConcatBound,
-    ConcatReference,
     ForwardPath,
     GraphSizes,
     SharedBound,
