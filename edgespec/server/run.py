@@ -164,8 +164,14 @@ def serve(
     check_port(host, port)
     # Without ONNX Runtime's arena, a long request's buffers go back when it ends (with it,
     # the server kept the largest request's: docs/serving.md, the scoring pass's memory).
+    # drafter "none": the server verifies, so a target alone gets no catalog draft beside it.
     engine = Engine.load(
-        target=target, draft=draft, threads=threads, context=context, memory_arena=False
+        target=target,
+        draft=draft,
+        drafter=None if draft else "none",
+        threads=threads,
+        context=context,
+        memory_arena=False,
     )
     assert engine.target is not None  # loaded without remote=, so a local target
     profile = measure_costs(engine.target, None, max_width=options.limits.max_k + 1)

@@ -20,6 +20,9 @@ Log = Callable[[str], None]
 #: How much the feature regression counts beside the scores' cross-entropy.
 REGRESSION_WEIGHT = 0.5
 CHECKPOINT_EVERY_S = 120.0
+WARMUP_STEPS = 50
+#: The learning rate falls along a cosine to this share of its peak by the end of the budget.
+FINAL_LR_SHARE = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +36,20 @@ class TrainSettings:
     minutes: float = 10.0
     max_steps: int = 1 << 30
     max_length: int = 384
+    #: The first share of the budget trains depth 1 alone (a third of a full step's cost, and
+    #: the first draft position carries most of a round's gain); the rest unrolls to ``depth``.
+    depth_one_share: float = 0.5
+
+
+def schedule(settings: TrainSettings, *, step: int, progress: float) -> tuple[float, int]:
+    """The learning rate and the chain depth of a step, at ``progress`` (0..1: the larger of
+    the time spent over the budget and the steps over ``max_steps``): a short warm-up, then a
+    cosine from the peak down to ``FINAL_LR_SHARE`` of it."""
+    warm = min(1.0, (step + 1) / WARMUP_STEPS)
+    cosine = 0.5 * (1.0 + np.cos(np.pi * min(max(progress, 0.0), 1.0)))
+    lr = settings.lr * warm * (FINAL_LR_SHARE + (1.0 - FINAL_LR_SHARE) * cosine)
+    depth = 1 if progress < settings.depth_one_share else settings.depth
+    return float(lr), depth
 
 
 def reduced_ids(tokens: np.ndarray, kept: np.ndarray) -> np.ndarray:
@@ -79,14 +96,16 @@ def train(
     budget = settings.minutes * 60
     started, saved, losses = time.monotonic(), time.monotonic(), []
     while step < settings.max_steps and spent + (time.monotonic() - started) < budget:
+        progress = max((spent + time.monotonic() - started) / budget, step / settings.max_steps)
+        lr, depth = schedule(settings, step=step, progress=progress)
         picked = batches[int(rng.integers(len(batches)))]
         tokens, features, mask = _batch([samples[i] for i in picked], kept, settings)
-        loss, parts = _loss(net, tokens, features, mask, settings.depth, features_rms)
+        loss, parts = _loss(net, tokens, features, mask, depth, features_rms)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        for group in optimizer.param_groups:  # a short warm-up, then flat
-            group["lr"] = settings.lr * min(1.0, (step + 1) / 50)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         optimizer.step()
         step += 1
         seen += int(mask.sum())
@@ -96,8 +115,8 @@ def train(
             recent = np.mean(losses[-25:], axis=0)
             total = spent + now - started
             log(
-                f"head: step {step}, {seen:,} positions, {seen / max(total, 1e-9):,.0f} "
-                f"positions/s, cross-entropy {recent[0]:.3f}, regression {recent[1]:.3f}, "
+                f"head: step {step} (depth {depth}, lr {lr:.1e}), {seen:,} positions, "
+                f"{seen / max(total, 1e-9):,.0f} positions/s, cross-entropy {recent[0]:.3f}, regression {recent[1]:.3f}, "
                 f"{max(budget - total, 0) / 60:.1f} min left"
             )
         if now - saved > CHECKPOINT_EVERY_S:
@@ -111,8 +130,10 @@ def train(
         "positions_seen": seen,
         "train_minutes": round(spent / 60, 2),
         "depth": settings.depth,
+        "depth_one_share": settings.depth_one_share,
         "batch": settings.batch,
         "lr": settings.lr,
+        "lr_schedule": f"warm-up {WARMUP_STEPS} steps, cosine to {FINAL_LR_SHARE:g} of the peak",
         "final_cross_entropy": round(float(recent[0]), 4),
         "final_regression": round(float(recent[1]), 4),
         "device": settings.device,

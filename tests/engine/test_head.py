@@ -200,3 +200,17 @@ def test_pair_checks_a_head_against_its_target(target_and_head: dict[str, Path])
     head = str(target_and_head["head"])
     assert main(["pair", "--head", head, str(target_and_head["target"])]) == 0
     assert main(["pair", "--head", head, str(target_and_head["other"])]) == 1
+
+
+def test_the_training_schedule_warms_up_decays_and_unrolls_late() -> None:
+    from edgespec.export.head.train import FINAL_LR_SHARE, WARMUP_STEPS, TrainSettings, schedule
+
+    settings = TrainSettings(lr=1e-3, depth=3, depth_one_share=0.5)
+    first_lr, first_depth = schedule(settings, step=0, progress=0.0)
+    assert first_lr == 1e-3 / WARMUP_STEPS and first_depth == 1
+    peak_lr, _ = schedule(settings, step=WARMUP_STEPS, progress=0.0)
+    late_lr, late_depth = schedule(settings, step=10_000, progress=0.75)
+    last_lr, _ = schedule(settings, step=10_000, progress=1.0)
+    assert peak_lr == 1e-3 and late_depth == 3
+    assert peak_lr > late_lr > last_lr
+    assert abs(last_lr - 1e-3 * FINAL_LR_SHARE) < 1e-12

@@ -302,3 +302,25 @@ def test_memory_estimate_stays_within_its_band_of_the_measured_peak(
     assert [line.get("context") for line in lines] == [256, 4096], measured.stdout
     for line in lines:
         assert 0.90 <= line["ratio"] <= 1.25, line
+
+
+@pytest.mark.real_model
+def test_the_default_models_file_by_its_path_drafts_with_its_shipped_draft(
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--target FILE.gguf`` of a catalog model's own file: its catalog draft drafts (said in
+    one line), with the model's own greedy output."""
+    from edgespec.api import Engine
+    from edgespec.models.fetch import gguf_file
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(model_cache))
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.delenv(DRAFT_ENV, raising=False)
+    path = gguf_file(DEFAULT, model_cache, lambda line: None)
+    capsys.readouterr()
+    engine = Engine.load(target=path, measure_energy=False)
+    said = [line for line in capsys.readouterr().err.splitlines() if "drafting for" in line]
+    assert engine.draft is not None and len(said) == 1 and DEFAULT.name in said[0]
+    prompt = engine.tokenizer.encode("def fib(n):").ids
+    plain = engine.generate(prompt, max_new_tokens=24, drafter="none").tokens
+    assert engine.generate(prompt, max_new_tokens=24, drafter="model").tokens == plain

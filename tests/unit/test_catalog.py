@@ -165,3 +165,23 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
     assert import_peak_bytes(1_117_320_768, path="matmul-nbits") > 3120 * 2**20
     # Dequantized to float32, SmolLM2's 98 MB file peaked at 1,072 MB.
     assert import_peak_bytes(98_362_432, path="float32") > 1072 * 2**20
+
+
+def test_a_target_file_finds_the_draft_of_its_catalog_family() -> None:
+    from edgespec.models.catalog import CATALOG, drafting_relative, model_of_file
+
+    smollm2, qwen, small = CATALOG["smollm2-135m"], CATALOG["qwen2.5-coder-1.5b"], CATALOG[
+        "qwen2.5-coder-0.5b"
+    ]
+    assert model_of_file(qwen.gguf_sha256) is qwen
+    # A catalog file by its path: its own model's draft, whatever its fingerprint.
+    assert drafting_relative(sha256=smollm2.gguf_sha256, fingerprint="") is smollm2
+    # Another size of a family: the family's draft.
+    assert qwen.vocabulary_fingerprint and smollm2.vocabulary_fingerprint
+    other = "0" * 64
+    assert drafting_relative(sha256=other, fingerprint=qwen.vocabulary_fingerprint) is qwen
+    assert drafting_relative(sha256=other, fingerprint=smollm2.vocabulary_fingerprint) is smollm2
+    # The family's draft model itself, and a model without a draft, get none.
+    assert drafting_relative(sha256=small.gguf_sha256, fingerprint="") is None
+    assert drafting_relative(sha256=CATALOG["gemma3-270m"].gguf_sha256, fingerprint="") is None
+    assert drafting_relative(sha256=other, fingerprint="f" * 64) is None
