@@ -320,7 +320,9 @@ def resolve_head(request: LoadRequest, target: Bundle | None) -> Bundle | None:
         named = (
             catalog.model_of_file(target.manifest.source.config_sha256)
             if request.target is not None
-            else catalog.find(request.model) if request.model else catalog.default_model()
+            else catalog.find(request.model)
+            if request.model
+            else catalog.default_model()
         )
         if named is not None:
             head = head_bundle_of(named, verify_checksums=request.verify_checksums)

@@ -170,9 +170,11 @@ def test_an_import_that_cannot_fit_is_refused_before_anything_is_written(
 def test_a_target_file_finds_the_draft_of_its_catalog_family() -> None:
     from edgespec.models.catalog import CATALOG, drafting_relative, model_of_file
 
-    smollm2, qwen, small = CATALOG["smollm2-135m"], CATALOG["qwen2.5-coder-1.5b"], CATALOG[
-        "qwen2.5-coder-0.5b"
-    ]
+    smollm2, qwen, small = (
+        CATALOG["smollm2-135m"],
+        CATALOG["qwen2.5-coder-1.5b"],
+        CATALOG["qwen2.5-coder-0.5b"],
+    )
     assert model_of_file(qwen.gguf_sha256) is qwen
     # A catalog file by its path: its own model's draft, whatever its fingerprint.
     assert drafting_relative(sha256=smollm2.gguf_sha256, fingerprint="") is smollm2
