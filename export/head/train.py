@@ -116,7 +116,8 @@ def train(
             total = spent + now - started
             log(
                 f"head: step {step} (depth {depth}, lr {lr:.1e}), {seen:,} positions, "
-                f"{seen / max(total, 1e-9):,.0f} positions/s, cross-entropy {recent[0]:.3f}, regression {recent[1]:.3f}, "
+                f"{seen / max(total, 1e-9):,.0f} positions/s, cross-entropy {recent[0]:.3f}, "
+                f"regression {recent[1]:.3f}, "
                 f"{max(budget - total, 0) / 60:.1f} min left"
             )
         if now - saved > CHECKPOINT_EVERY_S:
