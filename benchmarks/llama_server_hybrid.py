@@ -37,6 +37,7 @@ import json
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -51,9 +52,9 @@ from edgespec.models import catalog
 from edgespec.models.bundles import draft_bundle
 from edgespec.models.fetch import gguf_file
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget
-from edgespec.runtime.verifiers.openai_echo import TokenPieces
-from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
+from edgespec.runtime.remote.openai import OpenAITarget
+from edgespec.runtime.remote.pieces import TokenPieces
+from edgespec.runtime.remote.prompt_batch import PromptBatchVerifier
 
 import harness
 from harness import post
@@ -74,8 +75,9 @@ class RecordingTarget(OpenAITarget):
         super().__init__(url, timeout_s=3600, max_k=max_k)
         self.recording = Recording()
 
-    def prompt_batch_verifier(self, pieces: TokenPieces) -> PromptBatchVerifier:
-        verifier = super().prompt_batch_verifier(pieces)
+    def verifier(self, pieces: Callable[[], TokenPieces]) -> Any:
+        verifier = super().verifier(pieces)
+        assert isinstance(verifier, PromptBatchVerifier)  # llama-server verifies by prompts
         inner = verifier.round_request
         self.recording = Recording()
 
@@ -185,7 +187,8 @@ def replay(
     out: dict[str, Any],
 ) -> None:
     """One client: the recorded drafts verified round by round on the server."""
-    verifier = target.prompt_batch_verifier(pieces)
+    verifier = target.verifier(lambda: pieces)
+    assert isinstance(verifier, PromptBatchVerifier)
     started = time.perf_counter()
     verifier.begin(prompt, sampling=SamplingConfig(), rng=np.random.default_rng(0))
     tokens: list[int] = []

@@ -24,12 +24,12 @@ from edgespec.engine.generation import (
 )
 from edgespec.engine.loading import ChatTemplate, LoadedPair, LoadRequest, load_pair
 from edgespec.engine.options import GenerationOptions, RemoteOptions
-from edgespec.engine.remote import RemoteTarget
 from edgespec.errors import ConfigError
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
-from edgespec.runtime.verifiers.openai_echo import TokenPieces
+from edgespec.runtime.remote.pieces import TokenPieces
+from edgespec.runtime.remote.target import RemoteTarget
+from edgespec.runtime.remote.transport import DEFAULT_TIMEOUT_S
 from edgespec.telemetry.watch import Telemetry
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Engine:
         draft: str | Path | None = None,
         model: str | None = None,
         remote: str | RemoteTarget | None = None,
-        remote_api: str = "edgespec",
+        remote_api: str = "auto",
         remote_model: str | None = None,
         api_key: str | None = None,
         remote_timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -141,11 +141,11 @@ class Engine:
         telemetry_root. ``remote`` (a URL, or a configured target) verifies there: a URL of
         ``edgespec serve`` (``remote_api`` "edgespec") or of a serving engine ("openai":
         llama.cpp's llama-server, greedy or sampled with a top-k; vLLM and llama-cpp-python's
-        server, greedy; docs/serving.md). A local target is then
-        loaded only when ``target`` is given or the remote options need one (``fallback``
-        "local", ``remote_when`` "budget"; see :class:`RemoteOptions`). ``remote_timeout_s``
-        is the deadline of each request to ``remote``, retries included: a server that is
-        back within it (a restart) loses no generation.
+        server, greedy; docs/serving.md); "auto", the default, asks the URL which. A local
+        target is then loaded only when ``target`` is given or the remote options need one
+        (``fallback`` "local", ``remote_when`` "budget"; see :class:`RemoteOptions`).
+        ``remote_timeout_s`` is the deadline of each request to ``remote``, retries included:
+        a server that is back within it (a restart) loses no generation.
         """
         request = LoadRequest(target=target, draft=draft, model=model, **load_options)
         remote_options = RemoteOptions(fallback=fallback, remote_when=remote_when)

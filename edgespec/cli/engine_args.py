@@ -86,23 +86,23 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         "--remote",
         default=None,
         metavar="URL",
-        help="verify on this 'edgespec serve' (the draft runs here; --target is then only "
-        "loaded for --fallback local), or on an OpenAI-compatible engine with --remote-api "
-        "openai",
+        help="verify on this 'edgespec serve' or OpenAI-compatible serving engine (the draft "
+        "runs here; --target is then only loaded for --fallback local)",
     )
     parser.add_argument(
         "--remote-api",
-        default="edgespec",
+        default="auto",
         choices=REMOTE_APIS,
-        help="what --remote speaks: edgespec (verification protocol v1, default) or openai "
-        "(a serving engine, detected from its answers: llama.cpp's llama-server, greedy or "
-        "sampled with --top-k; vLLM and llama-cpp-python's server, greedy)",
+        help="what --remote speaks: auto (default: asked of the URL), edgespec (verification "
+        "protocol v1) or openai (a serving engine, detected from its answers: llama.cpp's "
+        "llama-server, greedy or sampled with --top-k; vLLM and llama-cpp-python's server, "
+        "greedy)",
     )
     parser.add_argument(
         "--remote-model",
         default=None,
         metavar="NAME",
-        help="the engine's model name for --remote-api openai (default: the first it lists)",
+        help="a serving engine's model name (default: the first it lists)",
     )
     parser.add_argument(
         "--api-key",

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from edgespec.engine.options import MAX_K, REMOTE_APIS, GenerationOptions, RemoteOptions
-from edgespec.engine.remote import MeteredVerifier, RemoteRun, RemoteTarget
+from edgespec.engine.options import MAX_K, GenerationOptions, RemoteOptions
+from edgespec.engine.remote import RemoteRun
 from edgespec.errors import ConfigError
 from edgespec.events import KPolicy
 from edgespec.runtime.drafters.base import Drafter
@@ -27,15 +26,13 @@ from edgespec.runtime.k_policy import (
     FixedK,
 )
 from edgespec.runtime.model import OnnxModel
+from edgespec.runtime.remote import registry
+from edgespec.runtime.remote.pieces import TokenPieces
+from edgespec.runtime.remote.target import MeteredVerifier, RemoteTarget
+from edgespec.runtime.remote.transport import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.base import Verifier
-from edgespec.runtime.verifiers.echo_verifier import OpenAIVerifier
-from edgespec.runtime.verifiers.engine_probe import BATCHED_PROMPT_ENGINES
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
-from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S
 from edgespec.runtime.verifiers.local import LocalVerifier
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget
-from edgespec.runtime.verifiers.openai_echo import TokenPieces
-from edgespec.runtime.verifiers.remote import RemoteVerifier, ServerTarget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,49 +104,23 @@ DRAFTERS: dict[str, Callable[[DraftSource], Drafter]] = {
     "none": lambda source: NoDrafter(),
 }
 
-#: Protocol name → remote target class. Names are ``options.REMOTE_APIS``.
-REMOTE_TARGETS: dict[str, Callable[..., RemoteTarget]] = {
-    "edgespec": ServerTarget,
-    "openai": OpenAITarget,
-}
-
-
-def _openai_verifier(target: OpenAITarget, pieces: Callable[[], TokenPieces]) -> MeteredVerifier:
-    """llama-server and vLLM verify by batched prompts; other engines by echo, which names
-    tokens by text and so needs the draft tokenizer's ``TokenPieces``."""
-    if target.engine() in BATCHED_PROMPT_ENGINES:
-        return target.prompt_batch_verifier(pieces())
-    target.check_echo(pieces())
-    return OpenAIVerifier(target, pieces())
-
-
-#: Protocol name → the verifier of one generation on such a target.
-REMOTE_VERIFIERS: dict[str, Callable[[Any, Callable[[], TokenPieces]], MeteredVerifier]] = {
-    "edgespec": lambda target, pieces: RemoteVerifier(target),
-    "openai": _openai_verifier,
-}
-
 
 def remote_target(
     remote: str | RemoteTarget | None,
     *,
-    api: str = "edgespec",
+    api: str = "auto",
     model: str | None = None,
     api_key: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> RemoteTarget | None:
-    """A remote target from a URL (``api`` says what it speaks), or the one given.
-    ``timeout_s``: the deadline of each request, retries included."""
+    """A remote target from a URL (``api`` says what it speaks, "auto" asks the URL:
+    ``runtime.remote.registry``), or the one given. ``timeout_s``: the deadline of each
+    request, retries included."""
     if remote is None or not isinstance(remote, str):
         return remote
-    if api not in REMOTE_APIS:
-        raise ConfigError(f"unknown remote api {api!r}", fix=f"use one of {REMOTE_APIS}")
-    if model is not None and api != "openai":
-        raise ConfigError("a remote model name needs remote_api 'openai'", fix="add it")
-    options: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}
-    if api == "openai":
-        options["model"] = model
-    return REMOTE_TARGETS[api](remote, **options)
+    return registry.remote_target(
+        remote, api=api, model=model, api_key=api_key, timeout_s=timeout_s
+    )
 
 
 def drafter(name: str, source: DraftSource) -> Drafter:
@@ -199,9 +170,9 @@ def local_verifier(target: OnnxModel | None, *, features: bool = False) -> Verif
 
 
 def remote_verifier(remote: RemoteTarget, pieces: Callable[[], TokenPieces]) -> MeteredVerifier:
-    """One generation's verifier on ``remote``, as its protocol needs (``pieces``: the draft
-    tokenizer's token texts, built only for an OpenAI-compatible engine)."""
-    return REMOTE_VERIFIERS[remote.api](remote, pieces)
+    """One generation's verifier on ``remote``, as its engine verifies (``pieces``: the draft
+    tokenizer's token texts, built only where an engine needs them)."""
+    return remote.verifier(pieces)
 
 
 def remote_run(

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
+from edgespec.runtime.remote.registry import REMOTE_APIS
+
+__all__ = ["REMOTE_APIS"]  # what --remote-api takes, from the remote targets' registry
 
 #: The longest draft a round may carry: one rule for local and remote verification (the
 #: cost curves are measured up to k + 1 = 9 positions, and a server's ``--max-k`` may only
@@ -25,8 +28,6 @@ DRAFTER_NAMES = ("model", "combined", "head", "ngram", "none")
 FALLBACKS = ("fail", "local", "draft")
 #: When rounds go to the remote target: every round, or while the budget policy says so.
 REMOTE_WHEN = ("always", "budget")
-#: What a remote URL speaks: edgespec's protocol v1, or an OpenAI-compatible engine.
-REMOTE_APIS = ("edgespec", "openai")
 
 K_RULE = f"k is 0 (no drafting) to {MAX_K}, or 'auto'"
 

@@ -25,7 +25,7 @@ from edgespec.errors import (
 from edgespec.runtime.costs import measure_costs
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
-from edgespec.runtime.verifiers.openai_echo import TokenPieces
+from edgespec.runtime.remote.pieces import TokenPieces
 from edgespec.telemetry.watch import Telemetry
 
 log = logging.getLogger(__name__)

@@ -1,37 +1,21 @@
-"""The engine's remote half: what a remote target is, the cost model of remote rounds and
-the traffic stats of a remote generation. Concrete verifiers are picked in ``assembly``."""
+"""The engine's remote half: a remote target's health between generations, the cost model of
+remote rounds and the traffic stats of a remote generation. What a remote target is lives in
+``runtime.remote.target``; concrete targets are picked in ``assembly``."""
 
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from edgespec.errors import RemoteError
 from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import CostProfile
+from edgespec.runtime.remote.target import EngineWork, MeteredVerifier, RemoteTarget
+from edgespec.runtime.remote.transport import Traffic
 from edgespec.runtime.verifiers.base import Verifier
 from edgespec.runtime.verifiers.fallback import FallbackVerifier, SwitchingVerifier
-from edgespec.runtime.verifiers.http import Traffic
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget
-from edgespec.runtime.verifiers.prompt_batch import EngineWork
-from edgespec.runtime.verifiers.remote import ServerTarget
-
-#: A remote target: an ``edgespec serve`` server, or an OpenAI-compatible serving engine.
-RemoteTarget = ServerTarget | OpenAITarget
-
-
-class MeteredVerifier(Verifier, Protocol):
-    """A remote verifier: its traffic, the draft length its server suggests, and what the
-    engine computed (None where the peer does not say per round)."""
-
-    suggested_k: int
-
-    def traffic(self) -> Traffic: ...
-
-    def work(self) -> EngineWork | None: ...
-
 
 #: Seconds between the background probes of a remote target known to be down.
 REPROBE_S = 5.0

@@ -14,7 +14,7 @@ lists) is refused with a 404, as OpenAI does.
 per position) with ``echo`` (the prompt's positions too) and vLLM's
 ``return_tokens_as_token_ids``: one extra target pass scores the prompt and the completion, in
 slices and within a per-request bound (``edgespec.server.scoring``). That is what an engine
-verifier reads (``edgespec.runtime.verifiers.openai_compat``).
+verifier reads (``edgespec.runtime.remote.openai``).
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ def test_low_battery_moves_verification_to_the_remote_target(
 def test_an_unreachable_remote_keeps_a_budgeted_generation_local(
     pair: tuple[Path, Path], local: Engine, tmp_path: Path
 ) -> None:
-    from edgespec.runtime.verifiers.remote import ServerTarget
+    from edgespec.runtime.remote.edgespec_server import ServerTarget
     from edgespec.server.app import create_app
     from edgespec.server.options import ServerOptions
 

@@ -19,9 +19,9 @@ import pytest
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, OpenAIMismatchError, RemoteError
-from edgespec.runtime.verifiers.echo_verifier import OpenAIVerifier
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget
-from edgespec.runtime.verifiers.openai_echo import Echo, TokenPieces, align
+from edgespec.runtime.remote.echo import Echo, EchoEngine, EchoVerifier, align
+from edgespec.runtime.remote.openai import OpenAITarget
+from edgespec.runtime.remote.pieces import TokenPieces
 
 PROMPTS = (
     "def foo(self):\n",
@@ -97,7 +97,7 @@ def test_an_echo_without_log_probabilities_names_the_fix() -> None:
 
 
 def test_engine_verification_is_greedy_only(char_pieces: TokenPieces) -> None:
-    verifier = OpenAIVerifier(OpenAITarget("http://127.0.0.1:9", model="m"), char_pieces)
+    verifier = EchoVerifier(EchoEngine(OpenAITarget("http://127.0.0.1:9", model="m")), char_pieces)
     with pytest.raises(ConfigError, match="greedy"):
         verifier.begin(
             [0, 5], sampling=SamplingConfig(temperature=0.7), rng=np.random.default_rng(0)
@@ -287,6 +287,6 @@ def test_an_engine_that_dies_mid_generation_loses_nothing(
 
 def test_an_ambiguous_text_is_not_guessed(char_pieces: TokenPieces) -> None:
     """A text no token has cannot name the engine's token."""
-    verifier = OpenAIVerifier(OpenAITarget("http://127.0.0.1:9", model="m"), char_pieces)
+    verifier = EchoVerifier(EchoEngine(OpenAITarget("http://127.0.0.1:9", model="m")), char_pieces)
     with pytest.raises(OpenAIMismatchError, match="cannot be named"):
         verifier._name("no such token", [0], None)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from edgespec.api import Engine
-from edgespec.runtime.verifiers.remote import ServerTarget
+from edgespec.runtime.remote.edgespec_server import ServerTarget
 
 from support.servers import ProcessServer, free_port
 

@@ -22,7 +22,7 @@ import pytest
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, IncompatiblePairError, RemoteError
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+from edgespec.runtime.remote.openai import OpenAITarget
 
 from support.servers import LLAMA_CPP_DIR, LlamaServer, free_port, llama_server_binary
 
@@ -125,6 +125,11 @@ def test_the_engine_is_found_and_its_slots_bound_k(hybrid: Any, served: LlamaSer
     assert not target.greedy_only
     chat = target.chat_format()
     assert chat is not None and "im_start" in chat.template
+    # Without --remote-api the URL is asked: no edgespec info route, so a serving engine.
+    from edgespec.runtime.remote.registry import remote_target
+
+    found = remote_target(served.url)
+    assert isinstance(found, OpenAITarget) and found.engine() == "llama-server"
 
 
 @pytest.mark.parametrize("prompts", [CODE_PROMPTS, CHAT_PROMPTS], ids=["code", "chat"])
@@ -181,7 +186,7 @@ def test_four_devices_at_once_each_get_the_servers_own_output(hybrid: Any) -> No
         outputs: list[list[int]] = [[] for _ in prompts]
 
         def client(index: int) -> None:
-            verifier = target.prompt_batch_verifier(pieces)
+            verifier = target.verifier(lambda: pieces)
             ids, truth = prompts[index], expected[index]
             verifier.begin(ids, sampling=SamplingConfig(), rng=np.random.default_rng(index))
             made: list[int] = []
@@ -272,13 +277,13 @@ def test_a_round_costs_the_same_after_a_long_history(hybrid: Any) -> None:
 def test_sampled_output_follows_the_servers_distribution(hybrid: Any, served: LlamaServer) -> None:
     """χ²: the first token of sampled rounds, drafted from a distribution unlike the target's,
     is distributed as the server's own sampling distribution there (false-failure rate 1e-4)."""
-    from edgespec.runtime.verifiers.engine_rounds import llama_server_round
-    from edgespec.runtime.verifiers.http import TrafficMeter
+    from edgespec.runtime.remote.llama_server import llama_server_round
+    from edgespec.runtime.remote.transport import TrafficMeter
 
     from support.statistics_checks import chi_square, chi_square_critical
 
     target: OpenAITarget = hybrid.remote
-    verifier = target.prompt_batch_verifier(hybrid._token_pieces())
+    verifier = target.verifier(hybrid._token_pieces)
     sampling = SamplingConfig(temperature=1.0, top_k=8)
     history = hybrid.encode("My favourite colour is")
     meter = TrafficMeter()
@@ -308,8 +313,9 @@ def test_the_openai_route_of_batched_prompts_gives_the_same_tokens(
 ) -> None:
     """vLLM's request shape (a token-id prompt list on /v1/completions) against llama-server's
     form of that route: the same next tokens as its native /completion."""
-    from edgespec.runtime.verifiers.engine_rounds import llama_server_round, openai_prompts_round
-    from edgespec.runtime.verifiers.http import TrafficMeter
+    from edgespec.runtime.remote.llama_server import llama_server_round
+    from edgespec.runtime.remote.transport import TrafficMeter
+    from edgespec.runtime.remote.vllm import openai_prompts_round
 
     target: OpenAITarget = hybrid.remote
     history = hybrid.encode("def quicksort(items):\n")

@@ -12,7 +12,7 @@ from edgespec.engine.remote import remote_profile
 from edgespec.measure.delay_proxy import DelayProxy
 from edgespec.protocol.server_info import ServerInfo
 from edgespec.runtime.k_policy import AutoK
-from edgespec.runtime.verifiers.remote import ServerTarget
+from edgespec.runtime.remote.edgespec_server import ServerTarget
 from edgespec.server.app import create_app
 from edgespec.server.options import ServerOptions
 
@@ -192,7 +192,7 @@ def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
 ) -> None:
     """The engine verifier's token-id path (vLLM's shape) against a real server: edgespec
     serve's completions answer echo + logprobs + return_tokens_as_token_ids."""
-    from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+    from edgespec.runtime.remote.openai import OpenAITarget
 
     target = OpenAITarget(server.url + "/v1", api_key="sk-test")
     hybrid = Engine.load(draft=pair[1], remote=target)
@@ -200,7 +200,7 @@ def test_the_engine_verifier_with_token_ids_on_edgespec_serve(
         expected = local.generate(prompt, max_new_tokens=24, k=3)
         result = hybrid.generate(prompt, max_new_tokens=24, k=3)
         assert result.error is None and result.tokens == expected.tokens
-    assert target.prompt_format == "ids"
+    assert target.serving_engine().prompt_format == "ids"  # type: ignore[attr-defined]
 
 
 REFUSED = [

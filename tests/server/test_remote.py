@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine
-from edgespec.runtime.verifiers.remote import ServerTarget
+from edgespec.runtime.remote.edgespec_server import ServerTarget
 from edgespec.server.app import create_app
 from edgespec.server.options import ServerOptions
 from edgespec.server.sessions import StoreLimits
@@ -143,3 +143,28 @@ def test_a_draft_of_another_tokenizer_is_refused(
     other = replace(info, tokenizer_sha256="0" * 64, vocab_size=info.vocab_size + 1000)
     with pytest.raises(IncompatiblePairError, match="vocabulary of"):
         check_remote_tokenizer(other, draft, target)
+
+
+def test_a_url_is_asked_what_it_speaks(
+    pair: tuple[Path, Path],
+    local: Engine,
+    server: ThreadServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``remote_api`` "auto" (the default) finds 'edgespec serve' by its info route, and a URL
+    where nothing answers yet keeps edgespec's protocol (its deadline then applies); naming
+    "openai" for 'edgespec serve' works, and says in one line what it costs."""
+    from edgespec.runtime.remote.openai import OpenAITarget
+    from edgespec.runtime.remote.registry import remote_target
+
+    found = Engine.load(draft=pair[1], remote=server.url)
+    assert isinstance(found.remote, ServerTarget)
+    expected = local.generate(PROMPTS[0], drafter="none", max_new_tokens=16)
+    assert found.generate(PROMPTS[0], max_new_tokens=16, k=3).tokens == expected.tokens
+    assert isinstance(remote_target("http://127.0.0.1:9", timeout_s=0.5), ServerTarget)
+
+    caplog.clear()
+    named = Engine.load(draft=pair[1], remote=server.url, remote_api="openai")
+    assert isinstance(named.remote, OpenAITarget)
+    said = [r.message for r in caplog.records if "edgespec serve" in r.message]
+    assert len(said) == 1 and "drop --remote-api openai" in said[0]

@@ -91,13 +91,14 @@ def test_the_server_describes_its_chat_format(server_url: str) -> None:
 def test_an_engine_without_a_chat_format_is_named_once_when_a_chat_is_formatted(
     server_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from edgespec.runtime.verifiers.openai_compat import OpenAITarget
+    from edgespec.runtime.remote.openai import OpenAITarget
 
     monkeypatch.setattr(OpenAITarget, "chat_format", lambda self: None)
     engine = Engine.load(
         draft=TOY_PAIR / "draft", remote=server_url, remote_api="openai", measure_energy=False
     )
     assert engine.chat_source == "draft"
+    caplog.clear()  # loading said that this is 'edgespec serve' spoken to as a serving engine
     engine.encode("plain text")
     assert not caplog.records  # nothing to say before a chat is formatted
     for _ in range(2):

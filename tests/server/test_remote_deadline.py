@@ -9,8 +9,8 @@ import pytest
 from edgespec.cli.main import build_parser
 from edgespec.engine.assembly import remote_target
 from edgespec.errors import ConfigError, RemoteUnavailableError
-from edgespec.runtime.verifiers.http import DEFAULT_TIMEOUT_S, Connection
-from edgespec.runtime.verifiers.remote import ServerTarget
+from edgespec.runtime.remote.edgespec_server import ServerTarget
+from edgespec.runtime.remote.transport import DEFAULT_TIMEOUT_S, Connection
 
 
 def refusing(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.api import Engine, Result
-from edgespec.runtime.verifiers.remote import ServerTarget
+from edgespec.runtime.remote.edgespec_server import ServerTarget
 
 from support.servers import ProcessServer, free_port
 

@@ -14,16 +14,15 @@ import pytest
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, RemoteError
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.verifiers.engine_probe import LlamaServerProps, is_vllm
-from edgespec.runtime.verifiers.engine_rounds import (
-    NextToken,
+from edgespec.runtime.remote.llama_server import (
+    LlamaServerProps,
     llama_server_body,
     llama_server_round,
-    openai_prompts_round,
     sampled_support_size,
 )
-from edgespec.runtime.verifiers.http import Connection, TrafficMeter
-from edgespec.runtime.verifiers.prompt_batch import PromptBatchVerifier
+from edgespec.runtime.remote.prompt_batch import NextToken, PromptBatchVerifier
+from edgespec.runtime.remote.transport import Connection, TrafficMeter
+from edgespec.runtime.remote.vllm import is_vllm, openai_prompts_round
 
 from support.statistics_checks import chi_square, chi_square_critical
 

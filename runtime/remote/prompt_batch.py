@@ -23,9 +23,24 @@ from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError, RemoteError
 from edgespec.runtime.acceptance import Acceptance, accept_match, accept_sampled
 from edgespec.runtime.drafters.base import Draft
+from edgespec.runtime.remote.target import EngineWork
+from edgespec.runtime.remote.transport import Traffic, TrafficMeter
 from edgespec.runtime.verifiers.base import Verdict
-from edgespec.runtime.verifiers.engine_rounds import NextToken
-from edgespec.runtime.verifiers.http import Traffic, TrafficMeter
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextToken:
+    """The engine's answer for one prompt: its next ``token``; for a sampled round the
+    distribution it drew from (``support`` ids with ``probs``); the prompt tokens it computed
+    (``computed``; -1 when it does not say) and its milliseconds for this prompt (None: not
+    reported)."""
+
+    token: int
+    support: tuple[int, ...] = ()
+    probs: tuple[float, ...] = ()
+    computed: int = -1
+    server_ms: float | None = None
+
 
 #: A round: the next token after each prompt, from one request, and the tokens of the prompts
 #: the engine may have to compute (none of them cached: the first round), which its deadline
@@ -33,17 +48,6 @@ from edgespec.runtime.verifiers.http import Traffic, TrafficMeter
 RoundRequest = Callable[
     [Sequence[Sequence[int]], SamplingConfig, TrafficMeter, int], list[NextToken]
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineWork:
-    """What the engine computed for one generation: the prompt tokens of each round (the first
-    round computes the history in each slot it uses, once; a later round what it adds and
-    what its slots missed, about (k + 1)(k + 2) / 2 tokens) and the engine's own milliseconds
-    per round (empty when it does not report them)."""
-
-    round_tokens: tuple[int, ...]
-    round_server_ms: tuple[float, ...]
 
 
 class PromptBatchVerifier:

@@ -10,7 +10,7 @@ the guarantee: a server that is back (restarted, reloaded) within ``timeout_s`` 
 first attempt answers it. The jitter keeps clients that lost the same server from all coming
 back at the same instant.
 
-The first failed attempt of a request is logged (logger ``edgespec.runtime.verifiers.http``,
+The first failed attempt of a request is logged (logger ``edgespec.runtime.remote.transport``,
 level WARNING: the CLI prints it on stderr) with how long the retries may last, so a wait for
 a server that is down is never silent. A URL that answers but is some other web server fails at
 the first request, in one line (:meth:`Connection.check_peer`).
@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -55,6 +55,25 @@ class Exchange:
     attempts: int
     #: False when the body was not JSON (a web page): ``data`` is then ``{"detail": text}``.
     is_json: bool = True
+
+
+class Peer(Protocol):
+    """What a request to a peer needs: where it is, its name in messages, and the request
+    (a :class:`Connection`, or a target around one)."""
+
+    url: str
+    peer: str
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        retry: bool = True,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> Exchange: ...
 
 
 class Connection:

@@ -1,6 +1,6 @@
 """Verification by a remote target (``edgespec serve``) over protocol v1 (see ``wire``).
 
-:class:`ServerTarget` is the connection (a :class:`~edgespec.runtime.verifiers.http.Connection`:
+:class:`ServerTarget` is the connection (a :class:`~edgespec.runtime.remote.transport.Connection`:
 keep-alive, retries with jittered backoff until a deadline, 30 s by default).
 :class:`RemoteVerifier` is one generation's session on it. The client owns the token history:
 when the server lost the session (restart, idle TTL, eviction) it re-opens it from its own
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,14 +30,15 @@ from edgespec.protocol.sessions import (
     uniforms_used,
 )
 from edgespec.runtime.drafters.base import Draft
-from edgespec.runtime.verifiers.base import Verdict
-from edgespec.runtime.verifiers.http import (
+from edgespec.runtime.remote.pieces import TokenPieces
+from edgespec.runtime.remote.transport import (
     Connection,
     Exchange,
     Traffic,
     TrafficMeter,
     raise_for_status,
 )
+from edgespec.runtime.verifiers.base import Verdict
 
 #: Statuses that mean "this session is gone or out of step": re-open it from the history.
 REOPEN_STATUSES = frozenset({404, 409})
@@ -76,6 +77,24 @@ class ServerTarget(Connection):
     def chat_format(self) -> ChatFormat | None:
         """The target's chat format (None: the server's tokenizer has none)."""
         return self.info().chat
+
+    def verifier(self, pieces: Callable[[], TokenPieces]) -> RemoteVerifier:
+        """One generation's session (the draft's tokenizer is checked against the server's
+        ``tokenizer_sha256`` when the pair is planned, so ``pieces`` is not needed)."""
+        return RemoteVerifier(self)
+
+    def answers_as_edgespec(self) -> bool:
+        """Whether the URL answers ``GET /v1/verify/info`` as ``edgespec serve`` does (one
+        try, no retries; False when nothing answers)."""
+        try:
+            exchange = self.request("GET", "/v1/verify/info", retry=False)
+        except RemoteUnavailableError:
+            return False
+        return (
+            exchange.status == 200
+            and isinstance(exchange.data, dict)
+            and ("max_k" in exchange.data and "vocab_size" in exchange.data)
+        )
 
 
 class RemoteVerifier:
