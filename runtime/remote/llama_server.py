@@ -17,6 +17,7 @@ retried, and refused as the server's setting only while no other client's work s
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Sequence
@@ -48,6 +49,12 @@ LLAMA_SERVER_FIELDS = (
 )
 #: Timed rounds per width when measuring the engine's round cost (the fastest one counts).
 COST_REPEATS = 2
+
+
+log = logging.getLogger(__name__)
+#: A round of 5 prompts priced above this many one-prompt rounds: the server's passes widen at a
+#: price (a CPU server; a GPU's is about 1.4), which the device is told at connection.
+STEEP_ROUND_COST = 2.0
 
 
 def detect(target: OpenAIConnection) -> LlamaServerEngine | None:
@@ -83,6 +90,15 @@ class LlamaServerEngine:
             given = max_length if target.max_length_given else props.slot_context
             max_length = min(given, props.slot_context)
         step_s, verify_cost = llama_server_round_cost(target, max_k)
+        if len(verify_cost) >= 5 and verify_cost[4] > STEEP_ROUND_COST:
+            log.warning(
+                "llama-server at %s prices a round of 5 prompts at %.1f one-prompt rounds (a "
+                "CPU server): verifying there can be slower than the server decoding alone, and "
+                "its CPU kernels are not batch invariant, so greedy output can part from its "
+                "own where two tokens nearly tie (docs/serving.md)",
+                target.url,
+                verify_cost[4],
+            )
         return replace(
             described,
             max_length=max_length,

