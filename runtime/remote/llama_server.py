@@ -31,7 +31,7 @@ from edgespec.runtime.remote.pieces import TokenPieces
 from edgespec.runtime.remote.prompt_batch import NextToken, PromptBatchVerifier
 from edgespec.runtime.remote.target import OpenAIConnection
 from edgespec.runtime.remote.transport import Peer, TrafficMeter, raise_for_status
-from edgespec.runtime.remote.vocabulary import VOCABULARY_PROBE
+from edgespec.runtime.remote.vocabulary import probe_history
 
 #: The most tokens of a sampled distribution llama-server is asked to return per position: its
 #: support is whole only when top-k is at most this.
@@ -252,16 +252,6 @@ def _llama_server_next(result: dict[str, Any], *, sampled: bool) -> NextToken:
         computed=int(result.get("timings/prompt_n", -1)),
         server_ms=None if prompt_ms is None else float(prompt_ms) + float(predicted_ms or 0.0),
     )
-
-
-def probe_history(target: Peer, length: int = 32) -> list[int]:
-    """Token ids of the probe text by the engine's own tokenizer, ``length`` of them."""
-    exchange = target.request("POST", "/tokenize", {"content": VOCABULARY_PROBE}, retry=False)
-    tokens = exchange.data.get("tokens") if isinstance(exchange.data, dict) else None
-    if exchange.status != 200 or not tokens:
-        raise RemoteError(f"{target.peer} did not tokenize a probe text")
-    ids = [int(token["id"]) if isinstance(token, dict) else int(token) for token in tokens]
-    return (ids * (length // len(ids) + 1))[:length]
 
 
 def llama_server_round_cost(target: Peer, max_k: int) -> tuple[float, tuple[float, ...]]:

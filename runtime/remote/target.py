@@ -95,6 +95,8 @@ class OpenAIConnection(Protocol):
 
     def round_deadline(self, uncached: int) -> float: ...
 
+    def measure_rtt(self, *, repeats: int = 3) -> float: ...
+
     def request(
         self,
         method: str,

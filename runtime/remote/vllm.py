@@ -12,7 +12,9 @@ prompts share the history's full blocks (one copy of its KV per device).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from edgespec.errors import RemoteError
@@ -21,6 +23,13 @@ from edgespec.runtime.remote.pieces import TOKEN_ID_KEY, TokenPieces
 from edgespec.runtime.remote.prompt_batch import NextToken, PromptBatchVerifier
 from edgespec.runtime.remote.target import OpenAIConnection
 from edgespec.runtime.remote.transport import Peer, TrafficMeter, raise_for_status
+from edgespec.runtime.remote.vocabulary import probe_history
+
+#: The probe history's length: two of the smallest blocks, so that how much of a prompt's
+#: tail vLLM recomputes depends on its block size as a generation's would.
+PROBE_HISTORY = 80
+#: Timed rounds per width (the fastest one counts).
+COST_REPEATS = 2
 
 
 def detect(target: OpenAIConnection) -> VllmEngine | None:
@@ -38,8 +47,10 @@ class VllmEngine:
         self.target = target
 
     def info(self, described: ServerInfo) -> ServerInfo:
-        """Nothing measured at connection: ``AutoK`` learns its rounds' cost."""
-        return described
+        """The engine's cost of a round of w prompts, measured at connection (wall clock less
+        the round trip: vLLM reports no timings per request)."""
+        step_s, verify_cost = vllm_round_cost(self.target, described.max_k)
+        return replace(described, target_step_s=step_s, verify_cost=verify_cost)
 
     def verifier(self, pieces: TokenPieces) -> PromptBatchVerifier:
         target = self.target
@@ -103,3 +114,23 @@ def _choice_token(logprobs: dict[str, Any]) -> int:
     if named is None:
         raise ValueError(f"token {logprobs['tokens'][0]!r} is not named by its id")
     return int(named.group(1))
+
+
+def vllm_round_cost(target: OpenAIConnection, max_k: int) -> tuple[float, tuple[float, ...]]:
+    """The engine's seconds for a round of one prompt, T(1), and T(w)/T(1) for rounds of
+    w = 1..max_k + 1 prompts after a probe history: the fastest of :data:`COST_REPEATS`
+    rounds per w by the wall clock, less the connection's round trip."""
+    history = probe_history(target, PROBE_HISTORY, target.model)
+    meter = TrafficMeter()
+    openai_prompts_round(target, target.model, [history] * (max_k + 1), meter)
+    rtt = target.measure_rtt()
+    best = [float("inf")] * (max_k + 1)
+    for repeat in range(COST_REPEATS):
+        drafted = [history[(repeat * 7 + 3 * i) % len(history)] for i in range(max_k)]
+        for width in range(1, max_k + 2):
+            prompts = [history + drafted[:i] for i in range(width)]
+            started = time.perf_counter()
+            openai_prompts_round(target, target.model, prompts, meter)
+            best[width - 1] = min(best[width - 1], time.perf_counter() - started - rtt)
+    step_s = max(best[0], 1e-4)
+    return step_s, tuple(max(s, 1e-4) / step_s for s in best)

@@ -3,7 +3,7 @@ tokenize, compared id for id before any generation."""
 
 from __future__ import annotations
 
-from edgespec.errors import IncompatiblePairError
+from edgespec.errors import IncompatiblePairError, RemoteError
 from edgespec.runtime.remote.transport import Peer
 
 #: Text whose tokenization tells two tokenizers apart: code, digits, accents, CJK, emoji.
@@ -13,11 +13,9 @@ VOCABULARY_PROBE = (
 )
 
 
-def check_vocabulary(target: Peer, model: str, draft_ids: list[int]) -> None:
-    """Raises :class:`IncompatiblePairError` when the engine tokenizes
-    :data:`VOCABULARY_PROBE` into other ids than the draft's tokenizer (``draft_ids``): drafted
-    token ids would then name other tokens there. Engines without ``/tokenize`` are not asked.
-    """
+def engine_ids(target: Peer, model: str = "") -> list[int] | None:
+    """The engine's token ids of :data:`VOCABULARY_PROBE` (``POST /tokenize``), or None where
+    it has no such route."""
     # One body both engines read: llama-server's "content"/"add_special", vLLM's "prompt"/
     # "add_special_tokens" (each ignores the other's fields).
     body = {
@@ -30,8 +28,27 @@ def check_vocabulary(target: Peer, model: str, draft_ids: list[int]) -> None:
     exchange = target.request("POST", "/tokenize", body, retry=False)
     tokens = exchange.data.get("tokens") if isinstance(exchange.data, dict) else None
     if exchange.status != 200 or not isinstance(tokens, list):
+        return None
+    return [int(token["id"]) if isinstance(token, dict) else int(token) for token in tokens]
+
+
+def probe_history(target: Peer, length: int = 32, model: str = "") -> list[int]:
+    """``length`` token ids of the probe text by the engine's own tokenizer (repeated), the
+    history a cost probe's rounds follow."""
+    ids = engine_ids(target, model)
+    if not ids:
+        raise RemoteError(f"{target.peer} did not tokenize a probe text")
+    return (ids * (length // len(ids) + 1))[:length]
+
+
+def check_vocabulary(target: Peer, model: str, draft_ids: list[int]) -> None:
+    """Raises :class:`IncompatiblePairError` when the engine tokenizes
+    :data:`VOCABULARY_PROBE` into other ids than the draft's tokenizer (``draft_ids``): drafted
+    token ids would then name other tokens there. Engines without ``/tokenize`` are not asked.
+    """
+    served = engine_ids(target, model)
+    if served is None:
         return
-    served = [int(token["id"]) if isinstance(token, dict) else int(token) for token in tokens]
     if served != draft_ids:
         first = next(
             (

@@ -162,3 +162,15 @@ def test_sampled_verification_on_vllm_is_refused_in_one_line(
     with pytest.raises(ConfigError, match="vLLM") as refused:
         engine.generate("def add(a, b):", max_new_tokens=8, temperature=0.7, top_k=20)
     assert "\n" not in str(refused.value)
+
+
+def test_a_draft_of_another_tokenizer_is_refused_before_any_round(vllm: VllmServer) -> None:
+    """The toy pair's draft (its own small tokenizer) against SmolLM2 on vLLM: vLLM's
+    ``/tokenize`` of a probe text differs, and the generation is refused in one line."""
+    from edgespec.api import Engine
+    from edgespec.errors import IncompatiblePairError
+
+    toy_draft = CHECKOUT / "tests" / "fixtures" / "toy_pair" / "draft"
+    engine = Engine.load(draft=toy_draft, remote=vllm.url, measure_energy=False)
+    with pytest.raises(IncompatiblePairError, match="tokenizer is not the draft's"):
+        engine.generate("def add(a, b):", max_new_tokens=8)
