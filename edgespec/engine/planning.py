@@ -320,8 +320,7 @@ def _prompt_ids(
     if len(ids) + options.max_new_tokens > source.max_length:
         prompt_words = f"the prompt ({_tokens(len(ids))})"
         longer = (
-            "load with a longer context (--context N; Engine.load's context), up to the "
-            "models' own"
+            "load with a longer context (--context N; Engine.load's context), up to the models' own"
         )
         if len(ids) >= source.max_length:  # no max_new_tokens makes room
             raise ContextLimitError(
