@@ -176,6 +176,7 @@ def resolve_bundles(
         if draft_bundle is None and not wants_target:  # a remote target verifies
             draft_bundle = model_bundle(named, verify_checksums=checks)  # the model drafts
     elif target_bundle is not None and draft_bundle is None and drafts_with_a_model(request):
+        check_context(request.context, target_bundle)  # refused before a draft is looked for
         draft_bundle = catalog_draft_for(target_bundle, verify_checksums=checks)
     if draft_bundle is not None and target_bundle is not None:
         report = check_pair(draft_bundle, target_bundle)

@@ -147,7 +147,12 @@ def test_a_url_that_is_not_an_edgespec_server_is_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with other_web_server() as url:
+        # Asked (--remote-api auto): no edgespec info route, so a serving engine, which it is
+        # not either; the line names both ways.
         line = _error_line(capsys, "generate", "x", "--remote", url)
+        assert f"{url} is not an OpenAI-compatible server (HTTP 404 from {url}/v1/models)" in line
+        assert "--remote-api edgespec for 'edgespec serve'" in line
+        line = _error_line(capsys, "generate", "x", "--remote", url, "--remote-api", "edgespec")
         assert line.startswith(
             f"edgespec: error: {url} is not an edgespec server (HTTP 404 from "
             f"{url}/v1/verify/info); pass the address 'edgespec serve' prints"
