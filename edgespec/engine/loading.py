@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.config import BudgetConfig
-from edgespec.engine.pairing import check_head, check_pair, vocabulary_fingerprint
+from edgespec.engine.catalog_drafts import HEADLESS_DRAFTERS, catalog_draft_for, drafts_with_a_model
+from edgespec.engine.pairing import check_head, check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
 from edgespec.manifest import Bundle, load_bundle, starts_with_gguf_magic
 from edgespec.models import catalog
 from edgespec.models.bundles import configured_pair, gguf_file_bundle, model_bundle
 from edgespec.models.bundles import draft_bundle as draft_bundle_of
 from edgespec.models.bundles import head_bundle as head_bundle_of
-from edgespec.models.fetch import notify_stderr
-from edgespec.models.store import Notify
 from edgespec.protocol.server_info import ChatFormat
 from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import MIN_CONTEXT, Admission, admit, estimate_pair
@@ -175,7 +174,9 @@ def resolve_bundles(
             draft_bundle = draft_bundle_of(named, verify_checksums=checks)
         if draft_bundle is None and not wants_target:  # a remote target verifies
             draft_bundle = model_bundle(named, verify_checksums=checks)  # the model drafts
-    elif target_bundle is not None and draft_bundle is None and drafts_with_a_model(request):
+    elif (
+        target_bundle is not None and draft_bundle is None and drafts_with_a_model(request.drafter)
+    ):
         check_context(request.context, target_bundle)  # refused before a draft is looked for
         draft_bundle = catalog_draft_for(target_bundle, verify_checksums=checks)
     if draft_bundle is not None and target_bundle is not None:
@@ -187,47 +188,6 @@ def resolve_bundles(
                 fix="use a draft with the target's tokenizer (edgespec pair shows the check)",
             )
     return target_bundle, draft_bundle
-
-
-#: Drafters that draft from no draft model: a target named alone gets no catalog draft.
-MODEL_FREE_DRAFTERS = frozenset({"ngram", "none", "head"})
-#: Drafters that read no head: none is loaded for them.
-HEADLESS_DRAFTERS = frozenset({"model", "ngram", "none"})
-
-
-def drafts_with_a_model(request: LoadRequest) -> bool:
-    return request.drafter not in MODEL_FREE_DRAFTERS
-
-
-def catalog_draft_for(
-    target: Bundle, *, verify_checksums: bool, notify: Notify = notify_stderr
-) -> Bundle | None:
-    """What drafts for a target named by its bundle or GGUF file and no draft: the draft of
-    the catalog model of the same vocabulary (the file's own model, or another size of its
-    family), fetched and made on first use, when it passes the pairing check; else None
-    (prompt lookup drafts). Either way said in one line."""
-    relative = catalog.drafting_relative(
-        sha256=target.manifest.source.config_sha256, fingerprint=vocabulary_fingerprint(target)
-    )
-    name = target.root.name
-    if relative is None:
-        notify(
-            f"edgespec: no catalog draft shares {name}'s vocabulary: prompt lookup drafts "
-            "(pass --draft DIR|FILE.gguf to draft with a model)"
-        )
-        return None
-    draft = draft_bundle_of(relative, verify_checksums=verify_checksums, notify=notify)
-    if draft is None:
-        return None
-    report = check_pair(draft, target)
-    if not report.compatible:
-        notify(
-            f"edgespec: {relative.name}'s draft does not fit {name} ({report.reason}): prompt "
-            "lookup drafts"
-        )
-        return None
-    notify(f"edgespec: drafting for {name} with {relative.name}'s draft ({relative.draft_label})")
-    return draft
 
 
 def bundle_at(path: str | Path, verify_checksums: bool) -> Bundle:

@@ -5,13 +5,13 @@ and what a remote verifier reports besides its verdicts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgespec.protocol.server_info import ChatFormat, ServerInfo
 from edgespec.runtime.remote.pieces import TokenPieces
-from edgespec.runtime.remote.transport import Exchange, Traffic
+from edgespec.runtime.remote.transport import Peer, Traffic
 from edgespec.runtime.verifiers.base import Verifier
 
 
@@ -37,15 +37,13 @@ class MeteredVerifier(Verifier, Protocol):
     def work(self) -> EngineWork | None: ...
 
 
-class RemoteTarget(Protocol):
+class RemoteTarget(Peer, Protocol):
     """A target verified over HTTP (``edgespec serve``, or a serving engine): its protocol's
     registry name (``api``), where it is, whether it verifies sampled drafts, what it tells at
     connection (:meth:`info`), its chat format, and the verifier of one generation on it.
     ``pieces`` builds the draft tokenizer's token texts, for engines that need them."""
 
     api: str
-    url: str
-    peer: str
     health_path: str
     timeout_s: float
 
@@ -58,28 +56,15 @@ class RemoteTarget(Protocol):
 
     def verifier(self, pieces: Callable[[], TokenPieces]) -> MeteredVerifier: ...
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        retry: bool = True,
-        timeout_s: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Exchange: ...
-
     def measure_rtt(self, *, repeats: int = 3) -> float: ...
 
     def close(self) -> None: ...
 
 
-class OpenAIConnection(Protocol):
+class OpenAIConnection(Peer, Protocol):
     """What an engine's module uses of the ``OpenAITarget`` it sits behind: the connection,
     the model, the caller's bounds, the engine's description and a round's deadline."""
 
-    url: str
-    peer: str
     timeout_s: float
     max_length: int
     max_length_given: bool
@@ -96,17 +81,6 @@ class OpenAIConnection(Protocol):
     def round_deadline(self, uncached: int) -> float: ...
 
     def measure_rtt(self, *, repeats: int = 3) -> float: ...
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        retry: bool = True,
-        timeout_s: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Exchange: ...
 
 
 class OpenAIEngine(Protocol):
