@@ -26,8 +26,10 @@ the server), N clients at once, each on a prompt of its own; then the same N pro
 greedy completions on the same server, N at once (llama-server's continuous batching), in
 turn. Printed per N: aggregate and per-client tokens/s of both (prompt included), the
 server's computed tokens and batched passes (``llama_decode`` calls) per generated token from
-its own counters (``--metrics``), and whether every client's output equalled the
-server's own greedy output.
+its own counters (``--metrics``), the slots each device's run used and the KV memory those
+slots hold after it (``GET /slots``: the slots whose task changed, their tokens times the
+bytes per token of llama-server's float16 KV cache from the GGUF's shape), and whether every
+client's output equalled the server's own greedy output.
 """
 
 from __future__ import annotations
@@ -234,12 +236,60 @@ def server_counters(url: str) -> dict[str, float]:
     return found
 
 
-def counted(url: str, run: Any) -> tuple[float, dict[str, float]]:
-    """Runs ``run()`` (it returns seconds); those seconds and the server's counters' growth."""
-    before = server_counters(url)
+def slot_tasks(url: str) -> dict[int, tuple[int, int]]:
+    """llama-server's slots (``GET /slots``): per slot id, its last task's id (-1: none yet)
+    and the tokens its cache holds (``n_prompt_tokens``)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/slots", timeout=60) as response:
+        slots = json.loads(response.read())
+    return {
+        int(s["id"]): (int(s.get("id_task", -1)), int(s.get("n_prompt_tokens", 0))) for s in slots
+    }
+
+
+def kv_bytes_per_token(gguf: Path) -> float:
+    """Bytes of llama-server's KV cache per token of one slot, from the GGUF's own shape:
+    layers x KV heads x head size x 2 (key and value) x 2 bytes (its default float16 cache,
+    ``-ctk f16 -ctv f16``)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(gguf))
+
+    def number(key: str) -> int:
+        field = reader.fields[key]
+        return int(field.parts[field.data[0]][0])
+
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    layers, width = number(f"{arch}.block_count"), number(f"{arch}.embedding_length")
+    heads, kv_heads = (
+        number(f"{arch}.attention.head_count"),
+        number(f"{arch}.attention.head_count_kv"),
+    )
+    return float(layers * kv_heads * (width // heads) * 2 * 2)
+
+
+@dataclass
+class ServerWork:
+    """What a run cost the server: its counters' growth, the slots that ran a task of the
+    run and the tokens those slots' caches hold after it."""
+
+    counts: dict[str, float]
+    slots_used: int
+    tokens_held: int
+
+
+def counted(url: str, run: Any) -> tuple[float, ServerWork]:
+    """Runs ``run()`` (it returns seconds); those seconds and the server's work."""
+    before, tasks_before = server_counters(url), slot_tasks(url)
     seconds = run()
-    after = server_counters(url)
-    return seconds, {name: after[name] - before[name] for name in COUNTERS}
+    after, tasks_after = server_counters(url), slot_tasks(url)
+    used = [s for s, (task, _) in tasks_after.items() if task != tasks_before[s][0]]
+    return seconds, ServerWork(
+        {name: after[name] - before[name] for name in COUNTERS},
+        len(used),
+        sum(tasks_after[s][1] for s in used),
+    )
 
 
 def at_once(jobs: list[Any]) -> float:
@@ -254,8 +304,10 @@ def at_once(jobs: list[Any]) -> float:
 
 
 def clients_part(
-    args: argparse.Namespace, url: str, engine: Engine, target: RecordingTarget
+    args: argparse.Namespace, url: str, engine: Engine, target: RecordingTarget, gguf: Path
 ) -> None:
+    per_token = kv_bytes_per_token(gguf)
+    print(json.dumps({"kv_kb_per_token_per_slot": per_token / 1e3}), flush=True)
     pieces = engine._token_pieces()
     sets = prompt_sets(engine, ["code", "chat"], (max(args.clients) + 1) // 2, 0)
     prompts = [p for pair in zip(sets["code"], sets["chat"], strict=False) for p in pair]
@@ -275,7 +327,7 @@ def clients_part(
     for n in args.clients:
         chosen = recorded[:n]
         hybrid_out: list[dict[str, Any]] = [{} for _ in chosen]
-        wall, hybrid_counts = counted(
+        wall, hybrid_work = counted(
             url,
             lambda chosen=chosen, hybrid_out=hybrid_out: at_once(
                 [
@@ -285,7 +337,7 @@ def clients_part(
             ),
         )
         plain_out: list[dict[str, Any]] = [{} for _ in chosen]
-        plain_wall, plain_counts = counted(
+        plain_wall, plain_work = counted(
             url,
             lambda chosen=chosen, plain_out=plain_out: at_once(
                 [
@@ -294,6 +346,7 @@ def clients_part(
                 ]
             ),
         )
+        hybrid_counts, plain_counts = hybrid_work.counts, plain_work.counts
         made = sum(len(o["tokens"]) for o in hybrid_out)
         plain_made = sum(len(o["tokens"]) for o in plain_out)
         exact = all(
@@ -320,6 +373,12 @@ def clients_part(
             ),
             "alone_server_tokens_per_token": _computed(plain_counts) / plain_made,
             "alone_server_passes_per_token": plain_counts["n_decode_total"] / plain_made,
+            # Slots a device's run used and the KV its slots hold after it (each slot keeps
+            # its own copy of the history), against the same user served alone.
+            "hybrid_slots_per_device": hybrid_work.slots_used / n,
+            "alone_slots_per_device": plain_work.slots_used / n,
+            "hybrid_kv_mb_per_device": hybrid_work.tokens_held * per_token / 1e6 / n,
+            "alone_kv_mb_per_device": plain_work.tokens_held * per_token / 1e6 / n,
         }
         print(json.dumps(line), flush=True)
 
@@ -370,7 +429,7 @@ def main() -> None:
         if "history" in parts:
             history_part(args, url, engine, target)
         if "clients" in parts:
-            clients_part(args, url, engine, target)
+            clients_part(args, url, engine, target, gguf)
 
 
 if __name__ == "__main__":
