@@ -249,24 +249,13 @@ def slot_tasks(url: str) -> dict[int, tuple[int, int]]:
 
 
 def kv_bytes_per_token(gguf: Path) -> float:
-    """Bytes of llama-server's KV cache per token of one slot, from the GGUF's own shape:
-    layers x KV heads x head size x 2 (key and value) x 2 bytes (its default float16 cache,
-    ``-ctk f16 -ctv f16``)."""
-    from gguf import GGUFReader
+    """Bytes of llama-server's KV cache per token of one slot, from the GGUF's architecture as
+    the importer reads it: layers x KV heads x head size x 2 (key and value) x 2 bytes (its
+    default float16 cache, ``-ctk f16 -ctv f16``)."""
+    from edgespec.export.gguf.reader import open_gguf
 
-    reader = GGUFReader(str(gguf))
-
-    def number(key: str) -> int:
-        field = reader.fields[key]
-        return int(field.parts[field.data[0]][0])
-
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    layers, width = number(f"{arch}.block_count"), number(f"{arch}.embedding_length")
-    heads, kv_heads = (
-        number(f"{arch}.attention.head_count"),
-        number(f"{arch}.attention.head_count_kv"),
-    )
-    return float(layers * kv_heads * (width // heads) * 2 * 2)
+    arch = open_gguf(gguf).architecture
+    return float(arch.num_layers * arch.num_kv_heads * arch.head_dim * 2 * 2)
 
 
 @dataclass
