@@ -62,17 +62,18 @@ def add_distill_command(commands: Any) -> None:
     distill.add_argument(
         "--self-prompts",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="add N user requests the target writes itself to the built-in prompts (default 0)",
+        help="add N user requests the target writes itself to the built-in prompts (default "
+        "0; with --head 1024)",
     )
     distill.add_argument(
         "--edit-prompts",
         type=int,
-        default=32,
+        default=None,
         metavar="N",
         help="add N edit requests (rewrite, comment, refactor a Python standard-library "
-        "function) to the built-in prompts (default 32)",
+        "function) to the built-in prompts (default 32; with --head 600)",
     )
     distill.add_argument(
         "--output-vocabulary",
@@ -142,8 +143,8 @@ def run_distill(args: argparse.Namespace) -> int:
         max_minutes=args.max_minutes,
         force=args.force,
         system_prompt=args.system_prompt,
-        self_prompts=args.self_prompts,
-        edit_prompts=args.edit_prompts,
+        self_prompts=args.self_prompts or 0,
+        edit_prompts=32 if args.edit_prompts is None else args.edit_prompts,
         output_vocabulary=args.output_vocabulary,
         init=args.init,
     )
@@ -220,7 +221,8 @@ def run_distill_head(args: argparse.Namespace) -> int:
         lr=args.lr,
         seed=args.seed,
         device=args.device,
-        edit_prompts=args.edit_prompts,
+        edit_prompts=HeadConfig.edit_prompts if args.edit_prompts is None else args.edit_prompts,
+        self_prompts=HeadConfig.self_prompts if args.self_prompts is None else args.self_prompts,
         force=args.force,
     )
     bundle = train_head(config, log=log)

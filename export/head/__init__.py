@@ -33,6 +33,7 @@ from edgespec.export.head.bundle import (
 from edgespec.export.head.data import (
     HELD_OUT,
     FeatureTeacher,
+    benchmark_prompts,
     chat_prompt,
     collect,
     collect_text,
@@ -42,6 +43,7 @@ from edgespec.export.head.data import (
     read_samples,
     requests,
     save_json,
+    self_written_requests,
     stdlib_texts,
 )
 from edgespec.export.head.net import HeadShape, gguf_tensors
@@ -80,6 +82,9 @@ class HeadConfig:
     seed: int = 0
     device: str = "cpu"
     edit_prompts: int = 600
+    #: User requests the target writes itself (sampled after its user-turn opening), beside
+    #: the built-in mix: chat like its users'.
+    self_prompts: int = 1024
     max_length: int = 2048
     force: bool = False
     #: Bounds besides the minutes (tests and reproducible runs): samples made, steps trained.
@@ -135,9 +140,30 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
         return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
     template = _chat_template(target)
-    texts = [chat_prompt(template, r) for r in requests(config.edit_prompts, config.seed)]
-    held_texts, train_texts = texts[:HELD_OUT], texts[HELD_OUT:]
+    built_in = requests(config.edit_prompts, config.seed)
+    held_requests = built_in[:HELD_OUT]
     teacher = FeatureTeacher(target)
+    written_path = work / "self-requests.json"
+    if not written_path.is_file():
+        log(f"head: {config.self_prompts} requests the target writes itself (once)")
+        save_json(
+            written_path,
+            self_written_requests(
+                teacher,
+                template,
+                encode,
+                tokenizer.decode,
+                config.self_prompts,
+                seed=config.seed,
+                excluded=benchmark_prompts() | frozenset(held_requests),
+                log=log,
+            ),
+        )
+    written = json.loads(written_path.read_text(encoding="utf-8"))
+    train_requests = built_in[HELD_OUT:] + written
+    order = np.random.default_rng(config.seed + 1).permutation(len(train_requests))
+    train_texts = [chat_prompt(template, train_requests[i]) for i in order]
+    held_texts = [chat_prompt(template, r) for r in held_requests]
     log(f"head: held-out answers ({len(held_texts)} requests, once)")
     held = held_out_samples(
         teacher,
@@ -241,6 +267,11 @@ def train_head(config: HeadConfig, *, log: Log) -> Bundle:
             **record,
             "data": data_record(samples),
             "data_minutes": config.data_minutes,
+            "requests": {
+                "built_in": len(built_in) - len(held),
+                "self_written": len(written),
+                "edit_prompts": config.edit_prompts,
+            },
             "held_out_requests": len(held),
             "seed": config.seed,
         },

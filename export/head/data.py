@@ -51,14 +51,36 @@ def requests(edit_prompts: int, seed: int) -> list[str]:
     return [texts[i] for i in order]
 
 
-def chat_prompt(template: str | None, request: str) -> str:
+def chat_prompt(template: str | None, request: str, *, reply: bool = True) -> str:
+    """``request`` as the user's message through ``template``, opening the assistant's turn
+    (``reply``) or not."""
     if not template:
         return request
     import jinja2
 
     messages = [{"role": "user", "content": request}]
     rendered = jinja2.Environment(autoescape=False).from_string(template)
-    return rendered.render(messages=messages, add_generation_prompt=True, bos_token="")
+    return rendered.render(messages=messages, add_generation_prompt=reply, bos_token="")
+
+
+def benchmark_prompts() -> frozenset[str]:
+    """Every prompt of the package's benchmark sets (``edgespec bench --prompts``), stripped:
+    none may enter a head's training data."""
+    from importlib.resources import files
+
+    found: set[str] = set()
+    for entry in (files("edgespec") / "data" / "prompts").iterdir():
+        if entry.name.endswith(".json"):
+            for item in json.loads(entry.read_text(encoding="utf-8")):
+                found.add((item["prompt"] if isinstance(item, dict) else item).strip())
+    return frozenset(found)
+
+
+#: Stands in for the user's message while the template is rendered; the text before it is
+#: the user turn's opening.
+_MARK = "\x00USER\x00"
+#: Tokens a self-written request may take (longer ones are dropped: the turn did not close).
+SELF_REQUEST_TOKENS = 48
 
 
 class FeatureTeacher:
@@ -97,6 +119,29 @@ class FeatureTeacher:
         """The target's answer to ``prompt`` (up to ``count`` tokens, to its end of turn) and
         the features of every token of prompt and answer (the answer's last token has none:
         it is dropped)."""
+        tokens, parts = self._continue(prompt, count, temperature=temperature, rng=rng)
+        feature_rows = np.concatenate(parts).astype(np.float16)
+        return Sample(
+            tokens=np.asarray(tokens[: len(feature_rows)], np.int32),
+            features=feature_rows,
+            prompt_length=len(prompt),
+        )
+
+    def written(
+        self, prompt: list[int], count: int, *, temperature: float, rng: np.random.Generator
+    ) -> list[int] | None:
+        """The tokens the target writes after ``prompt`` when it ends its turn within
+        ``count`` (its end-of-turn token dropped), else None."""
+        tokens, _ = self._continue(prompt, count, temperature=temperature, rng=rng)
+        if len(tokens) > len(prompt) and tokens[-1] in self.eos_ids:
+            return tokens[len(prompt) : -1]
+        return None
+
+    def _continue(
+        self, prompt: list[int], count: int, *, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], list[np.ndarray]]:
+        """Prompt and continuation (to an end-of-turn token, kept, or ``count`` tokens), and
+        the features [n, H] of each pass."""
         cache = self.driver.new_cache()
         parts: list[np.ndarray] = []
         logits = np.zeros(0, np.float32)
@@ -114,12 +159,44 @@ class FeatureTeacher:
             tokens.append(token)
             logits, features = self.driver.forward_features([token], cache)
             parts.append(features)
-        feature_rows = np.concatenate(parts).astype(np.float16)
-        return Sample(
-            tokens=np.asarray(tokens[: len(feature_rows)], np.int32),
-            features=feature_rows,
-            prompt_length=len(prompt),
+        return tokens, parts
+
+
+def self_written_requests(
+    teacher: FeatureTeacher,
+    template: str | None,
+    encode: Callable[[str], list[int]],
+    decode: Callable[[list[int]], str],
+    count: int,
+    *,
+    seed: int,
+    excluded: frozenset[str],
+    log: Log,
+) -> list[str]:
+    """Up to ``count`` distinct user requests the target writes itself after its template's
+    user-turn opening (sampled, kept where it closed the turn: Magpie's trick, requests like
+    its users'), none of them in ``excluded``. Tries at most four times ``count``."""
+    if count <= 0 or not template:
+        return []
+    opening = encode(chat_prompt(template, _MARK, reply=False).split(_MARK)[0])
+    found: dict[str, None] = {}
+    started = time.monotonic()
+    for attempt in range(4 * count):
+        if len(found) >= count:
+            break
+        rng = np.random.default_rng(seed * 1_000_003 + attempt)
+        written = teacher.written(
+            opening, SELF_REQUEST_TOKENS, temperature=SAMPLED_TEMPERATURE, rng=rng
         )
+        text = decode(written).strip() if written else ""
+        if len(text) >= 8 and text not in excluded:
+            found.setdefault(text, None)
+        if (attempt + 1) % 100 == 0:
+            rate = (attempt + 1) / max(time.monotonic() - started, 1e-9)
+            log(f"head: {len(found)} self-written requests of {count} ({rate:.1f} tries/s)")
+    requests = list(found)
+    log(f"head: {len(requests)} self-written requests, e.g. {requests[:3]}")
+    return requests
 
 
 def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

@@ -214,3 +214,55 @@ def test_the_training_schedule_warms_up_decays_and_unrolls_late() -> None:
     assert peak_lr == 1e-3 and late_depth == 3
     assert peak_lr > late_lr > last_lr
     assert abs(last_lr - 1e-3 * FINAL_LR_SHARE) < 1e-12
+
+
+def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts() -> None:
+    """The requests the target writes after its template's user-turn opening: kept where it
+    closed the turn, each once, never a benchmark prompt, at most the count asked for."""
+    from edgespec.export.head.data import benchmark_prompts, self_written_requests
+
+    template = (
+        "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    excluded = benchmark_prompts()
+    assert "What is the capital of France?" in excluded
+    words = {1: "Explain tides to me.", 2: "What is the capital of France?", 3: "Hi"}
+    # What the target writes at each try: a closed turn (token ids), or None (it did not close).
+    script = [[1], [1], None, [2], [3], [1, 1], [1, 1, 1], [1, 1, 1, 1]]
+    openings: list[list[int]] = []
+
+    class ScriptedTeacher:
+        def written(self, prompt: list[int], count: int, **_: Any) -> list[int] | None:
+            openings.append(prompt)
+            return script[len(openings) - 1]
+
+    def encode(text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(ids: list[int]) -> str:
+        return " ".join(words[i] for i in ids)
+
+    found = self_written_requests(
+        ScriptedTeacher(),  # type: ignore[arg-type]
+        template,
+        encode,
+        decode,
+        3,
+        seed=0,
+        excluded=excluded,
+        log=lambda line: None,
+    )
+    assert found == ["Explain tides to me.", " ".join([words[1]] * 2), " ".join([words[1]] * 3)]
+    assert openings[0] == encode("<|user|>")
+    assert len(openings) == 7
+    assert self_written_requests(
+        ScriptedTeacher(),  # type: ignore[arg-type]
+        None,
+        encode,
+        decode,
+        3,
+        seed=0,
+        excluded=excluded,
+        log=lambda line: None,
+    ) == []
