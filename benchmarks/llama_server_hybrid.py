@@ -338,17 +338,25 @@ def clients_part(
         hybrid_counts, plain_counts = hybrid_work.counts, plain_work.counts
         made = sum(len(o["tokens"]) for o in hybrid_out)
         plain_made = sum(len(o["tokens"]) for o in plain_out)
-        exact = all(
+        matched = [
             o["tokens"][: len(c[2])] == c[2][: len(o["tokens"])]
             for o, c in zip(hybrid_out, chosen, strict=True)
-        )
+        ]
         # The server's own outputs with N users at once against its outputs alone: its
         # numerics depend on what shares a batch, so these can part too.
-        alone_exact = all(o["tokens"] == c[2] for o, c in zip(plain_out, chosen, strict=True))
+        alone_matched = [o["tokens"] == c[2] for o, c in zip(plain_out, chosen, strict=True)]
+        # Where a device's output parted from the server's own alone, and the server's top two
+        # log-probabilities there (a near-tie, or not).
+        partings = [
+            parted(url, c[0], o["tokens"], c[2])
+            for o, c, same in zip(hybrid_out, chosen, matched, strict=True)
+            if not same
+        ]
         line = {
             "clients": n,
-            "exact": exact,
-            "alone_exact": alone_exact,
+            "exact": f"{sum(matched)}/{n}",
+            "alone_exact": f"{sum(alone_matched)}/{n}",
+            "partings": partings,
             "hybrid_tok_s": made / wall,
             "hybrid_per_client_tok_s": statistics.mean(
                 len(o["tokens"]) / o["seconds"] for o in hybrid_out
