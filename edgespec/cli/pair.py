@@ -50,7 +50,8 @@ def add_pair_command(commands: Any) -> None:
         default=None,
         metavar="DIR",
         help="check (and with --profile, measure) a head on TARGET instead of a draft: the "
-        "head, the combined drafter over it and prompt lookup race, and the winner is kept",
+        "head, the combined drafter over it and prompt lookup race (and a DRAFT's model "
+        "drafts, when one is named before TARGET), and the winner is kept",
     )
     pair.set_defaults(handler=run_pair)
 
@@ -95,14 +96,17 @@ def _run_head_pair(args: argparse.Namespace) -> int:
 
     if args.draft is not None and args.target is None:  # one positional: the target
         args.target, args.draft = args.draft, None
-    if args.draft is not None:
-        raise ConfigError("pair --head takes a TARGET, not a DRAFT", fix="drop the DRAFT")
+    if args.draft is not None and not args.profile:
+        raise ConfigError(
+            "pair --head checks a head on a TARGET; a DRAFT beside it only races in --profile",
+            fix="drop the DRAFT, or add --profile",
+        )
     resolve_model(args)
     if args.target is None:
         args.target = default_pair(verify_checksums=False).target.root
     problem = check_head(load_bundle(args.head), load_bundle(args.target))
     profile = (
-        profile_pair(None, args.target, head=args.head)
+        profile_pair(args.draft, args.target, head=args.head)
         if args.profile and problem is None
         else None
     )

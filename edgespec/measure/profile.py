@@ -48,7 +48,9 @@ def profile_pair(
     head: Path | None = None,
 ) -> dict[str, Any]:
     """Greedy speculation at k = MAX_K over the bench prompts with each drafter the pair can
-    use (model, combined and prompt lookup with a draft; prompt lookup without): alpha by
+    use (model, combined and prompt lookup with a draft; head, combined over it and prompt
+    lookup with a head, and the model too when a draft is named beside it; prompt lookup
+    alone without either): alpha by
     position, and the k with the best expected speedup given the measured verify curve and
     draft cost. The drafter and k with the best expected speedup are the pair's choice on this
     device; ``save`` keeps it, so that generation uses it without flags. ``notify`` gets a
@@ -60,8 +62,8 @@ def profile_pair(
         "head": head,
         "measure_energy": False,
     }
-    if head is not None:
-        loads["drafter"] = "head"
+    if head is not None and draft is None:
+        loads["drafter"] = "head"  # the head alone: no draft model beside it
     engine = Engine.load(**loads)
     names: tuple[str, ...] = PROFILE_SETS if draft is not None else ("chat",)
     if engine.chat_template is None:  # a target that formats no chats: completions only
@@ -81,7 +83,7 @@ def profile_pair(
     verify_cost = list(profile.verify_cost)
     drafters: tuple[str, ...] = ("model", "combined", "ngram") if draft is not None else ("ngram",)
     if head is not None:  # a head races its own drafters (the combined one drafts with it)
-        drafters = ("head", "combined", "ngram")
+        drafters = ("head", "combined", "ngram") + (("model",) if draft is not None else ())
     measured = {}
     for drafter in drafters:
         results = []

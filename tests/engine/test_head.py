@@ -202,6 +202,28 @@ def test_pair_checks_a_head_against_its_target(target_and_head: dict[str, Path])
     assert main(["pair", "--head", head, str(target_and_head["other"])]) == 1
 
 
+def test_a_head_profile_races_a_named_draft_model_too(
+    target_and_head: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """``pair --head HEAD --profile DRAFT TARGET`` races the draft model beside the head's own
+    drafters (the float32 import of the same tiny model drafts: its tokenizer is the
+    target's); without --profile a DRAFT is refused in one line."""
+    import json
+
+    from edgespec.cli import main
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))  # where the measured choice is kept
+    head, draft, target = (str(target_and_head[n]) for n in ("head", "other", "target"))
+    assert main(["pair", "--head", head, "--profile", "--json", draft, target]) == 0
+    profile = json.loads(capsys.readouterr().out)["profile"]
+    assert set(profile["by_drafter"]) == {"head", "combined", "ngram", "model"}
+    assert main(["pair", "--head", head, draft, target]) == 2
+    assert "only races in --profile" in capsys.readouterr().err
+
+
 def test_the_training_schedule_warms_up_decays_and_unrolls_late() -> None:
     from edgespec.export.head.train import FINAL_LR_SHARE, WARMUP_STEPS, TrainSettings, schedule
 
