@@ -220,7 +220,7 @@ def test_a_head_profile_races_a_named_draft_model_too(
     assert main(["pair", "--head", head, "--profile", "--json", draft, target]) == 0
     profile = json.loads(capsys.readouterr().out)["profile"]
     assert set(profile["by_drafter"]) == {"head", "combined", "ngram", "model"}
-    assert main(["pair", "--head", head, draft, target]) == 2
+    assert main(["pair", "--head", head, draft, target]) == 1
     assert "only races in --profile" in capsys.readouterr().err
 
 
@@ -278,13 +278,16 @@ def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts
     assert found == ["Explain tides to me.", " ".join([words[1]] * 2), " ".join([words[1]] * 3)]
     assert openings[0] == encode("<|user|>")
     assert len(openings) == 7
-    assert self_written_requests(
-        ScriptedTeacher(),  # type: ignore[arg-type]
-        None,
-        encode,
-        decode,
-        3,
-        seed=0,
-        excluded=excluded,
-        log=lambda line: None,
-    ) == []
+    assert (
+        self_written_requests(
+            ScriptedTeacher(),  # type: ignore[arg-type]
+            None,
+            encode,
+            decode,
+            3,
+            seed=0,
+            excluded=excluded,
+            log=lambda line: None,
+        )
+        == []
+    )
