@@ -21,10 +21,10 @@ measured; rounds after a hit would shift by one token, which the count does not 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from heads import head_argument_parser
 
 from edgespec.api import Engine
 from edgespec.measure.bench import load_prompt_set
@@ -82,11 +82,7 @@ class RunnerUpLog:
 
 
 def main() -> None:
-    parser = harness.argument_parser(__doc__, part="paragraph", threads=2, tokens=96, repeats=1)
-    parser.add_argument("--model", default=None, help="a catalog model (default: the default)")
-    parser.add_argument("--head", type=Path, default=None, help="a head bundle to use")
-    parser.add_argument("--sets", nargs="+", default=["code", "edit", "chat"])
-    parser.add_argument("--prompts", type=int, default=8, help="the first N of each set (0: all)")
+    parser = head_argument_parser(__doc__, prompts=8)
     parser.add_argument("--k", type=int, default=None, help="draft length (default: the policy)")
     args = parser.parse_args()
     engine = Engine.load(

@@ -14,6 +14,7 @@ of the same prompt. One JSON line per (set, configuration), then a table.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,22 @@ CONFIGURATIONS = (
 )
 
 
-def main() -> None:
-    parser = harness.argument_parser(__doc__, part="paragraph", threads=2, tokens=96, repeats=1)
+def head_argument_parser(doc: str | None, *, prompts: int) -> argparse.ArgumentParser:
+    """The flags of the scripts that measure a head: a model, a head, the prompt sets and how
+    many of each (``prompts`` by default; 0: all), beside the harness's own."""
+    parser = harness.argument_parser(doc, part="paragraph", threads=2, tokens=96, repeats=1)
     parser.add_argument("--model", default=None, help="a catalog model (default: the default)")
     parser.add_argument("--head", type=Path, default=None, help="a head bundle to use")
     parser.add_argument("--sets", nargs="+", default=["code", "edit", "chat"])
+    parser.add_argument(
+        "--prompts", type=int, default=prompts, help="the first N of each set (0: all)"
+    )
+    return parser
+
+
+def main() -> None:
+    parser = head_argument_parser(__doc__, prompts=0)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
-    parser.add_argument("--prompts", type=int, default=0, help="the first N of each set (0: all)")
     args = parser.parse_args()
     common = {"model": args.model, "threads": args.threads, "measure_energy": False}
     engines = {

@@ -31,22 +31,24 @@ from edgespec.export.head.bundle import (
     write_head_gguf,
 )
 from edgespec.export.head.data import (
-    HELD_OUT,
     FeatureTeacher,
-    benchmark_prompts,
-    chat_prompt,
     collect,
     collect_text,
     data_record,
     held_out_samples,
     kept_vocabulary,
     read_samples,
-    requests,
     save_json,
-    self_written_requests,
     stdlib_texts,
 )
 from edgespec.export.head.net import HeadShape, gguf_tensors
+from edgespec.export.head.requests import (
+    HELD_OUT,
+    benchmark_prompts,
+    chat_prompt,
+    requests,
+    self_written_requests,
+)
 from edgespec.export.head.train import (
     Log,
     TrainSettings,

@@ -98,7 +98,7 @@ def test_the_head_drafts_and_is_accepted(target_and_head: dict[str, Path]) -> No
     never drafted, or whose features were misaligned, would be accepted at about
     1 / vocabulary)."""
     from edgespec.api import Engine
-    from edgespec.export.head.data import HELD_OUT, requests
+    from edgespec.export.head.requests import HELD_OUT, requests
 
     engine = Engine.load(target=target_and_head["target"], head=target_and_head["head"])
     accepted = tested = 0
@@ -241,7 +241,7 @@ def test_the_training_schedule_warms_up_decays_and_unrolls_late() -> None:
 def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts() -> None:
     """The requests the target writes after its template's user-turn opening: kept where it
     closed the turn, each once, never a benchmark prompt, at most the count asked for."""
-    from edgespec.export.head.data import benchmark_prompts, self_written_requests
+    from edgespec.export.head.requests import benchmark_prompts, self_written_requests
 
     template = (
         "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
@@ -265,23 +265,10 @@ def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts
     def decode(ids: list[int]) -> str:
         return " ".join(words[i] for i in ids)
 
-    found = self_written_requests(
-        ScriptedTeacher(),  # type: ignore[arg-type]
-        template,
-        encode,
-        decode,
-        3,
-        seed=0,
-        excluded=excluded,
-        log=lambda line: None,
-    )
-    assert found == ["Explain tides to me.", " ".join([words[1]] * 2), " ".join([words[1]] * 3)]
-    assert openings[0] == encode("<|user|>")
-    assert len(openings) == 7
-    assert (
-        self_written_requests(
+    def written(template: str | None) -> list[str]:
+        return self_written_requests(
             ScriptedTeacher(),  # type: ignore[arg-type]
-            None,
+            template,
             encode,
             decode,
             3,
@@ -289,5 +276,9 @@ def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts
             excluded=excluded,
             log=lambda line: None,
         )
-        == []
-    )
+
+    found = written(template)
+    assert found == ["Explain tides to me.", " ".join([words[1]] * 2), " ".join([words[1]] * 3)]
+    assert openings[0] == encode("<|user|>")
+    assert len(openings) == 7
+    assert written(None) == []
