@@ -5,7 +5,6 @@ the import its figures, never the bundle)."""
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import signal
 import tempfile
 from collections.abc import Sequence
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edgespec.export.child_process import run_in_child
 
 
 def llama_cpp_agreement(
@@ -34,11 +35,7 @@ def llama_cpp_agreement(
         # In a child process: a llama-cpp-python build this CPU cannot run (its AMX kernels
         # where the machine refuses tile instructions) dies of a signal, which must cost the
         # import its agreement figures only, not the bundle.
-        child = multiprocessing.get_context("spawn").Process(
-            target=llama_cpp_logits, args=(str(path), [list(p) for p in prompts], scratch)
-        )
-        child.start()
-        child.join()
+        child = run_in_child(llama_cpp_logits, str(path), [list(p) for p in prompts], scratch)
         if child.exitcode != 0:
             return {"checked": False, "reason": _llama_cpp_failure(child.exitcode)}
         batched = [np.load(Path(scratch) / f"batched-{i}.npy") for i in range(len(prompts))]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import psutil
 
 from edgespec.errors import ExportError
+from edgespec.export.child_process import run_in_child
 from edgespec.graph.paths import GraphSizes
 from edgespec.manifest import GraphSpec
 
@@ -93,15 +93,11 @@ def measure_resident_bytes(graph_path: Path, graph: GraphSpec, sizes: GraphSizes
     drops the stored ones by how they are shared), but not an embedding table's rows that
     no token looked up. Measured in a fresh child process (0 where it could not run), so
     that the import's own mapped file and arrays are not counted."""
-    context = multiprocessing.get_context("spawn")
-    answers = context.SimpleQueue()
-    child = context.Process(target=_resident_child, args=(str(graph_path), graph, sizes, answers))
-    child.start()
-    child.join()
-    return int(answers.get()) if child.exitcode == 0 and not answers.empty() else 0
+    child = run_in_child(_resident_child, str(graph_path), graph, sizes)
+    return int(child.value) if child.exitcode == 0 else 0
 
 
-def _resident_child(graph_path: str, graph: GraphSpec, sizes: GraphSizes, answers: Any) -> None:
+def _resident_child(graph_path: str, graph: GraphSpec, sizes: GraphSizes) -> int:
     import onnxruntime  # noqa: F401 (loaded before the first reading: not the session's)
 
     from edgespec.graph.driver import GraphDriver, check_session
@@ -111,4 +107,4 @@ def _resident_child(graph_path: str, graph: GraphSpec, sizes: GraphSizes, answer
     # Bound, as the runtime runs it: the plain path would allocate whole present buffers.
     driver = GraphDriver(check_session(Path(graph_path)), graph, sizes, bound=True)
     driver.forward([0] * RESIDENT_PASS_TOKENS, driver.new_cache(), last_only=True)
-    answers.put(process.memory_info().rss - before)
+    return int(process.memory_info().rss - before)
