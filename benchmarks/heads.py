@@ -1,7 +1,7 @@
 """A head on the target against the model's other drafters, alternating prompt by prompt in one
 process on the same weights and prompts: target-only, the draft model and the combined drafter
-over it (the model's draft, when it has one), the head alone and the combined drafter over the
-head; greedy (or sampled at ``--temperature``), 96 new tokens by default.
+over it (without a draft model: prompt lookup, the default then), the head alone and the
+combined drafter over the head; greedy (or sampled at ``--temperature``), 96 new tokens by default.
 
     python benchmarks/heads.py [--model NAME] [--head DIR] [--sets code edit chat]
         [--tokens 96] [--threads 2] [--temperature 0]
@@ -55,9 +55,12 @@ def main() -> None:
     common = {"model": args.model, "threads": args.threads, "measure_energy": False}
     engines = {
         "head": Engine.load(head=args.head, drafter="head", **common),
-        "draft": Engine.load(heads=False, drafter="model", **common),
+        "draft": Engine.load(heads=False, drafter="combined", **common),
     }
-    chosen = [c for c in CONFIGURATIONS if c[1] != "draft" or engines["draft"].draft is not None]
+    chosen = list(CONFIGURATIONS)
+    if engines["draft"].draft is None:  # no draft model: the default is prompt lookup
+        chosen = [c for c in chosen if c[1] != "draft"]
+        chosen.insert(1, ("prompt lookup (the default)", "draft", "ngram", None))
     assert engines["head"].pair.head is not None, "no head: pass --head DIR"
     target = engines["head"].target
     assert target is not None

@@ -8,7 +8,6 @@ import ctypes
 import gc
 import os
 from pathlib import Path
-from typing import Any
 
 import psutil
 

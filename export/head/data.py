@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.graph.driver import GraphDriver
+from edgespec.graph.lookup import NgramIndex
 from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
 from edgespec.manifest import Bundle
 
@@ -25,6 +26,11 @@ Log = Callable[[str], None]
 #: Samples per shard file (a shard is written when it fills, or when the time is up).
 SHARD_SAMPLES = 24
 SAMPLED_TEMPERATURE = 0.8
+#: A greedy answer's lookup passes: n-grams of up to 3 tokens; 2 drafted tokens after a miss,
+#: 6 while the previous pass kept all it drafted (a running copy), as the runtime's lookup.
+LOOKUP_MAX_NGRAM = 3
+LOOKUP_COLD = 2
+LOOKUP_LONG = 6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +101,12 @@ class FeatureTeacher:
         self, prompt: list[int], count: int, *, temperature: float, rng: np.random.Generator
     ) -> tuple[list[int], list[np.ndarray]]:
         """Prompt and continuation (to an end-of-turn token, kept, or ``count`` tokens), and
-        the features [n, H] of each pass."""
+        the features [n, H] of each pass's kept tokens. A greedy answer is decoded with
+        prompt-lookup passes: each pass checks the token picked and the tokens that followed
+        the latest earlier copy of the context's tail, and keeps those the target's own
+        argmax agrees with. The graph's passes are batch invariant, so tokens and features
+        are what one-token steps give, in fewer passes where the answer copies its request
+        (an edit rewrites the function it was given)."""
         cache = self.driver.new_cache()
         parts: list[np.ndarray] = []
         logits = np.zeros(0, np.float32)
@@ -104,15 +115,33 @@ class FeatureTeacher:
             logits, features = self.driver.forward_features(chunk, cache, last_only=True)
             parts.append(features)
         tokens = list(prompt)
-        room = min(count, self.capacity - len(prompt) - 1)
-        for _ in range(max(room, 0)):
-            token = _pick(logits[-1], temperature, rng)
-            if token in self.eos_ids:
-                tokens.append(token)
-                break
+        room = max(min(count, self.capacity - len(prompt) - 1), 0)
+        lookup = NgramIndex(max_ngram=LOOKUP_MAX_NGRAM, min_ngram=1) if temperature <= 0 else None
+        if lookup is not None:
+            lookup.reset(tokens)
+        token, streak = _pick(logits[-1], temperature, rng), False
+        while len(tokens) - len(prompt) < room:
             tokens.append(token)
-            logits, features = self.driver.forward_features([token], cache)
-            parts.append(features)
+            if token in self.eos_ids:
+                break
+            draft: tuple[int, ...] = ()
+            if lookup is not None:
+                lookup.extend((token,))
+                left = room - (len(tokens) - len(prompt))
+                draft = lookup.continuation(min(LOOKUP_LONG if streak else LOOKUP_COLD, left))
+            logits, features = self.driver.forward_features([token, *draft], cache)
+            kept = 0  # drafted tokens the target's argmax agrees with, up to its end of turn
+            while kept < len(draft) and draft[kept] not in self.eos_ids:
+                if int(np.argmax(logits[kept])) != draft[kept]:
+                    break
+                kept += 1
+            cache.crop(cache.length - len(draft) + kept)
+            streak = bool(draft) and kept == len(draft)
+            parts.append(features[: 1 + kept])
+            tokens.extend(draft[:kept])
+            if lookup is not None:
+                lookup.extend(draft[:kept])
+            token = _pick(logits[kept], temperature, rng)
         return tokens, parts
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from edgespec.config import SamplingConfig
 from edgespec.errors import ConfigError
+from edgespec.graph.lookup import NgramIndex
 from edgespec.runtime.drafters.base import Draft
 
 _EMPTY = Draft(tokens=())
@@ -22,12 +23,10 @@ _EMPTY = Draft(tokens=())
 class PromptLookupDrafter:
     """Proposes the continuation of the latest earlier occurrence of the context's tail.
 
-    The context is the prompt plus every committed token. ``propose(k)`` tries n-gram sizes
-    from ``max_ngram`` down to ``min_ngram``: the last n tokens are looked up, and the first
-    size with a match wins, so a longer (more specific) match is always preferred. A match
-    must end at or before the start of the tail it matches (it may not overlap it), which
-    also guarantees at least n continuation tokens before the end of the context. Up to k of
-    the tokens that followed the match are proposed; fewer when the context ends sooner, none
+    The context is the prompt plus every committed token. ``propose(k)`` looks the context's
+    last ``max_ngram`` down to ``min_ngram`` tokens up among its earlier positions
+    (:class:`~edgespec.graph.lookup.NgramIndex`: the longest match wins, a match may not
+    overlap the tail it matches) and proposes up to k of the tokens that followed it; none
     when nothing matches. There is no distribution, so ``q_draft`` is always None.
 
     With ``cold_k``, a proposal is at most ``cold_k`` tokens long unless the previous one was
@@ -36,11 +35,6 @@ class PromptLookupDrafter:
     match is more often wrong than a running copy, so short proposals after a miss and long
     ones inside a copy beat any fixed k (measured by ``benchmarks/lookup_policy.py`` on edit
     requests: docs/benchmarks/prompt-lookup.md, "Prompt lookup: how long a proposal").
-
-    Lookup is a dictionary from n-gram to the start of its latest eligible occurrence,
-    extended on every commit by the starts that became eligible, so a round costs
-    O(max_ngram - min_ngram + 1) lookups plus O(tokens committed) index updates instead of a
-    rescan of the context.
     """
 
     def __init__(
@@ -58,18 +52,14 @@ class PromptLookupDrafter:
         self._streak = False
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self._context: list[int] = []
-        # One dictionary serves every size: tuples of different lengths never compare equal.
-        self._latest: dict[tuple[int, ...], int] = {}
-        # For each size n, how many start positions (0, 1, ...) have been indexed so far.
-        self._indexed: dict[int, int] = {}
+        self._index = NgramIndex(max_ngram=max_ngram, min_ngram=min_ngram)
         self._proposal: tuple[int, ...] = ()
         self._begun = False
 
     @property
     def context(self) -> tuple[int, ...]:
         """The prompt and every committed token, in order (a copy)."""
-        return tuple(self._context)
+        return tuple(self._index.tokens)
 
     def begin(
         self,
@@ -80,13 +70,10 @@ class PromptLookupDrafter:
         features: np.ndarray | None = None,
     ) -> None:
         """Starts a generation from ``prompt``; ``sampling`` and ``rng`` are unused (no model)."""
-        self._context = [int(token) for token in prompt]
-        self._latest = {}
-        self._indexed = dict.fromkeys(range(self.min_ngram, self.max_ngram + 1), 0)
+        self._index.reset(prompt)
         self._proposal = ()
         self._streak = False
         self._begun = True
-        self._extend_index()
 
     def propose(self, k: int) -> Draft:
         """Up to ``k`` tokens that followed the longest matching n-gram; empty if none."""
@@ -98,16 +85,8 @@ class PromptLookupDrafter:
             return _EMPTY
         if self.cold_k is not None and not self._streak:
             k = min(k, self.cold_k)
-        length = len(self._context)
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if length < 2 * n:
-                continue  # no room for a tail and a non-overlapping earlier copy of it
-            start = self._latest.get(tuple(self._context[length - n :]))
-            if start is not None:
-                # The index only holds non-overlapping starts, so start + n < length here.
-                self._proposal = tuple(self._context[start + n : start + n + k])
-                return Draft(tokens=self._proposal)
-        return _EMPTY
+        self._proposal = self._index.continuation(k)
+        return Draft(tokens=self._proposal) if self._proposal else _EMPTY
 
     @property
     def proposal(self) -> tuple[int, ...]:
@@ -131,30 +110,12 @@ class PromptLookupDrafter:
                 "the length of the last proposal"
             )
         self._streak = bool(self._proposal) and n_accepted == len(self._proposal)
-        self._context.extend(self._proposal[:n_accepted])
-        self._context.append(int(next_token))
+        self._index.extend((*self._proposal[:n_accepted], int(next_token)))
         # A proposal is committed once: a second commit must not re-append its tokens.
         self._proposal = ()
-        self._extend_index()
 
     def close(self) -> None:
         """Nothing to give back: the lookup keeps no model state."""
-
-    def _extend_index(self) -> None:
-        """Indexes every n-gram start that became eligible since the last call.
-
-        The n-gram at start s is eligible for size n once it ends at or before the start of
-        the current length-n tail (s + n <= length - n). The context only grows, so an
-        eligible start stays eligible, and later starts overwrite earlier ones: the index
-        always holds the most recent eligible occurrence.
-        """
-        context = self._context
-        length = len(context)
-        for n, indexed in self._indexed.items():
-            eligible = length - 2 * n + 1
-            for start in range(indexed, eligible):
-                self._latest[tuple(context[start : start + n])] = start
-            self._indexed[n] = max(indexed, eligible)
 
     def _require_begun(self) -> None:
         if not self._begun:

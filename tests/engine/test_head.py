@@ -282,3 +282,40 @@ def test_self_written_requests_keep_closed_turns_and_leave_out_benchmark_prompts
     assert openings[0] == encode("<|user|>")
     assert len(openings) == 7
     assert written(None) == []
+
+
+def test_greedy_answers_with_lookup_passes_are_the_one_token_steps(
+    target_and_head: dict[str, Path],
+) -> None:
+    """A head's data: the target's greedy answers, decoded with prompt-lookup passes, give
+    the tokens and features (bit for bit) of one-token steps, in fewer passes where the
+    answer repeats its context."""
+    from edgespec.export.head.data import FeatureTeacher
+
+    bundle = load_bundle(target_and_head["target"])
+    teacher = FeatureTeacher(bundle, threads=1)
+    passes = []
+    forward_features = teacher.driver.forward_features
+
+    def counted(tokens: Any, cache: Any, **options: Any) -> Any:
+        passes.append(len(tokens))
+        return forward_features(tokens, cache, **options)
+
+    teacher.driver.forward_features = counted  # type: ignore[method-assign]
+    model = OnnxModel(bundle)
+    answered = decode_passes = 0
+    for prompt in ([5, 6, 7, 8] * 6, *PROMPTS):
+        passes.clear()
+        sample = teacher.answer(list(prompt), 48, temperature=0.0, rng=np.random.default_rng(0))
+        cache = model.new_cache()
+        logits, features = model.forward_features(list(prompt), cache)
+        tokens, rows = list(prompt), [features]
+        while len(tokens) < len(sample.tokens):
+            tokens.append(int(np.argmax(logits[-1])))
+            logits, features = model.forward_features(tokens[-1:], cache)
+            rows.append(features)
+        assert sample.tokens.tolist() == tokens
+        np.testing.assert_array_equal(sample.features, np.concatenate(rows).astype(np.float16))
+        answered += len(tokens) - len(prompt)
+        decode_passes += len(passes) - 1  # the prompt's one prefill pass
+    assert decode_passes < answered
