@@ -26,8 +26,9 @@ Log = Callable[[str], None]
 #: Samples per shard file (a shard is written when it fills, or when the time is up).
 SHARD_SAMPLES = 24
 SAMPLED_TEMPERATURE = 0.8
-#: A greedy answer's lookup passes: n-grams of up to 3 tokens; 2 drafted tokens after a miss,
-#: 6 while the previous pass kept all it drafted (a running copy), as the runtime's lookup.
+#: A greedy answer's lookup passes: n-grams of up to 3 tokens; 2 drafted tokens after a miss
+#: (the runtime lookup's cold length), 6 while the previous pass kept all it drafted (a running
+#: copy; the runtime's lookup drafts up to its k there).
 LOOKUP_MAX_NGRAM = 3
 LOOKUP_COLD = 2
 LOOKUP_LONG = 6
