@@ -5,8 +5,11 @@
  *       past_value float [1, kv_heads, C, D], seqlens_k int32 [1], total_sequence_length int32)
  *       -> output float [1, S, heads × D], present_key, present_value (past's shapes)
  *   attributes: num_heads, kv_num_heads, window (0: none; else the row at position t sees
- *   positions t - window + 1 .. t only: llama.cpp's sliding window), softcap (0: none; else
- *   each score s becomes softcap * tanh(s / softcap) before the softmax: Gemma 2's 50)
+ *   positions t - window + 1 .. t only: llama.cpp's sliding window), sink (0: none; with a
+ *   window, a multiple of ATTENTION_BLOCK: positions 0 .. sink - 1 stay visible to every row
+ *   too, the "attention sink" a model not trained with a window needs to keep its softmax's
+ *   mass where it learnt to put it: a draft run over a window of its history), softcap (0:
+ *   none; else each score s becomes softcap * tanh(s / softcap) before the softmax: Gemma 2's 50)
  *
  * The lengths read as GroupQueryAttention's: past P = total_sequence_length - S, and
  * R = seqlens_k + 1 - P real rows (the rest is padding: not written, output zeros). Query and
@@ -46,7 +49,7 @@
 
 typedef struct {
     const OrtApiTable *api;
-    int64_t heads, kv_heads, window;
+    int64_t heads, kv_heads, window, sink;
     int64_t softcap; /* Gemma 2's cap of the scores (0: none): cap * tanh(score / cap) */
     int half;        /* float16 caches */
 } AttentionKernel;
@@ -58,6 +61,9 @@ typedef struct {
     const void *keys, *values; /* caches [kv_heads, C, D], float or float16 (half) */
     float *partial, *output;
     int64_t rows, past, heads, kv_heads, group, d, capacity, window, first_block, blocks;
+    /* with a sink: the sink's blocks come first (tasks 0 .. sink_blocks - 1), then the window's
+     * from first_block on; 0 where the window reaches back into the sink (one run of blocks) */
+    int64_t sink, sink_blocks;
     float scale;
     int vectorized, half;
     int phase; /* float16 caches: 0 the scores' pass, 1 the values' */
@@ -133,11 +139,17 @@ static void round_to_half(int vectorized, const float *x, float *y, int64_t n) {
         round_to_half_portable(x, y, n);
 }
 
-/* Row r's positions [*lo, *hi) within the block starting at `begin` (empty: *lo >= *hi). */
+/* The first position of the call's block bi (its blocks: the sink's, then the window's). */
+static inline int64_t block_begin(const Attention *a, int64_t bi) {
+    return (bi < a->sink_blocks ? bi : a->first_block + bi - a->sink_blocks) * ATTENTION_BLOCK;
+}
+
+/* Row r's positions [*lo, *hi) within the block starting at `begin` (empty: *lo >= *hi); a
+ * block of the sink is seen whole, up to the row itself. */
 static inline void visible_range(const Attention *a, int64_t r, int64_t begin, int64_t *lo,
                                  int64_t *hi) {
     const int64_t t = a->past + r;
-    const int64_t first = a->window && t - a->window + 1 > 0 ? t - a->window + 1 : 0;
+    const int64_t first = a->window && begin >= a->sink && t - a->window + 1 > 0 ? t - a->window + 1 : 0;
     *lo = first > begin ? first : begin;
     *hi = t + 1 < begin + ATTENTION_BLOCK ? t + 1 : begin + ATTENTION_BLOCK;
 }
@@ -206,7 +218,7 @@ static const float *widened_block(const Attention *a, const void *cache, int64_t
 static void block_task(void *data, size_t task) {
     const Attention *a = (const Attention *)data;
     const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
-    const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
+    const int64_t d = a->d, group = a->group, begin = block_begin(a, bi);
     const float *keys = (const float *)a->keys + h * a->capacity * d;
     const float *values = (const float *)a->values + h * a->capacity * d;
     float scores[MAX_GROUP * ATTENTION_BLOCK]; /* [group, positions], padded with -inf to 8 */
@@ -240,7 +252,7 @@ static void block_task(void *data, size_t task) {
 static void half_block_task(void *data, size_t task) {
     const Attention *a = (const Attention *)data;
     const int64_t h = (int64_t)task / a->blocks, bi = (int64_t)task % a->blocks;
-    const int64_t d = a->d, group = a->group, begin = (a->first_block + bi) * ATTENTION_BLOCK;
+    const int64_t d = a->d, group = a->group, begin = block_begin(a, bi);
     const float *cache = widened_block(a, a->phase ? a->values : a->keys, h, begin);
     if (!cache) {
         ((Attention *)data)->out_of_memory = 1;
@@ -286,7 +298,7 @@ static void half_normalize_task(void *data, size_t task) {
             for (int64_t bi = 0; bi < a->blocks; bi++) {
                 const int64_t at = ((h * a->blocks + bi) * a->rows + r) * group + g;
                 int64_t lo, hi;
-                visible_range(a, r, (a->first_block + bi) * ATTENTION_BLOCK, &lo, &hi);
+                visible_range(a, r, block_begin(a, bi), &lo, &hi);
                 if (lo >= hi) continue;
                 float *s = a->probabilities + at * ATTENTION_BLOCK;
                 if (pass == 0) {
@@ -347,16 +359,19 @@ static __thread size_t partial_capacity;
 
 /* One call's operands: query [rows, heads × D], the caches [kv_heads, capacity, D] (float16
  * if half) holding positions 0 .. past + rows - 1, output [rows, heads × D]; the blocks of
- * positions any row's window reaches; partial NULL when out of memory. */
+ * positions any row's window (and sink) reaches; partial NULL when out of memory. */
 static Attention attention_of(const float *query, const void *keys, const void *values,
                               float *output, int64_t rows, int64_t past, int64_t heads,
                               int64_t kv_heads, int64_t d, int64_t capacity, int64_t window,
-                              int half) {
+                              int64_t sink, int half) {
     const int64_t start = window && past - window + 1 > 0 ? past - window + 1 : 0;
-    const int64_t first_block = start / ATTENTION_BLOCK;
-    const int64_t blocks = (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
+    int64_t first_block = start / ATTENTION_BLOCK, sink_blocks = window ? sink / ATTENTION_BLOCK : 0;
+    if (first_block <= sink_blocks) first_block = 0, sink_blocks = 0; /* one run from block 0 */
+    const int64_t blocks =
+        sink_blocks + (past + rows + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK - first_block;
     Attention a = {query, keys, values, NULL, output, rows, past, heads, kv_heads, heads / kv_heads,
-                   d, capacity, window, first_block, blocks, 1.0f / sqrtf((float)d), 0, 0, 0, NULL, 0};
+                   d, capacity, window, first_block, blocks, window ? sink : 0, sink_blocks,
+                   1.0f / sqrtf((float)d), 0, 0, 0, NULL, 0};
     a.vectorized = strcmp(edgespec_gguf_kernel_path(), "portable") != 0 && d % 8 == 0;
     const size_t partial = (size_t)(kv_heads * blocks * rows * a.group * (d + 2));
     const int64_t query_floats = half ? rows * heads * d : 0;
@@ -383,7 +398,7 @@ ES_EXPORT int edgespec_cache_attention(const float *query, const float *keys, co
         past + rows > capacity || window < 0)
         return -1;
     Attention a = attention_of(query, keys, values, output, rows, past, heads, kv_heads, d,
-                               capacity, window, 0);
+                               capacity, window, 0, 0);
     if (!a.partial) return -1;
     for (size_t task = 0; task < (size_t)(kv_heads * a.blocks); task++) block_task(&a, task);
     for (size_t r = 0; r < (size_t)rows; r++) merge_task(&a, r);
@@ -459,7 +474,7 @@ OrtStatus *es_attention_compute(void *data, OrtKernelContext *context) {
     }
     if (rows < s) memset(y + rows * heads * d, 0, sizeof(float) * (size_t)((s - rows) * heads * d));
     Attention a = attention_of((const float *)ptr[0], caches[0], caches[1], y, rows, past, heads,
-                               kv_heads, d, capacity, kernel->window, kernel->half);
+                               kv_heads, d, capacity, kernel->window, kernel->sink, kernel->half);
     if (!a.partial) return es_ort_fail("CacheAttention: out of memory for the partial sums");
     a.softcap = (float)kernel->softcap;
     es_kernel_context_parallel_for_fn parallel_for = ES_ORT_CALL(
@@ -495,14 +510,17 @@ OrtStatus *es_attention_create(const void *op, const OrtApiTable *api,
     }
     if ((status = attribute(info, "window", &kernel->window))) /* optional: none */
         ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->window = 0;
+    if ((status = attribute(info, "sink", &kernel->sink))) /* optional: none */
+        ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->sink = 0;
     if ((status = attribute(info, "softcap", &kernel->softcap))) /* optional: none */
         ES_ORT_CALL(api, ES_ORT_SLOT_RELEASE_STATUS, es_release_status_fn)(status), kernel->softcap = 0;
     if (kernel->kv_heads < 1 || kernel->heads % kernel->kv_heads ||
-        kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0 || kernel->softcap < 0) {
+        kernel->heads / kernel->kv_heads > MAX_GROUP || kernel->window < 0 || kernel->softcap < 0 ||
+        kernel->sink < 0 || kernel->sink % ATTENTION_BLOCK) {
         free(kernel);
         return es_ort_fail("CacheAttention: num_heads must be a multiple of kv_num_heads "
                                    "(at most 16 query heads per KV head), window and softcap 0 "
-                                   "or more");
+                                   "or more, sink 0 or a multiple of 128");
     }
     kernel->api = api;
     kernel->half = es_op_variant(op);

@@ -137,16 +137,21 @@ class Engine:
         fetched from the package index and imported on first use.
 
         ``load_options`` are :class:`~edgespec.engine.loading.LoadRequest`'s: providers,
-        threads, io_binding, verify_checksums, context, memory_budget_mb, shrink_context, budget,
-        telemetry_root. ``remote`` (a URL, or a configured target) verifies there: a URL of
-        ``edgespec serve`` (``remote_api`` "edgespec") or of a serving engine ("openai":
-        llama.cpp's llama-server, greedy or sampled with a top-k; vLLM and llama-cpp-python's
-        server, greedy; docs/serving.md); "auto", the default, asks the URL which. A local
+        threads, io_binding, verify_checksums, context, draft_window, memory_budget_mb,
+        shrink_context, budget, telemetry_root (``draft_window`` is 0, the whole history, under
+        ``fallback`` "draft" unless given). ``remote`` (a URL, or a configured target) verifies
+        there: a URL of ``edgespec serve`` (``remote_api`` "edgespec") or of a serving engine
+        ("openai": llama.cpp's llama-server, greedy or sampled with a top-k; vLLM and
+        llama-cpp-python's server, greedy; docs/serving.md); "auto", the default, asks the URL
+        which. A local
         target is then loaded only when ``target`` is given or the remote options need one
         (``fallback`` "local", ``remote_when`` "budget"; see :class:`RemoteOptions`).
         ``remote_timeout_s`` is the deadline of each request to ``remote``, retries included:
         a server that is back within it (a restart) loses no generation.
         """
+        if fallback == "draft" and load_options.get("draft_window") is None:
+            # the draft may answer alone: then it runs as it was trained, over its whole history
+            load_options["draft_window"] = 0
         request = LoadRequest(target=target, draft=draft, model=model, **load_options)
         remote_options = RemoteOptions(fallback=fallback, remote_when=remote_when)
         remote_target = assembly.remote_target(

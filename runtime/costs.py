@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgespec.graph.kv_cache import KVCache
+from edgespec.graph.window import SINK
 from edgespec.runtime.k_policy import CostProfile
 from edgespec.runtime.model import OnnxModel
 
@@ -77,10 +78,13 @@ def position_cost(
     model: OnnxModel, context: Sequence[int], width: int, shallow_s: float, *, repeats: int
 ) -> float:
     """Seconds one row of a pass spends per position of history: a pass of ``width`` rows
-    timed after :data:`DEEP_POSITIONS` positions (or as many as the context allows) against
-    ``shallow_s``, its time after ``context``. 0 for a graph whose cache cannot be deepened
-    without computing it (a concat graph's), or where the context leaves no room."""
-    depth = min(DEEP_POSITIONS, model.max_length - width - 1)
+    timed after :data:`DEEP_POSITIONS` positions (or as many as the context allows, or as a
+    windowed draft reads: :func:`read_positions`) against ``shallow_s``, its time after
+    ``context``. 0 for a graph whose cache cannot be deepened without computing it (a concat
+    graph's), or where the context leaves no room."""
+    depth = min(
+        DEEP_POSITIONS, model.max_length - width - 1, read_positions(model) or DEEP_POSITIONS
+    )
     if not model.shared_kv or depth <= 2 * len(context):
         return 0.0
     cache = model.new_cache()
@@ -90,6 +94,13 @@ def position_cost(
     advance(depth - cache.length)
     deep = min(pass_times(model, cache, [context[-1]] * width, length=depth, passes=repeats))
     return max(deep - shallow_s, 0.0) / (width * (depth - len(context)))
+
+
+def read_positions(model: OnnxModel | None) -> int:
+    """The most positions a pass of ``model`` reads per row: its window and sink when it
+    attends over a window of its history (:mod:`edgespec.graph.window`), else 0 (all)."""
+    window = getattr(model, "attention_window", 0) if model is not None else 0
+    return window + SINK if window else 0
 
 
 def measure_costs(
@@ -114,4 +125,5 @@ def measure_costs(
         draft_position_s=position_cost(draft, context, 1, draft_step, repeats=repeats)
         if draft is not None
         else 0.0,
+        draft_window=read_positions(draft),
     )

@@ -33,13 +33,16 @@ class CostProfile:
     = T(w)/T(1) for w = 1..len; ``draft_step_s`` = one draft model call. ``target_position_s``
     and ``draft_position_s``: what each position of history adds to one row of a pass (its
     attention), which after thousands of positions is a large part of a verify pass's cost:
-    every row attends over the whole history (:meth:`at_depth`)."""
+    every row attends over the whole history (:meth:`at_depth`). ``draft_window``: the most
+    positions a draft step reads (a draft over a window of its history and its sink,
+    :mod:`edgespec.graph.window`); 0: all of them."""
 
     target_step_s: float
     draft_step_s: float
     verify_cost: tuple[float, ...]
     target_position_s: float = 0.0
     draft_position_s: float = 0.0
+    draft_window: int = 0
 
     @property
     def c(self) -> float:
@@ -57,11 +60,16 @@ class CostProfile:
         ]
         return CostProfile(
             target_step_s=step,
-            draft_step_s=self.draft_step_s + self.draft_position_s * length,
+            draft_step_s=self.draft_step_s + self.draft_position_s * self.draft_read(length),
             verify_cost=tuple(seconds / step for seconds in passes),
             target_position_s=self.target_position_s,
             draft_position_s=self.draft_position_s,
+            draft_window=self.draft_window,
         )
+
+    def draft_read(self, length: int) -> int:
+        """The positions a draft step reads after ``length`` of history."""
+        return min(length, self.draft_window) if self.draft_window else length
 
 
 #: How fast AutoK's α follows the rounds (the weight of the newest round). Greedy agreement

@@ -30,6 +30,7 @@ from edgespec.graph.driver import GraphDriver
 from edgespec.graph.kernels import register_gguf_kernels, uses_gguf_kernels
 from edgespec.graph.kv_cache import KVCache
 from edgespec.graph.paths import PREFILL_CHUNK, GraphSizes
+from edgespec.graph.window import EXTERNAL_DATA_FOLDER, windowed_graph
 from edgespec.manifest import Bundle, GraphSpec
 from edgespec.runtime.prefix import HeldTokens
 
@@ -67,6 +68,11 @@ class ModelOptions:
     #: kernel: a session beside another one on the same cores (a target beside a threaded
     #: draft) otherwise keeps those cores busy through the other session's pass.
     stop_spinning_after_run: bool = False
+    #: A draft's attention over the last this many positions (and the first
+    #: :data:`~edgespec.graph.window.SINK`) instead of its whole history, so that its step
+    #: does not grow with the context; 0: the whole history. Only edgespec's CacheAttention
+    #: graphs (GGUF imports) take one; never a target's (its passes must be exact).
+    attention_window: int = 0
 
 
 def choose_providers(requested: Sequence[str] | None) -> list[str]:
@@ -87,11 +93,16 @@ def choose_providers(requested: Sequence[str] | None) -> list[str]:
 
 
 def open_session(
-    bundle: Bundle, options: Any, providers: Sequence[str], graph_path: Path | None = None
+    bundle: Bundle,
+    options: Any,
+    providers: Sequence[str],
+    graph_path: Path | None = None,
+    graph_bytes: bytes | None = None,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` of the bundle's graph (or of ``graph_path``, a copy
-    of it). A graph ONNX Runtime cannot load (damaged after its checksum was written, or from
-    a newer opset) is a bundle problem: one line naming the file, not ONNX Runtime's
+    of it; or ``graph_bytes``, an edited copy of ``graph_path`` whose weights stay in the files
+    beside it). A graph ONNX Runtime cannot load (damaged after its checksum was written, or
+    from a newer opset) is a bundle problem: one line naming the file, not ONNX Runtime's
     traceback."""
     import onnxruntime
 
@@ -99,8 +110,12 @@ def open_session(
         options, required=uses_gguf_kernels(bundle.manifest.quantization.op_types)
     )
     graph_path = graph_path or bundle.graph_path
+    source: str | bytes = str(graph_path)
+    if graph_bytes is not None:
+        options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(graph_path.parent))
+        source = graph_bytes
     try:
-        return onnxruntime.InferenceSession(str(graph_path), options, providers=providers)
+        return onnxruntime.InferenceSession(source, options, providers=providers)
     except Exception as error:  # ORT raises its own classes (InvalidProtobuf, Fail, ...)
         first_line = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
         raise BundleError(
@@ -195,7 +210,16 @@ class OnnxModel:
         self.cpu_parts_under_cuda = cpu_parts_under_cuda(
             self.graph, manifest.quantization.op_types, self.requested_providers
         )
-        self.session = open_session(bundle, session_options, self.requested_providers, graph_path)
+        windowed = (
+            windowed_graph(graph_path, options.attention_window)
+            if options.attention_window
+            else None
+        )
+        #: The positions each pass attends over besides the sink (0: the whole history).
+        self.attention_window = options.attention_window if windowed is not None else 0
+        self.session = open_session(
+            bundle, session_options, self.requested_providers, graph_path, windowed
+        )
         self.released = False
         #: What really runs: ONNX Runtime falls back to CPU with only a log warning.
         self.providers = tuple(self.session.get_providers())

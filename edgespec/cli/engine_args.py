@@ -11,7 +11,14 @@ from typing import Any
 
 from edgespec.cli.budget import add_budget_arguments, budget_options
 from edgespec.cli.models import add_model_argument
-from edgespec.engine.options import DRAFTER_NAMES, FALLBACKS, MAX_K, REMOTE_APIS, REMOTE_WHEN
+from edgespec.engine.options import (
+    DEFAULT_DRAFT_WINDOW,
+    DRAFTER_NAMES,
+    FALLBACKS,
+    MAX_K,
+    REMOTE_APIS,
+    REMOTE_WHEN,
+)
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +59,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated providers for the draft",
     )
     add_context_argument(parser)
+    parser.add_argument(
+        "--draft-window",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the draft model attends over the first 128 positions and the last N only, so "
+        "that its steps do not slow down as the history grows (the target still checks every "
+        "token: the output is unchanged); 0: its whole history (default: "
+        f"{DEFAULT_DRAFT_WINDOW})",
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -230,6 +247,7 @@ def load_engine(args: argparse.Namespace) -> Any:
         threads=args.threads,
         spinning=args.spinning,
         context=args.context,
+        draft_window=args.draft_window,
         **budget_options(args),
         remote=url,
         remote_api=args.remote_api,

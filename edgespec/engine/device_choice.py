@@ -62,6 +62,7 @@ def sane_costs(costs: Any) -> CostProfile | None:
             verify_cost=tuple(float(cost) for cost in costs["verify_cost"]),
             target_position_s=float(costs.get("target_position_s", 0.0)),
             draft_position_s=float(costs.get("draft_position_s", 0.0)),
+            draft_window=int(costs.get("draft_window", 0)),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -125,14 +126,16 @@ def costs_path(
     *,
     threads: int,
     providers: Sequence[str],
+    draft_window: int = 0,
     cache: Path | None = None,
 ) -> Path:
     """Where the pair's measured costs on this device are kept: they depend on the threads, the
-    execution providers and the build of the GGUF kernels too (a new build may step faster),
-    so each setting has its own file."""
+    execution providers, the build of the GGUF kernels (a new build may step faster) and the
+    draft's attention window too, so each setting has its own file."""
     from edgespec.graph.kernels import gguf_kernel_build
 
     setting = f"{threads}|{'+'.join(providers)}|{gguf_kernel_build()}"
+    setting += f"|window {draft_window}" if draft_window else ""
     setting = hashlib.sha256(setting.encode()).hexdigest()[:8]
     # "costs2": the costs with what each position of history adds (older files lack it).
     name = f"{device_key(target, draft)}-costs2-{setting}.json"

@@ -11,8 +11,10 @@ from typing import Any
 
 from edgespec.config import BudgetConfig
 from edgespec.engine.catalog_drafts import HEADLESS_DRAFTERS, catalog_draft_for, drafts_with_a_model
+from edgespec.engine.options import DEFAULT_DRAFT_WINDOW
 from edgespec.engine.pairing import check_head, check_pair
 from edgespec.errors import ConfigError, IncompatiblePairError
+from edgespec.graph.window import SINK
 from edgespec.manifest import Bundle, load_bundle, starts_with_gguf_magic
 from edgespec.models import catalog
 from edgespec.models.bundles import configured_pair, gguf_file_bundle, model_bundle
@@ -23,6 +25,9 @@ from edgespec.runtime.model import ModelOptions, OnnxModel
 from edgespec.telemetry.estimate import MIN_CONTEXT, Admission, admit, estimate_pair
 from edgespec.telemetry.memory import MemoryProbe, base_rss_bytes
 from edgespec.telemetry.sysfs import Tree
+
+#: The shortest draft window (:mod:`edgespec.graph.window`): twice its sink.
+MIN_DRAFT_WINDOW = 2 * SINK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,10 @@ class LoadRequest:
     #: allocated for it); None: 4,096, or the models' own if that is shorter.
     context: int | None = None
     shrink_context: bool = False
+    #: The draft model's attention over its last this many positions and the first 128
+    #: (:mod:`edgespec.graph.window`); 0: its whole history; None: the default,
+    #: :data:`~edgespec.engine.options.DEFAULT_DRAFT_WINDOW`.
+    draft_window: int | None = None
     budget: BudgetConfig | None = None
     telemetry_root: str | Path = "/"
 
@@ -67,6 +76,12 @@ class LoadRequest:
             raise ConfigError(
                 f"a context of {self.context} tokens is too short",
                 fix=f"pass --context {MIN_CONTEXT} or more",
+            )
+        if self.draft_window is not None and 0 < self.draft_window < MIN_DRAFT_WINDOW:
+            raise ConfigError(
+                f"a draft window of {self.draft_window} positions is shorter than the "
+                f"{SINK} first positions it keeps",
+                fix=f"pass --draft-window {MIN_DRAFT_WINDOW} or more, or 0 for the whole history",
             )
         if self.model is not None and self.target is not None:
             raise ConfigError(
@@ -329,7 +344,8 @@ def session_options(
     )
     # A draft's proposals are checked by the target, so its passes need not be batch
     # invariant: its one-token steps run unpadded (runtime.model.ModelOptions.exact_passes).
-    draft = replace(target, exact_passes=False)
+    window = DEFAULT_DRAFT_WINDOW if request.draft_window is None else request.draft_window
+    draft = replace(target, exact_passes=False, attention_window=window)
     if not local_target:
         return target, draft
     small = draft_weight_bytes <= THREADED_DRAFT_BYTES

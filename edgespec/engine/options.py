@@ -23,6 +23,10 @@ MAX_K = 8
 #: The draft length when none is given and the pair recommends none.
 DEFAULT_K = 4
 #: The drafters a generation may ask for (their classes are picked in ``assembly``).
+#: The positions a draft model attends over besides its first 128 when none is asked for
+#: (``--draft-window``; :mod:`edgespec.graph.window`): past them its steps stop slowing down
+#: as the history grows (measured: docs/benchmarks/long-context.md, "A draft over a window").
+DEFAULT_DRAFT_WINDOW = 1024
 DRAFTER_NAMES = ("model", "combined", "head", "ngram", "none")
 #: What a generation does when the verification server stays unreachable.
 FALLBACKS = ("fail", "local", "draft")

@@ -362,6 +362,7 @@ def measure_profile(source: PlanSource) -> CostProfile:
         draft.bundle if draft else None,
         threads=verifying.intra_op_threads,
         providers=verifying.providers,
+        draft_window=draft.attention_window if draft else 0,
     )
     stored = load_costs(kept)
     if stored is not None:

@@ -36,7 +36,14 @@ SHAPES = [(4, 1, 64, 200), (12, 2, 32, 0), (9, 3, 16, 0), (4, 2, 12, 50)]
 
 
 def attention_session(
-    heads: int, kv_heads: int, d: int, window: int, threads: int = 2, *, half: bool = False
+    heads: int,
+    kv_heads: int,
+    d: int,
+    window: int,
+    threads: int = 2,
+    *,
+    half: bool = False,
+    sink: int = 0,
 ) -> object:
     from onnx import TensorProto, helper
 
@@ -52,6 +59,7 @@ def attention_session(
         num_heads=heads,
         kv_num_heads=kv_heads,
         window=window,
+        **({"sink": sink} if sink else {}),
     )
     floats = TensorProto.FLOAT
     graph = helper.make_graph(
@@ -90,9 +98,12 @@ def inputs(heads: int, kv_heads: int, d: int) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def reference(heads: int, kv_heads: int, d: int, window: int, *, half: bool = False) -> np.ndarray:
+def reference(
+    heads: int, kv_heads: int, d: int, window: int, *, half: bool = False, sink: int = 0
+) -> np.ndarray:
     """Causal attention in float64; position i sees i - window + 1 .. i with a window
-    (llama.cpp's), query head h reading KV head h // (heads / kv_heads); with ``half``, as
+    (llama.cpp's), and 0 .. sink - 1 too with a sink, query head h reading KV head
+    h // (heads / kv_heads); with ``half``, as
     llama.cpp over a float16 cache: the query, keys and values rounded to float16 first, and
     the softmax's probabilities rounded to float16 before they weigh the values."""
     q, k, v = inputs(heads, kv_heads, d)
@@ -101,7 +112,7 @@ def reference(heads: int, kv_heads: int, d: int, window: int, *, half: bool = Fa
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     group = heads // kv_heads
     i, j = np.arange(POSITIONS)[:, None], np.arange(POSITIONS)[None, :]
-    hidden = (j > i) | ((window > 0) & (i - j >= window))
+    hidden = (j > i) | ((window > 0) & (i - j >= window) & (j >= sink))
     out = np.zeros((POSITIONS, heads * d))
     for head in range(heads):
         kv = head // group
@@ -356,3 +367,29 @@ def test_the_portable_path_computes_the_same_attention(tmp_path: Path) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["path"] == "portable"
     assert all(report["invariant"]) and max(report["errors"]) < 1
+
+
+@pytest.mark.parametrize("half", [False, True], ids=["float32-cache", "float16-cache"])
+@pytest.mark.parametrize("window", [200, 500], ids=["window-past-the-sink", "window-reaching-it"])
+def test_a_sink_keeps_the_first_positions_in_every_window(window: int, half: bool) -> None:
+    """A draft's window over its history with a sink: row i sees 0 .. 127 and
+    i - window + 1 .. i. With a window of 200 the last steps' windows begin blocks past the
+    sink (its block read apart from theirs); with 500 every window reaches the sink's block
+    (one run of blocks). One pass or one-token steps, the same bits."""
+    shape = (12, 2, 32, window)
+    session = attention_session(*shape, half=half, sink=128)
+    whole, _ = run_passes(session, shape, [POSITIONS], half=half)
+    expected = reference(*shape, half=half, sink=128)
+    tolerance = 2e-4 if half else 1e-5
+    assert np.abs(whole - expected).max() < tolerance * max(1.0, np.abs(expected).max())
+    # the sink changes the rows whose window begins past it, and only those
+    without_sink = reference(*shape, half=half)
+    changed = np.abs(expected - without_sink).max(axis=1) > 1e-6
+    assert changed[window:].all() and not changed[:window].any()
+    steps, _ = run_passes(session, shape, [1] * POSITIONS, half=half)
+    assert np.array_equal(whole, steps)
+
+
+def test_a_sink_that_is_not_whole_blocks_is_refused_in_one_line() -> None:
+    with pytest.raises(Exception, match="sink 0 or a multiple of 128"):
+        attention_session(12, 2, 32, 200, sink=100)

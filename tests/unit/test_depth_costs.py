@@ -36,3 +36,28 @@ def test_kept_costs_read_with_and_without_the_per_position_figures() -> None:
     new = {**old, "target_position_s": 1.5e-6, "draft_position_s": 1.4e-6}
     profile = sane_costs(new)
     assert profile is not None and profile.draft_position_s == 1.4e-6
+
+
+def test_a_windowed_drafts_step_stops_growing_past_its_window() -> None:
+    windowed = CostProfile(
+        target_step_s=0.030,
+        draft_step_s=0.010,
+        verify_cost=(1.0, 1.1),
+        target_position_s=1e-6,
+        draft_position_s=2e-6,
+        draft_window=1152,
+    )
+    assert windowed.at_depth(1000).draft_step_s == pytest.approx(0.012)
+    deep = windowed.at_depth(6000)
+    assert deep.draft_step_s == pytest.approx(0.010 + 2e-6 * 1152)  # its window and sink only
+    assert deep.target_step_s == pytest.approx(0.036)  # the target reads every position
+    assert deep.draft_window == 1152
+    kept = sane_costs(
+        {
+            "target_step_s": 0.03,
+            "draft_step_s": 0.01,
+            "verify_cost": [1.0, 1.2],
+            "draft_window": 1152,
+        }
+    )
+    assert kept is not None and kept.draft_window == 1152
