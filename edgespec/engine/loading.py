@@ -266,7 +266,13 @@ def load_pair(request: LoadRequest, *, wants_target: bool = True) -> LoadedPair:
     return LoadedPair(
         target=_model(target_bundle, request.target_providers, target_options),
         draft=_model(draft_bundle, request.draft_providers, draft_options),
-        head=_model(head, request.draft_providers, replace(draft_options, intra_op_threads=1)),
+        # a head's one layer reads its whole history (a twenty-eighth of the 1.5B's attention
+        # a position): no window, so it drafts as it was trained and measured
+        head=_model(
+            head,
+            request.draft_providers,
+            replace(draft_options, intra_op_threads=1, attention_window=0),
+        ),
         tokenizer=Tokenizer.from_file(str(text_bundle.tokenizer_path)),
         eos_ids=frozenset(text_bundle.manifest.tokenizer.eos_token_ids),
         bos_token=special.get("bos_token"),
