@@ -12,8 +12,10 @@ cache still holds every position (the target's rounds roll it back as before); o
 kernel's reads stop at the window.
 
 Only edgespec's CacheAttention (GGUF imports and heads) takes a window; a graph of ONNX
-Runtime's attention operators is left whole (:func:`windowed_graph` returns None). A layer that
-already has a window as short (Gemma 3's local layers) keeps its own.
+Runtime's attention operators is left whole (:func:`windowed_graph` returns None), and so is a
+graph in ONNX Runtime's own ``.ort`` format (a phone's bundle): that file is a flatbuffer, not a
+protobuf, and is not edited here. A layer that already has a window as short (Gemma 3's local
+layers) keeps its own.
 
 The device install has no ``onnx`` package, so the graph is edited on protobuf's wire format:
 ModelProto's graph (field 7), GraphProto's nodes (1), a NodeProto's op_type (4), domain (7)
@@ -39,12 +41,17 @@ NODE_OP_TYPE, NODE_DOMAIN, NODE_ATTRIBUTE = 4, 7, 5
 ATTRIBUTE_NAME, ATTRIBUTE_INT, ATTRIBUTE_TYPE = 1, 3, 20
 ATTRIBUTE_TYPE_INT = 2
 LENGTH_DELIMITED, VARINT = 2, 0
+#: The file suffix of a protobuf graph; ONNX Runtime's flatbuffer format is ``.ort``.
+ONNX_SUFFIX = ".onnx"
 
 
 def windowed_graph(graph_path: Path, window: int) -> bytes | None:
     """The graph at ``graph_path`` with every CacheAttention node that sees more than
     ``window`` positions set to the last ``window`` and the first :data:`SINK` (its weights
-    stay in the bundle's files); None when the graph has no such node."""
+    stay in the bundle's files); None when the graph has no such node or is not an ONNX
+    protobuf (an ``.ort`` file)."""
+    if graph_path.suffix != ONNX_SUFFIX:
+        return None
     model = parse(graph_path.read_bytes())
     changed = 0
     for index, (number, wire, value) in enumerate(model):

@@ -80,3 +80,11 @@ def test_a_graph_without_edgespecs_attention_is_left_whole(tmp_path: Path) -> No
     assert windowed_graph(graph_file(tmp_path, [relu]), 1024) is None
     short = attention("global", window=512)
     assert windowed_graph(graph_file(tmp_path, [short]), 1024) is None
+
+
+def test_an_ort_format_graph_is_left_whole(tmp_path: Path) -> None:
+    # ONNX Runtime's .ort format (a phone's bundle) is a flatbuffer: its bytes read as
+    # protobuf give a wire type that does not exist, so it must not be parsed at all.
+    ort = tmp_path / "model.ort"
+    ort.write_bytes(b"\x18\x00\x00\x00ORTM\x00\x00\x00\x00\x0c\x00\x10\x00\x0c\x00\x08\x00")
+    assert windowed_graph(ort, 1024) is None
